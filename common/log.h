@@ -1,0 +1,37 @@
+/* log.h - one line per event, syslog levels, key=value ids.
+ *
+ * TR_LOG checks the level before formatting (Redis serverLog), so a debug line
+ * in a hot path costs one comparison when debug is off. Lines go to stderr:
+ *   2026-11-22T10:55:01.123Z troupe-head[412] info: node registered node=3 gpus=8
+ * Thread-safe: each line is written with one write(2). */
+#ifndef TR_LOG_H
+#define TR_LOG_H
+
+enum {
+    TR_LOG_ERR = 3,
+    TR_LOG_WARNING = 4,
+    TR_LOG_NOTICE = 5,
+    TR_LOG_INFO = 6,
+    TR_LOG_DEBUG = 7,
+};
+
+extern int tr_log_level;
+
+#define TR_LOG(lvl, ...)                      \
+    do {                                      \
+        if ((lvl) <= tr_log_level) {          \
+            tr_log_write((lvl), __VA_ARGS__); \
+        }                                     \
+    } while (0)
+
+/* tr_log_init sets the program name shown on each line and the level. */
+void tr_log_init(const char *prog, int level);
+
+/* tr_log_write formats and writes one line; use TR_LOG instead. */
+void tr_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* tr_log_level_parse maps "err|warning|notice|info|debug" (or a digit) to a
+ * level; returns -1 for anything else. */
+int tr_log_level_parse(const char *s);
+
+#endif
