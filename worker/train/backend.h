@@ -1,0 +1,140 @@
+/* backend.h - the GPU boundary of troupe-train.
+ *
+ * The training loop (data, schedule, checkpoints, metrics, config) is written
+ * once against this table of operations; a CPU backend (plain C, fp32) and a
+ * CUDA backend (bf16, cuBLASLt, fused kernels) implement it. CI has no GPU, so
+ * everything above this line is tested through the CPU backend.
+ *
+ * Model: GPT-2 style decoder (token + position embeddings, pre-norm blocks of
+ * LayerNorm -> causal multi-head attention -> residual, LayerNorm -> GELU MLP ->
+ * residual, final LayerNorm, output head tied to the token embedding,
+ * cross-entropy loss). Parameters have one canonical fp32 layout, shared by every
+ * backend and by checkpoints, in this order (L layers, C width, Vp padded vocab,
+ * T max sequence length; matrices are [out][in], row-major):
+ *
+ *   wte[Vp*C] wpe[T*C] ln1w[L*C] ln1b[L*C] qkvw[L*3C*C] qkvb[L*3C]
+ *   attprojw[L*C*C] attprojb[L*C] ln2w[L*C] ln2b[L*C] fcw[L*4C*C] fcb[L*4C]
+ *   fcprojw[L*C*4C] fcprojb[L*C] lnfw[C] lnfb[C]
+ *
+ * Rows of wte at index >= vocab are padding: they stay zero and their logits
+ * never enter the loss.
+ *
+ * Threading: a backend object is used by one thread at a time. */
+#ifndef TR_TRAIN_BACKEND_H
+#define TR_TRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define TR_NUM_PARAM_TENSORS 16
+
+typedef struct tr_model_config {
+    int layers;       /* L */
+    int width;        /* C, divisible by heads */
+    int heads;        /* NH */
+    int seq_len;      /* T, the maximum sequence length */
+    int vocab;        /* V, real vocabulary size */
+    int padded_vocab; /* Vp, V rounded up to a multiple of 128 */
+} tr_model_config;
+
+typedef enum tr_precision {
+    TR_PRECISION_BF16 = 0, /* bf16 params/activations, fp32 master weights and optimiser */
+    TR_PRECISION_FP32 = 1, /* everything fp32: for checking against the CPU path */
+} tr_precision;
+
+typedef struct tr_backend_opts {
+    int micro_batch;   /* B: sequences per forward/backward call */
+    tr_precision precision;
+    int recompute;     /* 0 none, 1 recompute GELU activations in backward, 2 also LayerNorm */
+    int device;        /* GPU ordinal for CUDA backends */
+} tr_backend_opts;
+
+typedef struct tr_adamw {
+    float lr;
+    float beta1;        /* 0.9 */
+    float beta2;        /* 0.95 */
+    float eps;          /* 1e-8 */
+    float weight_decay; /* applied to matrices (2-D tensors) only */
+    float grad_scale;   /* multiply gradients by this first (clipping: min(1, clip/norm)) */
+    int64_t t;          /* 1-based optimiser step, for bias correction */
+} tr_adamw;
+
+typedef struct tr_mem_stats {
+    uint64_t in_use_bytes; /* device (or host) memory held by the backend now */
+    uint64_t peak_bytes;
+    uint64_t total_bytes;  /* device capacity; 0 for CPU */
+} tr_mem_stats;
+
+/* Phase timings of the last step, in milliseconds (CUDA events on the GPU). */
+typedef struct tr_phase_times {
+    double forward_ms;
+    double backward_ms;
+    double optimizer_ms;
+} tr_phase_times;
+
+typedef struct tr_backend tr_backend;
+
+typedef struct tr_backend_ops {
+    const char *name; /* "cpu", "cuda" */
+    /* Sizes of the 16 tensors, in the order above. */
+    void (*destroy)(tr_backend *b);
+    /* set_params/get_params copy the whole fp32 canonical vector (num_params). */
+    int (*set_params)(tr_backend *b, const float *params, tr_err *err);
+    int (*get_params)(tr_backend *b, float *params, tr_err *err);
+    /* zero_grads clears the gradient accumulators. */
+    int (*zero_grads)(tr_backend *b, tr_err *err);
+    /* forward_backward runs one micro-batch of B x T tokens (T <= seq_len; int32
+     * ids < vocab), adds d(loss * loss_scale)/d(params) into the gradients, and
+     * returns the mean cross-entropy of the micro-batch in *loss.
+     * With loss_scale = 1/accum_steps the accumulated gradient is the mean. */
+    int (*forward_backward)(tr_backend *b, const int32_t *inputs, const int32_t *targets, int B, int T,
+                            float loss_scale, float *loss, tr_err *err);
+    /* forward_loss evaluates the mean loss without touching gradients. */
+    int (*forward_loss)(tr_backend *b, const int32_t *inputs, const int32_t *targets, int B, int T,
+                        float *loss, tr_err *err);
+    /* grad_norm returns the global L2 norm of the accumulated gradients. */
+    int (*grad_norm)(tr_backend *b, float *norm, tr_err *err);
+    /* get_grads copies the fp32 gradients in canonical layout (for tests). */
+    int (*get_grads)(tr_backend *b, float *grads, tr_err *err);
+    /* adamw_update applies one AdamW step to every parameter. */
+    int (*adamw_update)(tr_backend *b, const tr_adamw *opt, tr_err *err);
+    /* get_opt_state/set_opt_state copy AdamW m and v (fp32, canonical layout,
+     * num_params each), for checkpoints. */
+    int (*get_opt_state)(tr_backend *b, float *m, float *v, tr_err *err);
+    int (*set_opt_state)(tr_backend *b, const float *m, const float *v, tr_err *err);
+    void (*mem_stats)(tr_backend *b, tr_mem_stats *out);
+    void (*phase_times)(tr_backend *b, tr_phase_times *out);
+    /* sync waits for queued device work (no-op on CPU). */
+    int (*sync)(tr_backend *b, tr_err *err);
+} tr_backend_ops;
+
+/* Every backend struct starts with this header. */
+struct tr_backend {
+    const tr_backend_ops *ops;
+    tr_model_config cfg;
+    tr_backend_opts opts;
+    size_t param_sizes[TR_NUM_PARAM_TENSORS];
+    size_t num_params;
+};
+
+/* tr_model_param_sizes fills sizes[16] and returns the total parameter count. */
+size_t tr_model_param_sizes(const tr_model_config *cfg, size_t sizes[TR_NUM_PARAM_TENSORS]);
+
+/* tr_model_param_is_matrix says whether tensor i gets weight decay (wte, wpe,
+ * qkvw, attprojw, fcw, fcprojw). */
+int tr_model_param_is_matrix(int i);
+
+/* tr_backend_cpu_create makes the plain-C fp32 backend; *out is set on success.
+ * Free with b->ops->destroy(b). */
+int tr_backend_cpu_create(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
+                          tr_err *err);
+
+/* tr_backend_cuda_create makes the CUDA backend (only in builds with CUDA; the
+ * function is absent otherwise and TR_HAVE_CUDA is undefined). Returns
+ * UNAVAILABLE when no device is present. */
+int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
+                           tr_err *err);
+
+#endif
