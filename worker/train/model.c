@@ -1,0 +1,157 @@
+/* model.c - parameter sizes, names and GPT-2 initialisation.
+ *
+ * This file is the single definition of the canonical layout described in
+ * backend.h; the CPU backend, the CUDA backend and checkpoints all derive their
+ * offsets from tr_model_param_sizes. */
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "rng.h"
+
+static const char *const param_names[TR_NUM_PARAM_TENSORS] = {
+    "wte",      "wpe",      "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w",     "ln2b",     "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
+};
+
+const char *tr_model_param_name(int i)
+{
+    if (i < 0 || i >= TR_NUM_PARAM_TENSORS) {
+        return "?";
+    }
+    return param_names[i];
+}
+
+size_t tr_model_param_sizes(const tr_model_config *cfg, size_t sizes[TR_NUM_PARAM_TENSORS])
+{
+    size_t L = (size_t)cfg->layers, C = (size_t)cfg->width;
+    size_t Vp = (size_t)cfg->padded_vocab, T = (size_t)cfg->seq_len;
+    size_t total = 0;
+
+    sizes[TR_P_WTE] = Vp * C;
+    sizes[TR_P_WPE] = T * C;
+    sizes[TR_P_LN1W] = L * C;
+    sizes[TR_P_LN1B] = L * C;
+    sizes[TR_P_QKVW] = L * 3 * C * C;
+    sizes[TR_P_QKVB] = L * 3 * C;
+    sizes[TR_P_ATTPROJW] = L * C * C;
+    sizes[TR_P_ATTPROJB] = L * C;
+    sizes[TR_P_LN2W] = L * C;
+    sizes[TR_P_LN2B] = L * C;
+    sizes[TR_P_FCW] = L * 4 * C * C;
+    sizes[TR_P_FCB] = L * 4 * C;
+    sizes[TR_P_FCPROJW] = L * C * 4 * C;
+    sizes[TR_P_FCPROJB] = L * C;
+    sizes[TR_P_LNFW] = C;
+    sizes[TR_P_LNFB] = C;
+    for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
+        total += sizes[i];
+    }
+    return total;
+}
+
+size_t tr_model_param_offsets(const tr_model_config *cfg, size_t offs[TR_NUM_PARAM_TENSORS])
+{
+    size_t sizes[TR_NUM_PARAM_TENSORS];
+    size_t total = 0;
+
+    tr_model_param_sizes(cfg, sizes);
+    for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
+        offs[i] = total;
+        total += sizes[i];
+    }
+    return total;
+}
+
+int tr_model_param_is_matrix(int i)
+{
+    return i == TR_P_WTE || i == TR_P_WPE || i == TR_P_QKVW || i == TR_P_ATTPROJW || i == TR_P_FCW ||
+           i == TR_P_FCPROJW;
+}
+
+int tr_model_padded_vocab(int vocab)
+{
+    return (vocab + 127) / 128 * 128;
+}
+
+int tr_model_config_check(const tr_model_config *cfg, tr_err *err)
+{
+    if (cfg->layers <= 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.layers must be positive, got %d", cfg->layers);
+    }
+    if (cfg->width <= 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.width must be positive, got %d", cfg->width);
+    }
+    if (cfg->heads <= 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.heads must be positive, got %d", cfg->heads);
+    }
+    if (cfg->width % cfg->heads != 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "model.width %d is not divisible by model.heads %d", cfg->width, cfg->heads);
+    }
+    if (cfg->seq_len <= 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.seq_len must be positive, got %d",
+                          cfg->seq_len);
+    }
+    if (cfg->vocab <= 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "vocab must be positive, got %d", cfg->vocab);
+    }
+    if (cfg->padded_vocab != tr_model_padded_vocab(cfg->vocab)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "padded vocab %d is not vocab %d rounded up to a multiple of 128 (%d)",
+                          cfg->padded_vocab, cfg->vocab, tr_model_padded_vocab(cfg->vocab));
+    }
+    return TROUPE_OK;
+}
+
+static void fill_normal(float *p, size_t n, double std, uint64_t *rng)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (float)(std * tr_rng_normal(rng));
+    }
+}
+
+static void fill_const(float *p, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] = v;
+    }
+}
+
+void tr_model_init_params(const tr_model_config *cfg, uint64_t seed, float *params)
+{
+    size_t sizes[TR_NUM_PARAM_TENSORS], offs[TR_NUM_PARAM_TENSORS];
+    /* GPT-2: residual projections are scaled so the residual stream's variance
+     * does not grow with depth (2 additions per layer). */
+    double proj_std = 0.02 / sqrt(2.0 * cfg->layers);
+    uint64_t rng = seed;
+
+    tr_model_param_sizes(cfg, sizes);
+    tr_model_param_offsets(cfg, offs);
+    for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
+        float *p = params + offs[i];
+        switch (i) {
+        case TR_P_WTE:
+            /* Only the real vocabulary rows are random; padding rows stay zero. */
+            fill_normal(p, (size_t)cfg->vocab * (size_t)cfg->width, 0.02, &rng);
+            fill_const(p + (size_t)cfg->vocab * (size_t)cfg->width,
+                       sizes[i] - (size_t)cfg->vocab * (size_t)cfg->width, 0.0f);
+            break;
+        case TR_P_WPE:
+        case TR_P_QKVW:
+        case TR_P_FCW: fill_normal(p, sizes[i], 0.02, &rng); break;
+        case TR_P_ATTPROJW:
+        case TR_P_FCPROJW: fill_normal(p, sizes[i], proj_std, &rng); break;
+        case TR_P_LN1W:
+        case TR_P_LN2W:
+        case TR_P_LNFW: fill_const(p, sizes[i], 1.0f); break;
+        default: fill_const(p, sizes[i], 0.0f); break;
+        }
+    }
+}
+
+double tr_model_flops_per_token(const tr_model_config *cfg, size_t num_params)
+{
+    return 6.0 * (double)num_params + 6.0 * cfg->layers * (double)cfg->width * cfg->seq_len;
+}
