@@ -358,3 +358,106 @@ void tr_cfg_free(const tr_cfg_desc *table, void *obj)
         }
     }
 }
+
+/* ---- command line --------------------------------------------------------- */
+
+static int is_meta_flag(const char *a)
+{
+    return strcmp(a, "--check-config") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ||
+           strcmp(a, "--version") == 0;
+}
+
+/* flag_key turns "--state-dir" or "--state-dir=x" into "state_dir"; returns
+ * a pointer to the inline value after '=' or NULL. */
+static const char *flag_key(const char *arg, char *key, size_t size)
+{
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg) - 2;
+
+    if (n >= size) {
+        n = size - 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        key[i] = arg[2 + i] == '-' ? '_' : arg[2 + i];
+    }
+    key[n] = '\0';
+    return eq ? eq + 1 : NULL;
+}
+
+/* walk_args visits each --key VALUE pair (skipping meta flags and --config),
+ * applying it when obj is not NULL. */
+static int walk_args(const tr_cfg_desc *table, void *obj, int argc, char **argv, tr_cfg_args *meta,
+                     tr_err *err)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char key[KEY_MAX];
+        const char *v;
+
+        if (is_meta_flag(a)) {
+            if (meta != NULL) {
+                meta->check_config |= strcmp(a, "--check-config") == 0;
+                meta->help |= (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0);
+                meta->version |= strcmp(a, "--version") == 0;
+            }
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "unexpected argument '%s' (see --help)", a);
+        }
+        v = flag_key(a, key, sizeof(key));
+        if (v == NULL) {
+            if (i + 1 >= argc) {
+                return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s needs a value", a);
+            }
+            v = argv[++i];
+        }
+        if (strcmp(key, "config") == 0) {
+            if (meta != NULL) {
+                meta->config_path = v;
+            }
+            continue;
+        }
+        if (tr_cfg_find(table, key) == NULL) {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "unknown option '--%.*s' (see --help)",
+                              (int)strcspn(a + 2, "="), a + 2);
+        }
+        if (obj != NULL) {
+            char origin[KEY_MAX + 4];
+            snprintf(origin, sizeof(origin), "--%.*s", (int)strcspn(a + 2, "="), a + 2);
+            int rv = set_value(tr_cfg_find(table, key), obj, v, origin, err);
+            if (rv != TROUPE_OK) {
+                return rv;
+            }
+        }
+    }
+    return TROUPE_OK;
+}
+
+int tr_cfg_scan_args(const tr_cfg_desc *table, int argc, char **argv, tr_cfg_args *out, tr_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    return walk_args(table, NULL, argc, argv, out, err);
+}
+
+int tr_cfg_apply_args(const tr_cfg_desc *table, void *obj, int argc, char **argv, tr_err *err)
+{
+    return walk_args(table, obj, argc, argv, NULL, err);
+}
+
+void tr_cfg_usage(const tr_cfg_desc *table, FILE *out)
+{
+    for (const tr_cfg_desc *d = table; d->name != NULL; d++) {
+        char flag[KEY_MAX];
+        size_t n = 0;
+        for (const char *c = d->name; *c != '\0' && n + 1 < sizeof(flag); c++) {
+            flag[n++] = (*c == '_') ? '-' : *c;
+        }
+        flag[n] = '\0';
+        fprintf(out, "  --%-22s %s", flag, d->help ? d->help : "");
+        if (d->def != NULL && !(d->flags & TR_CFG_SENSITIVE)) {
+            fprintf(out, " [default: %s]", d->def);
+        }
+        fputc('\n', out);
+    }
+}

@@ -82,3 +82,26 @@ void tr_cfg_free(const tr_cfg_desc *table, void *obj);
 #define TR_CFG_FIELD(obj, d, T) ((T *)((char *)(obj) + (d)->offset))
 
 #endif
+
+/* ---- command-line helpers for the daemons -------------------------------- */
+
+/* tr_cfg_args describes the flags every daemon takes besides its table's keys. */
+typedef struct tr_cfg_args {
+    const char *config_path; /* --config FILE */
+    int check_config;        /* --check-config */
+    int help;                /* --help / -h */
+    int version;             /* --version */
+} tr_cfg_args;
+
+/* tr_cfg_scan_args finds --config/--check-config/--help/--version (first pass,
+ * before the file is loaded). Every other argument must be a --key VALUE or
+ * --key=VALUE whose key (dashes read as underscores) is in the table;
+ * otherwise INVALID_ARGUMENT naming the argument. */
+int tr_cfg_scan_args(const tr_cfg_desc *table, int argc, char **argv, tr_cfg_args *out, tr_err *err);
+
+/* tr_cfg_apply_args applies the --key VALUE flags (second pass, last in
+ * precedence). */
+int tr_cfg_apply_args(const tr_cfg_desc *table, void *obj, int argc, char **argv, tr_err *err);
+
+/* tr_cfg_usage prints one line per setting: flag, default, help. */
+void tr_cfg_usage(const tr_cfg_desc *table, FILE *out);

@@ -1,0 +1,277 @@
+/* rpc_client.c - the REQ side of troupe.v1 RPC.
+ *
+ * One nng REQ socket per client; every call opens its own context, so calls
+ * from many threads proceed independently and replies are matched by nng.
+ * nng re-sends a request whose connection dropped (a restarted head), which is
+ * why only idempotent calls get our own retries on top: a non-idempotent call
+ * is tried once, within its deadline. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "rpc.h"
+#include "troupe/v1/troupe.pb-c.h"
+#include "util.h"
+
+struct tr_rpc_client {
+    nng_socket sock;
+    char *url;
+    char *token;
+    atomic_uint_least64_t next_id;
+};
+
+int tr_rpc_from_nng(int rv, const char *what, tr_err *err)
+{
+    int code;
+
+    switch (rv) {
+    case 0: return TROUPE_OK;
+    case NNG_ETIMEDOUT: code = TROUPE_DEADLINE_EXCEEDED; break;
+    case NNG_ECONNREFUSED:
+    case NNG_ECONNRESET:
+    case NNG_ECONNABORTED:
+    case NNG_ECONNSHUT:
+    case NNG_ECLOSED:
+    case NNG_EUNREACHABLE:
+    case NNG_ENOENT:
+    case NNG_EPEERAUTH:
+    case NNG_EADDRINUSE:
+    case NNG_ETRANERR: code = TROUPE_UNAVAILABLE; break;
+    case NNG_ENOMEM:
+    case NNG_EMSGSIZE:
+    case NNG_ENOSPC: code = TROUPE_RESOURCE_EXHAUSTED; break;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+    case NNG_EBADTYPE: code = TROUPE_INVALID_ARGUMENT; break;
+    case NNG_ENOTSUP: code = TROUPE_UNIMPLEMENTED; break;
+    case NNG_EPERM: code = TROUPE_PERMISSION_DENIED; break;
+    case NNG_ECANCELED: code = TROUPE_CANCELLED; break;
+    case NNG_EPROTO: code = TROUPE_DATA_LOSS; break;
+    default: code = TROUPE_UNKNOWN; break;
+    }
+    return tr_err_set(err, code, "%s: %s", what, nng_strerror(rv));
+}
+
+int tr_rpc_client_open(const tr_rpc_client_opts *opts, tr_rpc_client **out, tr_err *err)
+{
+    tr_rpc_client *c;
+    int rv;
+
+    *out = NULL;
+    if (opts->url == NULL || opts->url[0] == '\0') {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "no server URL given");
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    c->url = strdup(opts->url);
+    c->token = strdup(opts->token ? opts->token : "");
+    atomic_init(&c->next_id, ((uint64_t)tr_wall_ms() << 20) ^ (uint64_t)(uintptr_t)c);
+    if (c->url == NULL || c->token == NULL) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        goto fail;
+    }
+    if ((rv = nng_req0_open(&c->sock)) != 0) {
+        rv = tr_rpc_from_nng(rv, "open REQ socket", err);
+        goto fail;
+    }
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, opts->max_frame ? opts->max_frame : TR_RPC_DEFAULT_MAX_FRAME);
+    /* Reconnect fast after a head restart, and do not let nng re-send on its
+     * own timer: deadlines and retries are ours. */
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
+    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    rv = nng_dial(c->sock, opts->url, NULL, opts->wait_for_server ? NNG_FLAG_NONBLOCK : 0);
+    if (rv != 0) {
+        char what[600];
+        snprintf(what, sizeof(what), "cannot reach %s", opts->url);
+        rv = tr_rpc_from_nng(rv, what, err);
+        nng_close(c->sock);
+        goto fail;
+    }
+    *out = c;
+    return TROUPE_OK;
+fail:
+    free(c->url);
+    free(c->token);
+    free(c);
+    return rv;
+}
+
+void tr_rpc_client_close(tr_rpc_client *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    nng_close(c->sock);
+    free(c->url);
+    free(c->token);
+    free(c);
+}
+
+/* exchange sends one framed request on a fresh context and waits for the
+ * reply frame until deadline. */
+static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadline, tr_err *err)
+{
+    nng_ctx ctx;
+    nng_aio *aio = NULL;
+    int64_t left = deadline - tr_now_ms();
+    int rv;
+
+    *rep = NULL;
+    if (left <= 0) {
+        nng_msg_free(req);
+        return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "deadline exceeded before sending to %s", c->url);
+    }
+    if ((rv = nng_ctx_open(&ctx, c->sock)) != 0) {
+        nng_msg_free(req);
+        return tr_rpc_from_nng(rv, "open context", err);
+    }
+    if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+        nng_msg_free(req);
+        rv = tr_rpc_from_nng(rv, "alloc aio", err);
+        goto out;
+    }
+    nng_aio_set_timeout(aio, (nng_duration)left);
+    nng_aio_set_msg(aio, req);
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    if ((rv = nng_aio_result(aio)) != 0) {
+        nng_msg_free(req);
+        goto nng_fail;
+    }
+    left = deadline - tr_now_ms();
+    nng_aio_set_timeout(aio, (nng_duration)(left > 0 ? left : 1));
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    if ((rv = nng_aio_result(aio)) != 0) {
+        goto nng_fail;
+    }
+    *rep = nng_aio_get_msg(aio);
+    rv = TROUPE_OK;
+    goto out;
+nng_fail:
+    if (rv == NNG_ETIMEDOUT) {
+        rv = tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "no reply from %s before the deadline (is it running?)",
+                        c->url);
+    } else {
+        rv = tr_rpc_from_nng(rv, c->url, err);
+    }
+out:
+    nng_aio_free(aio);
+    nng_ctx_close(ctx);
+    return rv;
+}
+
+static int attempt(tr_rpc_client *c, const char *method, const uint8_t *payload, size_t len,
+                   uint8_t **reply_payload, size_t *reply_len, int64_t deadline, tr_err *err)
+{
+    tr_envelope env = {0};
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    nng_msg *req = NULL, *rep = NULL;
+    Troupe__V1__Reply *r = NULL;
+    int64_t left = deadline - tr_now_ms();
+    int rv;
+
+    env.method = method;
+    env.request_id = atomic_fetch_add(&c->next_id, 1);
+    env.timeout_ms = (uint32_t)(left > 0 ? left : 1);
+    env.token = c->token;
+    env.payload = payload;
+    env.payload_len = len;
+    if ((rv = tr_envelope_encode_request(&env, &buf, &n, err)) != TROUPE_OK) {
+        return rv;
+    }
+    if (nng_msg_alloc(&req, 0) != 0 || nng_msg_append(req, buf, n) != 0) {
+        nng_msg_free(req);
+        free(buf);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    free(buf);
+    if ((rv = exchange(c, req, &rep, deadline, err)) != TROUPE_OK) {
+        return rv;
+    }
+    r = troupe__v1__reply__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
+    if (r == NULL) {
+        rv = tr_err_set(err, TROUPE_DATA_LOSS, "malformed reply from %s", c->url);
+        goto out;
+    }
+    rv = r->code;
+    if (rv != TROUPE_OK) {
+        tr_err_set(err, rv, "%s", r->message[0] ? r->message : troupe_strerror(rv));
+        goto out;
+    }
+    *reply_len = r->payload.len;
+    *reply_payload = malloc(r->payload.len ? r->payload.len : 1);
+    if (*reply_payload == NULL) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    memcpy(*reply_payload, r->payload.data, r->payload.len);
+out:
+    if (r != NULL) {
+        troupe__v1__reply__free_unpacked(r, NULL);
+    }
+    nng_msg_free(rep);
+    return rv;
+}
+
+int tr_rpc_client_call_raw(tr_rpc_client *c, const char *method, const uint8_t *payload, size_t len,
+                           uint8_t **reply_payload, size_t *reply_len, uint32_t timeout_ms, unsigned flags,
+                           tr_err *err)
+{
+    int64_t deadline = tr_now_ms() + (timeout_ms ? timeout_ms : 30000);
+    int64_t backoff = 50;
+    int rv;
+
+    *reply_payload = NULL;
+    *reply_len = 0;
+    for (;;) {
+        rv = attempt(c, method, payload, len, reply_payload, reply_len, deadline, err);
+        if (rv != TROUPE_UNAVAILABLE || !(flags & TR_RPC_IDEMPOTENT) || tr_now_ms() + backoff >= deadline) {
+            return rv;
+        }
+        tr_sleep_ms(backoff);
+        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+    }
+}
+
+int tr_rpc_client_call(tr_rpc_client *c, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+                       uint32_t timeout_ms, unsigned flags, tr_err *err)
+{
+    uint8_t *buf = NULL, *rbuf = NULL;
+    size_t n = 0, rn = 0;
+    int rv;
+
+    if (reply != NULL) {
+        *reply = NULL;
+    }
+    if (req != NULL) {
+        n = protobuf_c_message_get_packed_size(req);
+        buf = malloc(n ? n : 1);
+        if (buf == NULL) {
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        protobuf_c_message_pack(req, buf);
+    }
+    rv = tr_rpc_client_call_raw(c, method, buf, n, &rbuf, &rn, timeout_ms, flags, err);
+    free(buf);
+    if (rv != TROUPE_OK || reply_desc == NULL || reply == NULL) {
+        free(rbuf);
+        return rv;
+    }
+    *reply = protobuf_c_message_unpack(reply_desc, NULL, rn, rbuf);
+    free(rbuf);
+    if (*reply == NULL) {
+        return tr_err_set(err, TROUPE_DATA_LOSS, "malformed %s from %s", reply_desc->name, c->url);
+    }
+    return TROUPE_OK;
+}

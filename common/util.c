@@ -1,0 +1,76 @@
+#include "util.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int64_t tr_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t tr_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void tr_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int tr_ct_equal(const char *given, const char *expected)
+{
+    size_t n = strlen(expected);
+    size_t g = strlen(given);
+    unsigned char diff = (unsigned char)(g != n);
+
+    /* Walk the expected length every time; read `given` only within bounds. */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (i < g) ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(c ^ (unsigned char)expected[i]);
+    }
+    return diff == 0;
+}
+
+size_t tr_strlcpy(char *dst, const char *src, size_t size)
+{
+    size_t n = strlen(src);
+    if (size > 0) {
+        size_t c = (n >= size) ? size - 1 : n;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}
+
+int tr_mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = tr_strlcpy(buf, path, sizeof(buf));
+
+    if (n >= sizeof(buf)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+        return -1;
+    }
+    return 0;
+}

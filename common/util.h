@@ -1,0 +1,28 @@
+/* util.h - small stateless helpers shared by the daemons, libtroupe and the CLI. */
+#ifndef TR_UTIL_H
+#define TR_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* tr_now_ms returns CLOCK_MONOTONIC in milliseconds (for deadlines). */
+int64_t tr_now_ms(void);
+
+/* tr_wall_ms returns CLOCK_REALTIME in unix milliseconds (for records). */
+int64_t tr_wall_ms(void);
+
+/* tr_sleep_ms sleeps, resuming after signals until the time has passed. */
+void tr_sleep_ms(int64_t ms);
+
+/* tr_ct_equal compares two NUL-terminated secrets in time that depends only on
+ * the length of `expected`, never on where they first differ. */
+int tr_ct_equal(const char *given, const char *expected);
+
+/* tr_strlcpy copies at most size-1 bytes and always terminates; returns strlen(src). */
+size_t tr_strlcpy(char *dst, const char *src, size_t size);
+
+/* tr_mkdir_p creates a directory and its parents (mode 0755); 0 on success,
+ * -1 with errno set otherwise. */
+int tr_mkdir_p(const char *path);
+
+#endif

@@ -1,0 +1,71 @@
+/* head.h - troupe-head's state, shared by its modules.
+ *
+ * One mutex (mu) guards everything below it; RPC handlers take it for the
+ * length of a call, which is short (no handler waits on I/O other than its
+ * SQLite commit). Long waits are deferred RPC calls, never a held lock. */
+#ifndef TR_HEAD_H
+#define TR_HEAD_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "err.h"
+#include "liveness.h"
+#include "rpc.h"
+#include "store.h"
+#include "troupe/v1/troupe.pb-c.h"
+
+typedef struct tr_head_config {
+    char *listen;
+    char *state_dir;
+    char *token;
+    int64_t heartbeat_ms;
+    int64_t suspect_after;
+    int64_t dead_after;
+    int64_t max_frame_bytes;
+    int64_t contexts;
+    int sync_full;
+    char *log_level;
+} tr_head_config;
+
+extern const tr_cfg_desc tr_head_config_table[];
+
+typedef struct tr_head_node {
+    Troupe__V1__Node *n; /* owned, an unpacked message (malloc allocator) */
+    int64_t seen_mono;   /* tr_now_ms() of the last heartbeat */
+} tr_head_node;
+
+typedef struct tr_head {
+    tr_head_config cfg;
+    tr_liveness_cfg live;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tr_store *store;
+    tr_rpc_server *srv;
+    tr_head_node *nodes;
+    size_t n_nodes, cap_nodes;
+    int64_t started_ms; /* wall clock; changes on every start (agents notice) */
+    int stopping;
+    pthread_t reaper;
+} tr_head;
+
+/* tr_head_start opens the store, recovers state, starts the RPC server and
+ * the liveness reaper. */
+int tr_head_start(tr_head *h, tr_err *err);
+
+/* tr_head_stop stops serving and frees everything (config excluded). */
+void tr_head_stop(tr_head *h);
+
+/* Node registry (nodes.c). Handlers take h->mu themselves. */
+void tr_head_ping(tr_rpc_call *call, void *user);
+void tr_head_register_node(tr_rpc_call *call, void *user);
+void tr_head_heartbeat(tr_rpc_call *call, void *user);
+void tr_head_list_nodes(tr_rpc_call *call, void *user);
+void tr_head_get_cluster(tr_rpc_call *call, void *user);
+int tr_head_nodes_recover(tr_head *h, tr_err *err);
+void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
+void tr_head_nodes_free(tr_head *h);
+tr_head_node *tr_head_node_find(tr_head *h, uint64_t id);
+
+#endif

@@ -1,0 +1,212 @@
+/* store.c - SQLite behind store.h. All SQLite errors are mapped here, once. */
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+struct tr_store {
+    sqlite3 *db;
+    char path[4096];
+};
+
+static const char *const schema =
+    "CREATE TABLE IF NOT EXISTS ids(tbl TEXT PRIMARY KEY, next INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS nodes(id INTEGER PRIMARY KEY, state INTEGER NOT NULL, data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER NOT NULL, data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_ms INTEGER NOT NULL,"
+    " kind TEXT NOT NULL, node_id INTEGER, job_id INTEGER, message TEXT);"
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);";
+
+static int from_sqlite(tr_store *st, int rc, const char *what, tr_err *err)
+{
+    int code = (rc == SQLITE_FULL || rc == SQLITE_NOMEM) ? TROUPE_RESOURCE_EXHAUSTED
+               : (rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB) ? TROUPE_DATA_LOSS
+               : (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)    ? TROUPE_UNAVAILABLE
+                                                                : TROUPE_INTERNAL;
+    TR_LOG(TR_LOG_ERR, "store: %s failed: %s db=%s", what, sqlite3_errmsg(st->db), st->path);
+    return tr_err_set(err, code, "state store: %s: %s", what, sqlite3_errmsg(st->db));
+}
+
+static int exec(tr_store *st, const char *sql, const char *what, tr_err *err)
+{
+    int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? TROUPE_OK : from_sqlite(st, rc, what, err);
+}
+
+int tr_store_open(const char *dir, int sync_full, tr_store **out, tr_err *err)
+{
+    tr_store *st;
+    int rv;
+
+    *out = NULL;
+    if (tr_mkdir_p(dir) != 0) {
+        return tr_err_set(err, TROUPE_PERMISSION_DENIED, "cannot create state dir %s", dir);
+    }
+    st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    snprintf(st->path, sizeof(st->path), "%s/head.db", dir);
+    if (sqlite3_open(st->path, &st->db) != SQLITE_OK) {
+        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "cannot open %s: %s", st->path,
+                        st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    if ((rv = exec(st, "PRAGMA journal_mode=WAL;", "enable WAL", err)) != TROUPE_OK ||
+        (rv = exec(st, sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", "set sync",
+                   err)) != TROUPE_OK ||
+        (rv = exec(st, schema, "create schema", err)) != TROUPE_OK) {
+        goto fail;
+    }
+    *out = st;
+    return TROUPE_OK;
+fail:
+    sqlite3_close(st->db);
+    free(st);
+    return rv;
+}
+
+void tr_store_close(tr_store *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    sqlite3_close(st->db);
+    free(st);
+}
+
+int tr_store_begin(tr_store *st, tr_err *err)
+{
+    return exec(st, "BEGIN IMMEDIATE;", "begin", err);
+}
+
+int tr_store_commit(tr_store *st, tr_err *err)
+{
+    return exec(st, "COMMIT;", "commit", err);
+}
+
+int tr_store_new_id(tr_store *st, const char *table, uint64_t *id, tr_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, rv = TROUPE_OK;
+
+    /* One counter row per table: ids grow forever, even past deleted rows. */
+    rc = sqlite3_prepare_v2(st->db,
+                            "INSERT INTO ids(tbl, next) VALUES(?1, 2) ON CONFLICT(tbl) DO UPDATE SET "
+                            "next = next + 1 RETURNING next - 1;",
+                            -1, &s, NULL);
+    if (rc != SQLITE_OK) {
+        return from_sqlite(st, rc, "prepare id", err);
+    }
+    sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        rv = from_sqlite(st, rc, "new id", err);
+        goto out;
+    }
+    *id = (uint64_t)sqlite3_column_int64(s, 0);
+    rc = sqlite3_step(s);
+out:
+    sqlite3_finalize(s);
+    return rv;
+}
+
+int tr_store_put(tr_store *st, const char *table, uint64_t id, int state, const uint8_t *data, size_t len,
+                 tr_err *err)
+{
+    char sql[128];
+    sqlite3_stmt *s = NULL;
+    int rc, rv = TROUPE_OK;
+
+    snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO %s(id, state, data) VALUES(?1, ?2, ?3);", table);
+    rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK) {
+        return from_sqlite(st, rc, "prepare put", err);
+    }
+    sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+    sqlite3_bind_int(s, 2, state);
+    sqlite3_bind_blob(s, 3, data, (int)len, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        rv = from_sqlite(st, rc, "put", err);
+    }
+    sqlite3_finalize(s);
+    return rv;
+}
+
+int tr_store_scan(tr_store *st, const char *table, tr_store_scan_fn fn, void *arg, tr_err *err)
+{
+    char sql[128];
+    sqlite3_stmt *s = NULL;
+    int rc, rv = TROUPE_OK;
+
+    snprintf(sql, sizeof(sql), "SELECT id, state, data FROM %s ORDER BY id;", table);
+    rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK) {
+        return from_sqlite(st, rc, "prepare scan", err);
+    }
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        rv = fn(arg, (uint64_t)sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1), sqlite3_column_blob(s, 2),
+                (size_t)sqlite3_column_bytes(s, 2));
+        if (rv != TROUPE_OK) {
+            tr_err_set(err, rv, "state store: cannot load a %s record", table);
+            goto out;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        rv = from_sqlite(st, rc, "scan", err);
+    }
+out:
+    sqlite3_finalize(s);
+    return rv;
+}
+
+int tr_store_event(tr_store *st, const char *kind, uint64_t node_id, uint64_t job_id, const char *message,
+                   tr_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, rv = TROUPE_OK;
+
+    rc = sqlite3_prepare_v2(st->db,
+                            "INSERT INTO events(ts_ms, kind, node_id, job_id, message) VALUES(?1,?2,?3,?4,?5);",
+                            -1, &s, NULL);
+    if (rc != SQLITE_OK) {
+        return from_sqlite(st, rc, "prepare event", err);
+    }
+    sqlite3_bind_int64(s, 1, tr_wall_ms());
+    sqlite3_bind_text(s, 2, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)node_id);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)job_id);
+    sqlite3_bind_text(s, 5, message, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        rv = from_sqlite(st, rc, "event", err);
+    }
+    sqlite3_finalize(s);
+    return rv;
+}
+
+int tr_store_meta_set(tr_store *st, const char *key, const char *value, tr_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, rv = TROUPE_OK;
+
+    rc = sqlite3_prepare_v2(st->db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2);", -1, &s, NULL);
+    if (rc != SQLITE_OK) {
+        return from_sqlite(st, rc, "prepare meta", err);
+    }
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, value, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        rv = from_sqlite(st, rc, "meta", err);
+    }
+    sqlite3_finalize(s);
+    return rv;
+}
