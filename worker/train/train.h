@@ -1,0 +1,129 @@
+/* train.h - the training loop of troupe-train, as a library.
+ *
+ * The worker runtime (and main.c) fills a tr_train_config, usually from YAML
+ * through tr_train_config_load, and calls tr_train_run, which owns the backend,
+ * data, schedule, checkpoints and evaluation, and reports every optimiser step
+ * through a callback. Everything runs on the calling thread.
+ *
+ * Config keys (YAML, dotted; defaults < file < TROUPE_TRAIN_* env < flags):
+ *   seed                   run seed: init, batch order (default 1337)
+ *   device                 auto | cpu | cuda (default auto: cuda when built and present)
+ *   gpu                    CUDA device ordinal (default 0)
+ *   model.layers           L (default 2)
+ *   model.width            C, divisible by heads (default 64)
+ *   model.heads            NH (default 4)
+ *   model.seq_len          T, tokens per sequence (default 64)
+ *   model.vocab            0 = the data's vocab, else at least the data's (default 0)
+ *   train.steps            optimiser steps (default 100)
+ *   train.micro_batch      B, sequences per forward/backward (default 4)
+ *   train.accum_steps      micro-batches per step; loss_scale = 1/accum (default 1)
+ *   train.lr               peak learning rate (default 1e-3)
+ *   train.min_lr_fraction  cosine decays to lr * this (default 0.1)
+ *   train.warmup_steps     linear warm-up steps (default 10)
+ *   train.weight_decay     AdamW decay on matrices only (default 0.1)
+ *   train.grad_clip        global-norm clip, 0 = off (default 1.0)
+ *   train.precision        bf16 | fp32 (default bf16; the CPU computes fp32)
+ *   train.recompute        0 none, 1 GELU, 2 GELU+LayerNorm (default 1)
+ *   data.path              token file or any file read as bytes (required)
+ *   data.format            auto | tokens | bytes (default auto; see data.h)
+ *   data.val_fraction      held-out tail for validation, 0 = none (default 0.1)
+ *   eval.every             validation every N steps and at the end, 0 = never (default 50)
+ *   eval.batches           validation micro-batches per evaluation, at most (default 8)
+ *   checkpoint.dir         where ckpt.bin is written; unset = no checkpoints
+ *   checkpoint.every       save every N steps (and at the end), 0 = only at the end (default 0)
+ *   checkpoint.resume      resume from checkpoint.dir/ckpt.bin when present (default true)
+ *   metrics.json           file to append one JSON object per step to (optional)
+ *   mfu.peak_tflops        peak for MFU; 0 = from the device name table (default 0)
+ */
+#ifndef TR_TRAIN_TRAIN_H
+#define TR_TRAIN_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+#include "config.h"
+#include "err.h"
+
+/* Factory of a backend, so that the core library need not link CUDA. */
+typedef int (*tr_backend_create_fn)(const tr_model_config *cfg, const tr_backend_opts *opts,
+                                    tr_backend **out, tr_err *err);
+
+typedef struct tr_train_config {
+    /* Settings from the table (tr_train_config_table); strings are owned. */
+    int64_t seed;
+    char *device;
+    int64_t gpu;
+    int64_t layers, width, heads, seq_len, vocab;
+    int64_t steps, micro_batch, accum_steps, warmup_steps, recompute;
+    double lr, min_lr_fraction, weight_decay, grad_clip;
+    char *precision;
+    char *data_path, *data_format;
+    double val_fraction;
+    int64_t eval_every, eval_batches;
+    char *checkpoint_dir;
+    int64_t checkpoint_every;
+    int checkpoint_resume;
+    char *metrics_json;
+    double peak_tflops;
+    /* Not in the table: set by the program. */
+    tr_backend_create_fn create_cuda; /* NULL when built without CUDA */
+    /* device_name, when set, names the device the backend runs on ("NVIDIA
+     * H200"), for the MFU peak table; NULL on CPU. */
+    const char *(*device_name)(int ordinal);
+} tr_train_config;
+
+/* tr_train_config_table is the descriptor table behind the keys above. */
+extern const tr_cfg_desc tr_train_config_table[];
+
+/* tr_train_config_init zeroes cfg and applies the defaults. */
+int tr_train_config_init(tr_train_config *cfg, tr_err *err);
+
+/* tr_train_config_check validates what the table's bounds cannot (enumerated
+ * strings, width % heads, required data.path); messages name the key. */
+int tr_train_config_check(const tr_train_config *cfg, tr_err *err);
+
+/* tr_train_config_fini frees cfg's strings. */
+void tr_train_config_fini(tr_train_config *cfg);
+
+/* One optimiser step's figures. Times in ms; NAN where not measured. */
+typedef struct tr_train_metrics {
+    int64_t step;  /* 1-based number of the step just finished */
+    int64_t steps; /* train.steps */
+    double loss;   /* mean training loss over the step's micro-batches */
+    double val_loss; /* NAN unless evaluated after this step */
+    double grad_norm; /* before clipping */
+    double lr;
+    double step_ms;
+    double tokens_per_s;
+    double mfu; /* fraction of peak; NAN when the peak is unknown (CPU) */
+    int64_t tokens; /* tokens processed this step */
+    tr_mem_stats mem;
+    tr_phase_times phase;
+    const char *backend; /* "cpu", "cuda" */
+} tr_train_metrics;
+
+/* tr_train_on_step receives each step's metrics (borrowed for the call);
+ * returning non-zero stops training after the step (tr_train_run then
+ * returns CANCELLED). */
+typedef int (*tr_train_on_step)(const tr_train_metrics *m, void *user);
+
+/* tr_train_run trains as cfg says, resuming from a checkpoint when one
+ * exists, and returns OK after train.steps steps. cb may be NULL. */
+int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr_err *err);
+
+/* tr_train_lr is the schedule: linear warm-up to lr over warmup_steps, then
+ * cosine decay to lr * min_lr_fraction at the last step. step is 0-based. */
+double tr_train_lr(const tr_train_config *cfg, int64_t step);
+
+/* tr_train_peak_flops returns the dense bf16 peak for a device name
+ * (H100/H200 SXM: 989e12), or 0 when the name is unknown or NULL. */
+double tr_train_peak_flops(const char *device_name);
+
+/* tr_train_metrics_line formats m as one "key=value ..." line (no newline). */
+void tr_train_metrics_line(const tr_train_metrics *m, char *buf, size_t len);
+
+/* tr_train_metrics_json formats m as one JSON object (no newline). */
+void tr_train_metrics_json(const tr_train_metrics *m, char *buf, size_t len);
+
+#endif
