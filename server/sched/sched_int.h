@@ -1,0 +1,114 @@
+/* sched_int.h - internals shared by the scheduler's source files. Not API. */
+#ifndef TR_SCHED_INT_H
+#define TR_SCHED_INT_H
+
+#include <stdbool.h>
+
+#include "sched.h"
+
+#define TR_SCHED_NBUCKETS (TR_SCHED_MAX_NODE_GPUS + 1)
+
+typedef struct tr_sched_node {
+    uint64_t id;
+    char *name;
+    unsigned gpus;
+    uint64_t full; /* mask of existing GPUs */
+    int state;
+    char **lkeys;
+    char **lvals;
+    size_t nlabels;
+} tr_sched_node;
+
+/* A view is a free/used picture of every node: one free mask per node slot
+ * plus, for ALIVE nodes only, a bitset per free-GPU count ("bucket") so that
+ * "the node with the fewest free GPUs >= N" is a scan of a few words, and ties
+ * go to the lowest slot (the node added first). The live state is one view;
+ * the queue and the feasibility check work on copies. */
+typedef struct tr_sched_view {
+    uint32_t n;      /* node slots in use */
+    uint32_t words;  /* words per bucket bitset */
+    uint64_t *free;  /* [cap] free mask per slot */
+    uint64_t *bits;  /* [TR_SCHED_NBUCKETS * words] */
+    uint8_t *alive;  /* [cap] 1 if the slot is bucketed */
+    uint32_t cap;
+} tr_sched_view;
+
+struct tr_sched_placement {
+    uint64_t job;
+    size_t nworkers;
+    size_t nvnodes;
+    size_t ngroups;
+    tr_sched_worker *workers;
+    tr_sched_vnode *vnodes;
+    uint32_t *vslot;    /* node slot of each vnode */
+    size_t *group_off;  /* [ngroups + 1] */
+    tr_sched_placement *prev, *next; /* all placements of s */
+    tr_sched_placement *hnext;       /* job-id hash chain */
+};
+
+/* One worker choice while a group is being placed. */
+typedef struct tr_sched_wtmp {
+    uint32_t order; /* when its node was first chosen for the group */
+    uint32_t vnode;
+    uint64_t mask;
+} tr_sched_wtmp;
+
+struct tr_sched {
+    tr_sched_node *nodes;
+    uint32_t nnodes, cap;
+    uint32_t *idmap; /* open addressing: slot + 1, 0 = empty */
+    uint32_t idmap_cap;
+    tr_sched_view live;
+
+    tr_sched_placement *plist;
+    tr_sched_placement **phash;
+    size_t phash_cap, nplace;
+
+    /* Scratch, reused across calls so that a placement allocates only its result. */
+    uint32_t epoch;      /* bumps per placement attempt */
+    uint32_t *sel_stamp; /* [cap] selector memo: epoch when evaluated */
+    uint8_t *sel_ok;     /* [cap] */
+    uint32_t *use_stamp; /* [cap] epoch when the job used the slot */
+    uint32_t *vc_of;     /* [cap] index of the slot among the job's nodes */
+    uint32_t sel_epoch;  /* epoch the selector memo is for */
+    void *scratch;       /* grown as needed, see place_scratch */
+    size_t scratch_len;
+    tr_sched_view tmp[4]; /* queue and feasibility views */
+};
+
+/* views (sched_view.c) */
+int tr_sched_view_reserve(tr_sched_view *v, uint32_t cap);
+void tr_sched_view_fini(tr_sched_view *v);
+int tr_sched_view_copy(tr_sched_view *dst, const tr_sched_view *src);
+void tr_sched_view_add(tr_sched_view *v, uint32_t slot, uint64_t free_mask, bool alive);
+void tr_sched_view_take(tr_sched_view *v, uint32_t slot, uint64_t mask);
+void tr_sched_view_give(tr_sched_view *v, uint32_t slot, uint64_t mask);
+void tr_sched_view_set_alive(tr_sched_view *v, uint32_t slot, bool alive);
+int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s);
+
+typedef bool (*tr_sched_filter)(void *ctx, uint32_t slot);
+/* Scan buckets lo..hi (ascending when lo <= hi, else descending); returns the
+ * first slot accepted by filter (NULL accepts all), or -1. */
+int64_t tr_sched_view_find(const tr_sched_view *v, unsigned lo, unsigned hi, tr_sched_filter filter, void *ctx);
+
+/* nodes (sched.c) */
+int64_t tr_sched_slot_of(const tr_sched *s, uint64_t id);
+bool tr_sched_node_matches(const tr_sched_node *n, const tr_sched_label *sel, size_t nsel);
+int tr_sched_placement_link(tr_sched *s, tr_sched_placement *p);
+void tr_sched_placement_free(tr_sched_placement *p);
+
+/* placement (sched_place.c) */
+typedef enum tr_sched_viewkind { TR_SCHED_VIEW_LIVE, TR_SCHED_VIEW_EMPTY } tr_sched_viewkind;
+/* Place spec on view v: on success *out is a fresh placement (not linked) and
+ * its GPUs are taken in v; on failure v is unchanged and err says why, worded
+ * for kind. Returns TROUPE_OK, TROUPE_RESOURCE_EXHAUSTED (no room in v) or
+ * TROUPE_RESOURCE_EXHAUSTED with *oom set. */
+int tr_sched_place_on(tr_sched *s, tr_sched_view *v, tr_sched_viewkind kind, const tr_sched_job_spec *spec,
+                      tr_sched_placement **out, bool *oom, tr_err *err);
+/* Cluster pre-checks with number-naming messages (sched_validate.c). */
+int tr_sched_feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec, tr_err *err);
+/* Full feasibility: validate, pre-check, then place on an empty view. */
+int tr_sched_feasible(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err);
+void tr_sched_format_selector(const tr_sched_job_spec *spec, char *buf, size_t len);
+
+#endif
