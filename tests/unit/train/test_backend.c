@@ -206,6 +206,37 @@ static void adamw_decay_matrices_only(void **state)
     free(after);
 }
 
+/* Two half batches with loss_scale 0.5 accumulate the same gradient as the
+ * whole batch with loss_scale 1 (the mean), up to float rounding. */
+static void accumulation_matches_full_batch(void **state)
+{
+    fixture *f = *state;
+    tr_err err = {0};
+    float loss, l1, l2;
+    float *acc = malloc(f->b->num_params * sizeof(float));
+    double maxdiff = 0.0, maxg = 0.0;
+
+    assert_non_null(acc);
+    TR_ASSERT_OK(f->b->ops->zero_grads(f->b, &err), &err);
+    TR_ASSERT_OK(f->b->ops->forward_backward(f->b, f->inputs, f->targets, TB, TT, 1.0f, &loss, &err), &err);
+    TR_ASSERT_OK(f->b->ops->get_grads(f->b, f->grads, &err), &err);
+    TR_ASSERT_OK(f->b->ops->zero_grads(f->b, &err), &err);
+    TR_ASSERT_OK(f->b->ops->forward_backward(f->b, f->inputs, f->targets, 1, TT, 0.5f, &l1, &err), &err);
+    TR_ASSERT_OK(f->b->ops->forward_backward(f->b, f->inputs + TT, f->targets + TT, 1, TT, 0.5f, &l2, &err),
+                 &err);
+    TR_ASSERT_OK(f->b->ops->get_grads(f->b, acc, &err), &err);
+    for (size_t j = 0; j < f->b->num_params; j++) {
+        maxdiff = fmax(maxdiff, fabs((double)acc[j] - f->grads[j]));
+        maxg = fmax(maxg, fabs((double)f->grads[j]));
+    }
+    assert_float_equal(loss, 0.5f * (l1 + l2), 1e-5);
+    assert_true(maxg > 1e-2);
+    if (maxdiff > 1e-5 * maxg) {
+        fail_msg("accumulated gradient differs by %g (largest gradient %g)", maxdiff, maxg);
+    }
+    free(acc);
+}
+
 static void bad_batch_rejected(void **state)
 {
     fixture *f = *state;
@@ -226,6 +257,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(gradcheck, setup, teardown),
         cmocka_unit_test_setup_teardown(padded_vocab_grads_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(adamw_decay_matrices_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(accumulation_matches_full_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_batch_rejected, setup, teardown),
     };
     if (argc > 1) {
