@@ -172,11 +172,11 @@ static int check_header(const char *path, const unsigned char *h, const tr_backe
         got[i] = (int32_t)get_u32(h + 16 + 4 * i);
     }
     if (memcmp(got, want, sizeof(got)) != 0 || get_u64(h + 40) != b->num_params) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                          "%s: checkpoint does not match the model config: it has layers=%d width=%d heads=%d "
-                          "seq_len=%d vocab=%d, the config has layers=%d width=%d heads=%d seq_len=%d vocab=%d",
-                          path, got[0], got[1], got[2], got[3], got[4], want[0], want[1], want[2], want[3],
-                          want[4]);
+        return tr_err_set(
+            err, TROUPE_FAILED_PRECONDITION,
+            "%s: checkpoint does not match the model config: it has layers=%d width=%d heads=%d "
+            "seq_len=%d vocab=%d, the config has layers=%d width=%d heads=%d seq_len=%d vocab=%d",
+            path, got[0], got[1], got[2], got[3], got[4], want[0], want[1], want[2], want[3], want[4]);
     }
     return TROUPE_OK;
 }
@@ -208,7 +208,8 @@ int tr_ckpt_load(const char *path, tr_backend *b, tr_ckpt_state *st, tr_err *err
         goto out;
     }
     if (fread(buf, sizeof(float), 3 * n, f) != 3 * n || fgetc(f) != EOF) {
-        rv = tr_err_set(err, TROUPE_DATA_LOSS, "%s: checkpoint payload has the wrong size (truncated?)", path);
+        rv =
+            tr_err_set(err, TROUPE_DATA_LOSS, "%s: checkpoint payload has the wrong size (truncated?)", path);
         goto out;
     }
     if (fnv1a(buf, 3 * n * sizeof(float)) != get_u64(hdr + 80)) {

@@ -23,8 +23,8 @@
 #include "err.h"
 
 typedef struct tr_ckpt_state {
-    int64_t step;        /* optimiser steps completed */
-    uint64_t data_rng;   /* sampler state after those steps */
+    int64_t step;      /* optimiser steps completed */
+    uint64_t data_rng; /* sampler state after those steps */
     uint64_t seed;
     uint64_t tokens_seen;
 } tr_ckpt_state;

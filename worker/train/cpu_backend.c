@@ -151,8 +151,8 @@ static int check_batch(cpu_backend *cb, const int32_t *inputs, const int32_t *ta
     int V = cb->base.cfg.vocab;
 
     if (B <= 0 || T <= 0 || T > cb->base.cfg.seq_len) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cpu backend: batch %dx%d outside 1..%d tokens", B,
-                          T, cb->base.cfg.seq_len);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cpu backend: batch %dx%d outside 1..%d tokens", B, T,
+                          cb->base.cfg.seq_len);
     }
     for (size_t i = 0; i < (size_t)B * T; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V) {
@@ -212,8 +212,8 @@ static void backward_layer(cpu_backend *cb, int l, int B, int T)
     const float *residual = l == 0 ? cb->encoded : cb->layers[l - 1].residual3;
     double *s = cb->dscratch;
 
-    tr_cpu_matmul_backward(cb->dfch_gelu, g[TR_P_FCPROJW] + l * 4 * C_ * C_, g[TR_P_FCPROJB] + l * C_, cb->dres,
-                           a->fch_gelu, p[TR_P_FCPROJW] + l * 4 * C_ * C_, N, 4 * C, C, s);
+    tr_cpu_matmul_backward(cb->dfch_gelu, g[TR_P_FCPROJW] + l * 4 * C_ * C_, g[TR_P_FCPROJB] + l * C_,
+                           cb->dres, a->fch_gelu, p[TR_P_FCPROJW] + l * 4 * C_ * C_, N, 4 * C, C, s);
     tr_cpu_gelu_backward(cb->dfch, a->fch, cb->dfch_gelu, N * 4 * C);
     tr_cpu_matmul_backward(cb->dln, g[TR_P_FCW] + l * 4 * C_ * C_, g[TR_P_FCB] + l * 4 * C_, cb->dfch, a->ln2,
                            p[TR_P_FCW] + l * 4 * C_ * C_, N, C, 4 * C, s);
@@ -238,8 +238,9 @@ static void backward(cpu_backend *cb, const int32_t *inputs, const int32_t *targ
     tr_cpu_matmul_backward(cb->dln, cb->g[TR_P_WTE], NULL, cb->logits, cb->lnf, cb->p[TR_P_WTE], N, C, V,
                            cb->dscratch);
     memset(cb->dres, 0, (size_t)N * C * sizeof(float));
-    tr_cpu_layernorm_backward(cb->dres, cb->g[TR_P_LNFW], cb->g[TR_P_LNFB], cb->dln, cb->layers[L - 1].residual3,
-                              cb->p[TR_P_LNFW], cb->lnf_mean, cb->lnf_rstd, N, C);
+    tr_cpu_layernorm_backward(cb->dres, cb->g[TR_P_LNFW], cb->g[TR_P_LNFB], cb->dln,
+                              cb->layers[L - 1].residual3, cb->p[TR_P_LNFW], cb->lnf_mean, cb->lnf_rstd, N,
+                              C);
     for (int l = L - 1; l >= 0; l--) {
         backward_layer(cb, l, B, T);
     }

@@ -201,7 +201,8 @@ void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
                 for (int i = 0; i < hs; i++) {
                     double acc = 0.0;
                     for (int t2 = 0; t2 <= t; t2++) {
-                        acc += (double)a[t2] * qkv[((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs + i];
+                        acc += (double)a[t2] *
+                               qkv[((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs + i];
                     }
                     o[i] = (float)acc;
                 }

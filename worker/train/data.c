@@ -156,10 +156,11 @@ static int split(tr_data *d, const char *path, double val_fraction, int seq_len,
 
     d->val_count = (size_t)((double)d->count * val_fraction);
     if (val_fraction > 0.0 && d->val_count < need) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "%s: too short: %zu tokens give a validation split of %zu tokens (data.val_fraction "
-                          "%g), need at least seq_len+1 = %zu",
-                          path, d->count, d->val_count, val_fraction, need);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "%s: too short: %zu tokens give a validation split of %zu tokens (data.val_fraction "
+            "%g), need at least seq_len+1 = %zu",
+            path, d->count, d->val_count, val_fraction, need);
     }
     d->train_count = d->count - d->val_count;
     if (d->train_count < need) {
@@ -183,8 +184,8 @@ int tr_data_open(tr_data *d, const char *path, const char *format, double val_fr
                           format);
     }
     if (seq_len <= 0 || val_fraction < 0.0 || val_fraction >= 1.0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: bad seq_len %d or val_fraction %g", path, seq_len,
-                          val_fraction);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: bad seq_len %d or val_fraction %g", path,
+                          seq_len, val_fraction);
     }
     rv = read_file(path, &buf, &len, err);
     if (rv != TROUPE_OK) {
@@ -316,7 +317,8 @@ int tr_data_make_learnable(const char *path, int vocab, size_t count, uint64_t s
     }
     tokens[0] = 0;
     for (size_t i = 1; i < count; i++) {
-        tokens[i] = tr_rng_uniform(&rng) < 0.9 ? succ[tokens[i - 1]] : (uint16_t)tr_rng_below(&rng, (uint64_t)vocab);
+        tokens[i] =
+            tr_rng_uniform(&rng) < 0.9 ? succ[tokens[i - 1]] : (uint16_t)tr_rng_below(&rng, (uint64_t)vocab);
     }
     rv = tr_data_write(path, tokens, count, vocab, err);
 out:

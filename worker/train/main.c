@@ -18,7 +18,7 @@
 #include "train.h"
 
 #ifdef TR_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "train_cuda.h"
 #endif
 
 #define MAX_SETS 64
@@ -43,11 +43,18 @@ static void on_signal(int sig)
 /* cuda_device_name feeds the MFU peak table ("NVIDIA H200"). */
 static const char *cuda_device_name(int ordinal)
 {
-    static struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) {
+    static char name[256];
+    tr_err err = {0};
+    if (tr_cuda_device_info(ordinal, name, sizeof(name), NULL, NULL, &err) != TROUPE_OK) {
         return NULL;
     }
-    return prop.name;
+    return name;
+}
+
+/* cuda_gemm_ceiling measures the bf16 GEMM rate the MFU can be set against. */
+static int cuda_gemm_ceiling(int ordinal, double *tflops, tr_err *err)
+{
+    return tr_cuda_gemm_ceiling(ordinal, 8192, tflops, err);
 }
 #endif
 
@@ -186,8 +193,9 @@ static int on_step(const tr_train_metrics *m, void *user)
 static int make_data(const args *a)
 {
     tr_err err = {0};
-    int rv = tr_data_make_learnable(a->make_data, a->vocab ? (int)a->vocab : 64,
-                                    a->tokens ? (size_t)a->tokens : 65536, a->seed ? (uint64_t)a->seed : 1, &err);
+    int rv =
+        tr_data_make_learnable(a->make_data, a->vocab ? (int)a->vocab : 64,
+                               a->tokens ? (size_t)a->tokens : 65536, a->seed ? (uint64_t)a->seed : 1, &err);
     if (rv != TROUPE_OK) {
         fprintf(stderr, "troupe-train: %s\n", err.msg);
         return 1;
@@ -214,6 +222,7 @@ static int train(args *a)
 #ifdef TR_HAVE_CUDA
     cfg.create_cuda = tr_backend_cuda_create;
     cfg.device_name = cuda_device_name;
+    cfg.gemm_ceiling = cuda_gemm_ceiling;
 #endif
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -243,7 +252,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (a.log_level != NULL && (level = tr_log_level_parse(a.log_level)) < 0) {
-        fprintf(stderr, "troupe-train: --log-level %s: expected err|warning|notice|info|debug\n", a.log_level);
+        fprintf(stderr, "troupe-train: --log-level %s: expected err|warning|notice|info|debug\n",
+                a.log_level);
         return 2;
     }
     if (a.output != NULL && strcmp(a.output, "text") != 0 && strcmp(a.output, "json") != 0) {

@@ -38,15 +38,15 @@ static int fmt_opt(char *buf, size_t len, const char *key, double value)
     return snprintf(buf, len, " %s=%.2f", key, value);
 }
 
-#define APPEND(expr)                      \
-    do {                                  \
-        int n_ = (expr);                  \
-        if (n_ > 0 && (size_t)n_ < len) { \
-            buf += n_;                    \
-            len -= (size_t)n_;            \
-        } else {                          \
-            len = 0;                      \
-        }                                 \
+#define APPEND(expr)                                                                                         \
+    do {                                                                                                     \
+        int n_ = (expr);                                                                                     \
+        if (n_ > 0 && (size_t)n_ < len) {                                                                    \
+            buf += n_;                                                                                       \
+            len -= (size_t)n_;                                                                               \
+        } else {                                                                                             \
+            len = 0;                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 void tr_train_metrics_line(const tr_train_metrics *m, char *buf, size_t len)
@@ -59,9 +59,13 @@ void tr_train_metrics_line(const tr_train_metrics *m, char *buf, size_t len)
     if (!isnan(m->val_loss)) {
         APPEND(snprintf(buf, len, " val_loss=%.4f", m->val_loss));
     }
-    APPEND(snprintf(buf, len, " grad_norm=%.4f lr=%.4e step_ms=%.2f tok_s=%.0f", m->grad_norm, m->lr, m->step_ms,
-                    m->tokens_per_s));
-    APPEND(isnan(m->mfu) ? snprintf(buf, len, " mfu=n/a") : snprintf(buf, len, " mfu=%.2f%%", 100.0 * m->mfu));
+    APPEND(snprintf(buf, len, " grad_norm=%.4f lr=%.4e step_ms=%.2f tok_s=%.0f", m->grad_norm, m->lr,
+                    m->step_ms, m->tokens_per_s));
+    APPEND(isnan(m->mfu) ? snprintf(buf, len, " mfu=n/a")
+                         : snprintf(buf, len, " mfu=%.2f%%", 100.0 * m->mfu));
+    if (!isnan(m->mfu_gemm)) {
+        APPEND(snprintf(buf, len, " mfu_gemm=%.2f%%", 100.0 * m->mfu_gemm));
+    }
     APPEND(snprintf(buf, len, " mem_mib=%.1f peak_mib=%.1f", m->mem.in_use_bytes / 1048576.0,
                     m->mem.peak_bytes / 1048576.0));
     APPEND(fmt_opt(buf, len, "fwd_ms", m->phase.forward_ms));
@@ -84,8 +88,9 @@ void tr_train_metrics_json(const tr_train_metrics *m, char *buf, size_t len)
         return;
     }
     buf[0] = '\0';
-    APPEND(snprintf(buf, len, "{\"step\":%lld,\"steps\":%lld,\"backend\":\"%s\",\"tokens\":%lld", (long long)m->step,
-                    (long long)m->steps, m->backend ? m->backend : "", (long long)m->tokens));
+    APPEND(snprintf(buf, len, "{\"step\":%lld,\"steps\":%lld,\"backend\":\"%s\",\"tokens\":%lld",
+                    (long long)m->step, (long long)m->steps, m->backend ? m->backend : "",
+                    (long long)m->tokens));
     APPEND(json_num(buf, len, "loss", m->loss));
     APPEND(json_num(buf, len, "val_loss", m->val_loss));
     APPEND(json_num(buf, len, "grad_norm", m->grad_norm));
@@ -93,6 +98,7 @@ void tr_train_metrics_json(const tr_train_metrics *m, char *buf, size_t len)
     APPEND(json_num(buf, len, "step_ms", m->step_ms));
     APPEND(json_num(buf, len, "tokens_per_s", m->tokens_per_s));
     APPEND(json_num(buf, len, "mfu", m->mfu));
+    APPEND(json_num(buf, len, "mfu_gemm", m->mfu_gemm));
     APPEND(snprintf(buf, len, ",\"mem_in_use_bytes\":%llu,\"mem_peak_bytes\":%llu,\"mem_total_bytes\":%llu",
                     (unsigned long long)m->mem.in_use_bytes, (unsigned long long)m->mem.peak_bytes,
                     (unsigned long long)m->mem.total_bytes));

@@ -11,8 +11,8 @@
 #include "rng.h"
 
 static const char *const param_names[TR_NUM_PARAM_TENSORS] = {
-    "wte",      "wpe",      "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w",     "ln2b",     "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
 };
 
 const char *tr_model_param_name(int i)
@@ -87,8 +87,8 @@ int tr_model_config_check(const tr_model_config *cfg, tr_err *err)
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.heads must be positive, got %d", cfg->heads);
     }
     if (cfg->width % cfg->heads != 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "model.width %d is not divisible by model.heads %d", cfg->width, cfg->heads);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.width %d is not divisible by model.heads %d",
+                          cfg->width, cfg->heads);
     }
     if (cfg->seq_len <= 0) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.seq_len must be positive, got %d",

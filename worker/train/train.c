@@ -35,7 +35,8 @@ typedef struct run {
     int64_t step; /* optimiser steps completed */
     uint64_t tokens_seen;
     FILE *json;
-    double peak; /* FLOP/s for MFU, 0 = unknown */
+    double peak;    /* FLOP/s for MFU, 0 = unknown */
+    double ceiling; /* measured GEMM FLOP/s, 0 = not measured */
     double flops_per_token;
     char ckpt_path[4096];
 } run;
@@ -67,11 +68,14 @@ static int model_config(run *r, tr_err *err)
     int vocab = c->vocab > 0 ? (int)c->vocab : r->data.vocab;
 
     if (vocab < r->data.vocab) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.vocab %d is smaller than the vocab %d of %s", vocab,
-                          r->data.vocab, c->data_path);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.vocab %d is smaller than the vocab %d of %s",
+                          vocab, r->data.vocab, c->data_path);
     }
-    r->mcfg = (tr_model_config){.layers = (int)c->layers, .width = (int)c->width, .heads = (int)c->heads,
-                                .seq_len = (int)c->seq_len, .vocab = vocab,
+    r->mcfg = (tr_model_config){.layers = (int)c->layers,
+                                .width = (int)c->width,
+                                .heads = (int)c->heads,
+                                .seq_len = (int)c->seq_len,
+                                .vocab = vocab,
                                 .padded_vocab = tr_model_padded_vocab(vocab)};
     return tr_model_config_check(&r->mcfg, err);
 }
@@ -82,8 +86,10 @@ static int create_backend(run *r, tr_err *err)
 {
     const tr_train_config *c = r->cfg;
     tr_backend_opts opts = {.micro_batch = r->B,
-                            .precision = strcmp(c->precision, "fp32") == 0 ? TR_PRECISION_FP32 : TR_PRECISION_BF16,
-                            .recompute = (int)c->recompute, .device = (int)c->gpu};
+                            .precision =
+                                strcmp(c->precision, "fp32") == 0 ? TR_PRECISION_FP32 : TR_PRECISION_BF16,
+                            .recompute = (int)c->recompute,
+                            .device = (int)c->gpu};
     int want_cuda = strcmp(c->device, "cuda") == 0, rv;
 
     if (want_cuda && c->create_cuda == NULL) {
@@ -151,8 +157,8 @@ static int init_or_resume(run *r, tr_err *err)
 
 static int save_checkpoint(run *r, tr_err *err)
 {
-    tr_ckpt_state st = {.step = r->step, .data_rng = r->rng, .seed = (uint64_t)r->cfg->seed,
-                        .tokens_seen = r->tokens_seen};
+    tr_ckpt_state st = {
+        .step = r->step, .data_rng = r->rng, .seed = (uint64_t)r->cfg->seed, .tokens_seen = r->tokens_seen};
     int rv = tr_ckpt_save(r->ckpt_path, r->b, &st, err);
 
     if (rv == TROUPE_OK) {
@@ -196,8 +202,12 @@ static int train_step(run *r, tr_train_metrics *m, tr_err *err)
     int64_t accum = r->cfg->accum_steps;
     double t0 = now_ms(), loss_sum = 0.0;
     float norm = 0.0f;
-    tr_adamw opt = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)r->cfg->weight_decay,
-                    .grad_scale = 1.0f, .t = r->step + 1};
+    tr_adamw opt = {.beta1 = 0.9f,
+                    .beta2 = 0.95f,
+                    .eps = 1e-8f,
+                    .weight_decay = (float)r->cfg->weight_decay,
+                    .grad_scale = 1.0f,
+                    .t = r->step + 1};
     int rv = ops->zero_grads(r->b, err);
 
     for (int64_t k = 0; k < accum && rv == TROUPE_OK; k++) {
@@ -242,6 +252,7 @@ static void finish_metrics(run *r, tr_train_metrics *m)
     m->backend = r->b->ops->name;
     m->tokens_per_s = m->step_ms > 0.0 ? (double)m->tokens / (m->step_ms / 1e3) : NAN;
     m->mfu = r->peak > 0.0 ? r->flops_per_token * m->tokens_per_s / r->peak : NAN;
+    m->mfu_gemm = r->ceiling > 0.0 ? r->flops_per_token * m->tokens_per_s / r->ceiling : NAN;
     r->b->ops->mem_stats(r->b, &m->mem);
     r->b->ops->phase_times(r->b, &m->phase);
 }
@@ -255,6 +266,29 @@ static int report(run *r, const tr_train_metrics *m, tr_train_on_step cb, void *
         fflush(r->json);
     }
     return cb != NULL ? cb(m, user) : 0;
+}
+
+/* measure_ceiling times the GEMM ceiling when asked and possible; on the
+ * CPU or without the hook it is skipped, with a notice. */
+static int measure_ceiling(run *r, tr_err *err)
+{
+    const tr_train_config *c = r->cfg;
+    double tflops = 0.0;
+    int rv;
+
+    if (!c->measure_gemm) {
+        return TROUPE_OK;
+    }
+    if (c->gemm_ceiling == NULL || strcmp(r->b->ops->name, "cpu") == 0) {
+        TR_LOG(TR_LOG_NOTICE, "mfu.measure_gemm ignored backend=%s", r->b->ops->name);
+        return TROUPE_OK;
+    }
+    rv = c->gemm_ceiling((int)c->gpu, &tflops, err);
+    if (rv == TROUPE_OK) {
+        r->ceiling = tflops * 1e12;
+        TR_LOG(TR_LOG_NOTICE, "measured bf16 GEMM ceiling tflops=%.1f", tflops);
+    }
+    return rv;
 }
 
 /* run_open does everything before the first step. */
@@ -283,15 +317,20 @@ static int run_open(run *r, tr_err *err)
     if (c->metrics_json != NULL) {
         r->json = fopen(c->metrics_json, "a");
         if (r->json == NULL) {
-            return tr_err_set(err, TROUPE_PERMISSION_DENIED, "metrics.json %s: cannot open: %s", c->metrics_json,
-                              strerror(errno));
+            return tr_err_set(err, TROUPE_PERMISSION_DENIED, "metrics.json %s: cannot open: %s",
+                              c->metrics_json, strerror(errno));
         }
     }
     r->flops_per_token = tr_model_flops_per_token(&r->mcfg, r->b->num_params);
     /* MFU is a GPU figure: on the CPU there is no meaningful peak. */
     if (strcmp(r->b->ops->name, "cpu") != 0) {
-        r->peak = c->peak_tflops > 0.0 ? c->peak_tflops * 1e12
-                                       : tr_train_peak_flops(c->device_name ? c->device_name((int)c->gpu) : NULL);
+        r->peak = c->peak_tflops > 0.0
+                      ? c->peak_tflops * 1e12
+                      : tr_train_peak_flops(c->device_name ? c->device_name((int)c->gpu) : NULL);
+    }
+    rv = measure_ceiling(r, err);
+    if (rv != TROUPE_OK) {
+        return rv;
     }
     return init_or_resume(r, err);
 }
@@ -332,7 +371,7 @@ int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr
            r.b->ops->name, r.b->num_params, r.mcfg.layers, r.mcfg.width, r.mcfg.heads, r.mcfg.seq_len,
            r.mcfg.vocab, r.data.train_count, r.data.val_count, (long long)r.step, (long long)cfg->steps);
     while (r.step < cfg->steps && !stop) {
-        tr_train_metrics m = {.val_loss = NAN};
+        tr_train_metrics m = {.val_loss = NAN, .mfu_gemm = NAN};
         rv = train_step(&r, &m, err);
         if (rv != TROUPE_OK) {
             goto out;
@@ -355,7 +394,8 @@ int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr
         }
     }
     if (stop) {
-        rv = tr_err_set(err, TROUPE_CANCELLED, "stopped by the step callback after step %lld", (long long)r.step);
+        rv = tr_err_set(err, TROUPE_CANCELLED, "stopped by the step callback after step %lld",
+                        (long long)r.step);
     }
 out:
     run_close(&r);

@@ -34,6 +34,8 @@
  *   checkpoint.resume      resume from checkpoint.dir/ckpt.bin when present (default true)
  *   metrics.json           file to append one JSON object per step to (optional)
  *   mfu.peak_tflops        peak for MFU; 0 = from the device name table (default 0)
+ *   mfu.measure_gemm       CUDA: time a bf16 GEMM at start and also report MFU
+ *                          against that measured ceiling (default false)
  */
 #ifndef TR_TRAIN_TRAIN_H
 #define TR_TRAIN_TRAIN_H
@@ -46,8 +48,8 @@
 #include "err.h"
 
 /* Factory of a backend, so that the core library need not link CUDA. */
-typedef int (*tr_backend_create_fn)(const tr_model_config *cfg, const tr_backend_opts *opts,
-                                    tr_backend **out, tr_err *err);
+typedef int (*tr_backend_create_fn)(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
+                                    tr_err *err);
 
 typedef struct tr_train_config {
     /* Settings from the table (tr_train_config_table); strings are owned. */
@@ -66,11 +68,15 @@ typedef struct tr_train_config {
     int checkpoint_resume;
     char *metrics_json;
     double peak_tflops;
+    int measure_gemm;
     /* Not in the table: set by the program. */
     tr_backend_create_fn create_cuda; /* NULL when built without CUDA */
     /* device_name, when set, names the device the backend runs on ("NVIDIA
      * H200"), for the MFU peak table; NULL on CPU. */
     const char *(*device_name)(int ordinal);
+    /* gemm_ceiling, when set, measures the device's bf16 GEMM rate in
+     * TFLOP/s (used when mfu.measure_gemm is on); NULL on CPU. */
+    int (*gemm_ceiling)(int ordinal, double *tflops, tr_err *err);
 } tr_train_config;
 
 /* tr_train_config_table is the descriptor table behind the keys above. */
@@ -88,16 +94,17 @@ void tr_train_config_fini(tr_train_config *cfg);
 
 /* One optimiser step's figures. Times in ms; NAN where not measured. */
 typedef struct tr_train_metrics {
-    int64_t step;  /* 1-based number of the step just finished */
-    int64_t steps; /* train.steps */
-    double loss;   /* mean training loss over the step's micro-batches */
-    double val_loss; /* NAN unless evaluated after this step */
+    int64_t step;     /* 1-based number of the step just finished */
+    int64_t steps;    /* train.steps */
+    double loss;      /* mean training loss over the step's micro-batches */
+    double val_loss;  /* NAN unless evaluated after this step */
     double grad_norm; /* before clipping */
     double lr;
     double step_ms;
     double tokens_per_s;
-    double mfu; /* fraction of peak; NAN when the peak is unknown (CPU) */
-    int64_t tokens; /* tokens processed this step */
+    double mfu;      /* fraction of peak; NAN when the peak is unknown (CPU) */
+    double mfu_gemm; /* fraction of the measured GEMM ceiling; NAN unless measured */
+    int64_t tokens;  /* tokens processed this step */
     tr_mem_stats mem;
     tr_phase_times phase;
     const char *backend; /* "cpu", "cuda" */

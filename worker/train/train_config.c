@@ -21,27 +21,33 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"model.vocab", TR_CFG_INT, F(vocab), "0", 0, 65536, 0,
      "vocabulary size; 0 = the data file's (padded to a multiple of 128)"},
     {"train.steps", TR_CFG_INT, F(steps), "100", 1, 1e12, 0, "optimiser steps"},
-    {"train.micro_batch", TR_CFG_INT, F(micro_batch), "4", 1, 1 << 20, 0, "sequences per forward/backward (B)"},
+    {"train.micro_batch", TR_CFG_INT, F(micro_batch), "4", 1, 1 << 20, 0,
+     "sequences per forward/backward (B)"},
     {"train.accum_steps", TR_CFG_INT, F(accum_steps), "1", 1, 1 << 20, 0,
      "micro-batches accumulated per optimiser step"},
     {"train.lr", TR_CFG_DOUBLE, F(lr), "1e-3", 0, 10, 0, "peak learning rate"},
     {"train.min_lr_fraction", TR_CFG_DOUBLE, F(min_lr_fraction), "0.1", 0, 1, 0,
      "cosine schedule ends at lr * this"},
-    {"train.warmup_steps", TR_CFG_INT, F(warmup_steps), "10", 0, 1e12, 0, "linear learning-rate warm-up steps"},
-    {"train.weight_decay", TR_CFG_DOUBLE, F(weight_decay), "0.1", 0, 10, 0, "AdamW weight decay (matrices only)"},
+    {"train.warmup_steps", TR_CFG_INT, F(warmup_steps), "10", 0, 1e12, 0,
+     "linear learning-rate warm-up steps"},
+    {"train.weight_decay", TR_CFG_DOUBLE, F(weight_decay), "0.1", 0, 10, 0,
+     "AdamW weight decay (matrices only)"},
     {"train.grad_clip", TR_CFG_DOUBLE, F(grad_clip), "1.0", 0, 1e9, 0, "global gradient-norm clip; 0 = off"},
     {"train.precision", TR_CFG_STRING, F(precision), "bf16", TR_CFG_UNBOUNDED, 0,
      "bf16 | fp32 (the CPU backend always computes fp32)"},
     {"train.recompute", TR_CFG_INT, F(recompute), "1", 0, 2, 0,
      "activation recompute: 0 none, 1 GELU, 2 GELU+LayerNorm"},
     {"data.path", TR_CFG_STRING, F(data_path), NULL, TR_CFG_UNBOUNDED, TR_CFG_REQUIRED,
-     "token file (magic TRTOKENS, u32 version 1, u32 vocab, u64 count, u64 0, u16 tokens) or any file as bytes"},
+     "token file (magic TRTOKENS, u32 version 1, u32 vocab, u64 count, u64 0, u16 tokens) or any file as "
+     "bytes"},
     {"data.format", TR_CFG_STRING, F(data_format), "auto", TR_CFG_UNBOUNDED, 0,
      "auto (token file if it has the magic, else bytes) | tokens | bytes"},
     {"data.val_fraction", TR_CFG_DOUBLE, F(val_fraction), "0.1", 0, 0.9, 0,
      "last fraction of the tokens held out for validation; 0 = none"},
-    {"eval.every", TR_CFG_INT, F(eval_every), "50", 0, 1e12, 0, "validation loss every N steps and at the end; 0 = never"},
-    {"eval.batches", TR_CFG_INT, F(eval_batches), "8", 1, 1 << 20, 0, "validation micro-batches per evaluation (at most)"},
+    {"eval.every", TR_CFG_INT, F(eval_every), "50", 0, 1e12, 0,
+     "validation loss every N steps and at the end; 0 = never"},
+    {"eval.batches", TR_CFG_INT, F(eval_batches), "8", 1, 1 << 20, 0,
+     "validation micro-batches per evaluation (at most)"},
     {"checkpoint.dir", TR_CFG_STRING, F(checkpoint_dir), NULL, TR_CFG_UNBOUNDED, 0,
      "directory for ckpt.bin; unset = no checkpoints"},
     {"checkpoint.every", TR_CFG_INT, F(checkpoint_every), "0", 0, 1e12, 0,
@@ -52,6 +58,8 @@ const tr_cfg_desc tr_train_config_table[] = {
      "append one JSON object per step to this file"},
     {"mfu.peak_tflops", TR_CFG_DOUBLE, F(peak_tflops), "0", 0, 1e6, 0,
      "peak TFLOP/s for MFU; 0 = from the device name (H100/H200: 989)"},
+    {"mfu.measure_gemm", TR_CFG_BOOL, F(measure_gemm), "false", TR_CFG_UNBOUNDED, 0,
+     "CUDA: measure the bf16 GEMM ceiling at start and report MFU against it too"},
     {0},
 };
 
@@ -79,8 +87,9 @@ int tr_train_config_check(const tr_train_config *cfg, tr_err *err)
         return rv;
     }
     if (cfg->width % cfg->heads != 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "model.width %lld is not divisible by model.heads %lld",
-                          (long long)cfg->width, (long long)cfg->heads);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "model.width %lld is not divisible by model.heads %lld", (long long)cfg->width,
+                          (long long)cfg->heads);
     }
     if (!one_of(cfg->device, "auto", "cpu", "cuda")) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "device must be auto, cpu or cuda, got '%s'",

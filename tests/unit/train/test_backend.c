@@ -33,7 +33,8 @@ static void randomise(const tr_model_config *cfg, float *params, uint64_t seed)
         int is_ln_w = i == TR_P_LN1W || i == TR_P_LN2W || i == TR_P_LNFW;
         for (size_t j = 0; j < sizes[i]; j++) {
             double x = tr_rng_normal(&rng);
-            params[offs[i] + j] = (float)(is_ln_w ? 1.0 + 0.2 * x : (tr_model_param_is_matrix(i) ? 0.3 : 0.1) * x);
+            params[offs[i] + j] =
+                (float)(is_ln_w ? 1.0 + 0.2 * x : (tr_model_param_is_matrix(i) ? 0.3 : 0.1) * x);
         }
     }
     /* padded rows of wte stay zero, as the layout requires */
@@ -186,8 +187,13 @@ static void adamw_decay_matrices_only(void **state)
 {
     fixture *f = *state;
     tr_err err = {0};
-    tr_adamw opt = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.5f,
-                    .grad_scale = 1.0f, .t = 1};
+    tr_adamw opt = {.lr = 0.1f,
+                    .beta1 = 0.9f,
+                    .beta2 = 0.95f,
+                    .eps = 1e-8f,
+                    .weight_decay = 0.5f,
+                    .grad_scale = 1.0f,
+                    .t = 1};
     float *after = malloc(f->b->num_params * sizeof(float));
     size_t sizes[TR_NUM_PARAM_TENSORS];
 

@@ -50,8 +50,8 @@ static int load(fixture *f, const char *yaml, tr_err *err)
 static void config_unknown_key(void **state)
 {
     tr_err err = {0};
-    TR_ASSERT_FAILS(load(*state, "data:\n  path: x\nmodel:\n  layer: 3\n", &err), TROUPE_INVALID_ARGUMENT, &err,
-                    "bad.yaml:4:3: unknown key 'model.layer'");
+    TR_ASSERT_FAILS(load(*state, "data:\n  path: x\nmodel:\n  layer: 3\n", &err), TROUPE_INVALID_ARGUMENT,
+                    &err, "bad.yaml:4:3: unknown key 'model.layer'");
 }
 
 static void config_negative_layers(void **state)
@@ -64,8 +64,8 @@ static void config_negative_layers(void **state)
 static void config_width_heads(void **state)
 {
     tr_err err = {0};
-    TR_ASSERT_FAILS(load(*state, "data: {path: x}\nmodel: {width: 30, heads: 4}\n", &err), TROUPE_INVALID_ARGUMENT,
-                    &err, "model.width 30 is not divisible by model.heads 4");
+    TR_ASSERT_FAILS(load(*state, "data: {path: x}\nmodel: {width: 30, heads: 4}\n", &err),
+                    TROUPE_INVALID_ARGUMENT, &err, "model.width 30 is not divisible by model.heads 4");
 }
 
 static void config_seq_len_zero(void **state)
@@ -79,8 +79,8 @@ static void config_bad_enums(void **state)
 {
     fixture *f = *state;
     tr_err err = {0};
-    TR_ASSERT_FAILS(load(f, "data: {path: x}\ntrain: {precision: fp8}\n", &err), TROUPE_INVALID_ARGUMENT, &err,
-                    "train.precision must be bf16 or fp32, got 'fp8'");
+    TR_ASSERT_FAILS(load(f, "data: {path: x}\ntrain: {precision: fp8}\n", &err), TROUPE_INVALID_ARGUMENT,
+                    &err, "train.precision must be bf16 or fp32, got 'fp8'");
     TR_ASSERT_FAILS(load(f, "train: {precision: fp32}\ndevice: tpu\n", &err), TROUPE_INVALID_ARGUMENT, &err,
                     "device must be auto, cpu or cuda, got 'tpu'");
 }

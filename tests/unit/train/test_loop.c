@@ -190,8 +190,17 @@ static void lr_schedule(void **state)
 
 static void metrics_formats(void **state)
 {
-    tr_train_metrics m = {.step = 5, .steps = 100, .loss = 3.12345, .val_loss = NAN, .grad_norm = 1.5,
-                          .lr = 3e-4, .step_ms = 10.0, .tokens_per_s = 1234.0, .mfu = NAN, .tokens = 512,
+    tr_train_metrics m = {.step = 5,
+                          .steps = 100,
+                          .loss = 3.12345,
+                          .val_loss = NAN,
+                          .grad_norm = 1.5,
+                          .lr = 3e-4,
+                          .step_ms = 10.0,
+                          .tokens_per_s = 1234.0,
+                          .mfu = NAN,
+                          .mfu_gemm = NAN,
+                          .tokens = 512,
                           .backend = "cpu"};
     char line[1024];
 
@@ -204,6 +213,10 @@ static void metrics_formats(void **state)
     tr_train_metrics_line(&m, line, sizeof(line));
     assert_non_null(strstr(line, "val_loss=2.5000"));
     assert_non_null(strstr(line, "mfu=45.67%"));
+    assert_null(strstr(line, "mfu_gemm"));
+    m.mfu_gemm = 0.5;
+    tr_train_metrics_line(&m, line, sizeof(line));
+    assert_non_null(strstr(line, "mfu=45.67% mfu_gemm=50.00% mem_mib="));
     tr_train_metrics_json(&m, line, sizeof(line));
     assert_non_null(strstr(line, "{\"step\":5,\"steps\":100,\"backend\":\"cpu\",\"tokens\":512"));
     assert_non_null(strstr(line, "\"val_loss\":2.5,"));

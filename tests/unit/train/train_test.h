@@ -16,26 +16,26 @@
 
 #include "err.h"
 
-#define TR_ASSERT_OK(expr, errp)                                                                         \
-    do {                                                                                                 \
-        int rv_ = (expr);                                                                                \
-        if (rv_ != TROUPE_OK) {                                                                          \
-            fail_msg("%s failed: %s: %s", #expr, troupe_strerror(rv_), (errp)->msg);      \
-        }                                                                                                \
+#define TR_ASSERT_OK(expr, errp)                                                                             \
+    do {                                                                                                     \
+        int rv_ = (expr);                                                                                    \
+        if (rv_ != TROUPE_OK) {                                                                              \
+            fail_msg("%s failed: %s: %s", #expr, troupe_strerror(rv_), (errp)->msg);                         \
+        }                                                                                                    \
     } while (0)
 
 /* TR_ASSERT_FAILS checks that expr fails with code and that the message
  * contains needle. */
-#define TR_ASSERT_FAILS(expr, code, errp, needle)                                                        \
-    do {                                                                                                 \
-        int rv_ = (expr);                                                                                \
-        if (rv_ != (code)) {                                                                             \
-            fail_msg("%s: expected %s, got %s (%s)", #expr, troupe_strerror(code), troupe_strerror(rv_), \
-                     (errp)->msg);                                                                       \
-        }                                                                                                \
-        if (strstr((errp)->msg, (needle)) == NULL) {                                                     \
-            fail_msg("%s: message \"%s\" lacks \"%s\"", #expr, (errp)->msg, (needle));                   \
-        }                                                                                                \
+#define TR_ASSERT_FAILS(expr, code, errp, needle)                                                            \
+    do {                                                                                                     \
+        int rv_ = (expr);                                                                                    \
+        if (rv_ != (code)) {                                                                                 \
+            fail_msg("%s: expected %s, got %s (%s)", #expr, troupe_strerror(code), troupe_strerror(rv_),     \
+                     (errp)->msg);                                                                           \
+        }                                                                                                    \
+        if (strstr((errp)->msg, (needle)) == NULL) {                                                         \
+            fail_msg("%s: message \"%s\" lacks \"%s\"", #expr, (errp)->msg, (needle));                       \
+        }                                                                                                    \
     } while (0)
 
 #endif
