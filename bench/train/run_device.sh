@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# run_device.sh STAGE... - the GPU checks and benchmarks of troupe-train's CUDA
+# backend, run on the lent H200 from the repository root with prebuilt
+# binaries in .device/bin (see bench/RESULTS.md, "Training core").
+#
+# Stages: tests (gpu.train.* cases), memcheck (compute-sanitizer on the small
+# case), ours (troupe-bench-train 124M and 350M), torch (PyTorch eager and
+# compiled), summary (table of ours vs PyTorch from the JSON files).
+# Logs and JSON go to $OUT (or ./bench-out).
+set -u
+out=${OUT:-bench-out}
+mkdir -p "$out"
+bin=.device/bin
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+status=0
+
+stage_tests() {
+    for c in parity_fp32 parity_bf16 learns smoke; do
+        timeout 200 "$bin/test_train_gpu" "$c" 2>&1 | tee "$out/test_$c.log" | tail -40
+        echo "gpu.train.$c rc=${PIPESTATUS[0]}" | tee -a "$out/tests.txt"
+    done
+}
+
+stage_memcheck() {
+    local cs=/usr/local/cuda/bin/compute-sanitizer
+    if [ ! -x "$cs" ]; then cs=$(command -v compute-sanitizer || true); fi
+    if [ -z "$cs" ]; then echo "memcheck: compute-sanitizer not found" | tee -a "$out/tests.txt"; return; fi
+    echo "memcheck: using $cs ($("$cs" --version | tail -1))"
+    timeout 300 "$cs" --tool memcheck --error-exitcode 1 "$bin/test_train_gpu" smoke >"$out/memcheck.log" 2>&1
+    echo "gpu.train.memcheck rc=$?" | tee -a "$out/tests.txt"
+    tail -5 "$out/memcheck.log"
+}
+
+stage_ours() {
+    timeout 150 "$bin/troupe-bench-train" --model 124M --batch "${OURS_B124:-16,32,64}" --json "$out/ours_124M.json" \
+        2>&1 | tee "$out/ours_124M.log"
+    timeout 150 "$bin/troupe-bench-train" --model 350M --batch "${OURS_B350:-16,32}" --no-ceiling \
+        --json "$out/ours_350M.json" 2>&1 | tee "$out/ours_350M.log"
+}
+
+stage_torch() {
+    for m in 124M 350M; do
+        timeout 280 python3 bench/train/torch_gpt2.py --model $m --batch "${TORCH_B:-16}" --modes eager,compile \
+            --json "$out/torch_$m.json" 2>&1 | grep -v Warning | tee "$out/torch_$m.log" | tail -5
+    done
+}
+
+stage_summary() {
+    python3 bench/train/summarize.py "$out" | tee "$out/summary.txt"
+}
+
+for s in "$@"; do
+    echo "=== $s"
+    "stage_$s" || status=1
+done
+exit $status

@@ -1,0 +1,523 @@
+/* attention.cu - causal multi-head attention, two ways.
+ *
+ * The flash path (bf16, head size 64) never stores the T x T score matrix:
+ * each block holds 64 query rows, streams 64-key tiles of K and V through
+ * shared memory and keeps a running softmax (FlashAttention-2). Matrix
+ * products use the tensor cores through mma.sync m16n8k16 (bf16 in, fp32
+ * accumulate); a warp owns 16 rows, so the score accumulators it produces are
+ * already laid out as the A operand of the next product. Backward runs two
+ * kernels, one per key tile (dK, dV) and one per query tile (dQ), which
+ * recomputes the scores instead of adding dQ with atomics: deterministic and
+ * free of contention, for one extra product per tile pair.
+ *
+ * The naive path (any type, any head size) materialises the probabilities and
+ * exists to check the flash path and to run fp32 mode exactly. */
+#include "cu_kernels.h"
+
+/* ---- naive reference path ------------------------------------------------ */
+
+/* One warp per (b, h, t) row: scores, softmax in place, then y = att . v. */
+template <typename T>
+__global__ void attn_naive_fwd_kernel(T *y, T *att, const T *qkv, int B, int Tn, int NH, int hd)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * Tn) {
+        return;
+    }
+    int t = row % Tn, h = (row / Tn) % NH, b = row / (Tn * NH), C = NH * hd;
+    const T *q = qkv + ((size_t)b * Tn + t) * 3 * C + h * hd;
+    T *a = att + (size_t)row * Tn;
+    float scale = rsqrtf((float)hd), mx = -INFINITY;
+    for (int s = lane; s <= t; s += 32) {
+        const T *k = qkv + ((size_t)b * Tn + s) * 3 * C + C + h * hd;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++) {
+            dot += tr_to_f(q[d]) * tr_to_f(k[d]);
+        }
+        dot *= scale;
+        mx = fmaxf(mx, dot);
+        a[s] = tr_from_f<T>(dot);
+    }
+    mx = tr_warp_max(mx);
+    __syncwarp();
+    float sum = 0.0f;
+    for (int s = lane; s <= t; s += 32) {
+        sum += expf(tr_to_f(a[s]) - mx);
+    }
+    sum = tr_warp_sum(sum);
+    for (int s = lane; s < Tn; s += 32) {
+        a[s] = tr_from_f<T>(s <= t ? expf(tr_to_f(a[s]) - mx) / sum : 0.0f);
+    }
+    __syncwarp();
+    T *out = y + ((size_t)b * Tn + t) * C + h * hd;
+    for (int d = lane; d < hd; d += 32) {
+        float acc = 0.0f;
+        for (int s = 0; s <= t; s++) {
+            acc += tr_to_f(a[s]) * tr_to_f(qkv[((size_t)b * Tn + s) * 3 * C + 2 * C + h * hd + d]);
+        }
+        out[d] = tr_from_f<T>(acc);
+    }
+}
+
+/* Query side of backward, one warp per (b, h, t): dscore row into scratch,
+ * then dq = dscore . k. */
+template <typename T>
+__global__ void attn_naive_bwd_q_kernel(T *dqkv, T *dpre, const T *dy, const T *att, const T *qkv, int B, int Tn,
+                                        int NH, int hd)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * Tn) {
+        return;
+    }
+    int t = row % Tn, h = (row / Tn) % NH, b = row / (Tn * NH), C = NH * hd;
+    const T *g = dy + ((size_t)b * Tn + t) * C + h * hd, *a = att + (size_t)row * Tn;
+    T *dp = dpre + (size_t)row * Tn;
+    float scale = rsqrtf((float)hd), dot = 0.0f;
+    for (int s = lane; s <= t; s += 32) {
+        const T *v = qkv + ((size_t)b * Tn + s) * 3 * C + 2 * C + h * hd;
+        float da = 0.0f;
+        for (int d = 0; d < hd; d++) {
+            da += tr_to_f(g[d]) * tr_to_f(v[d]);
+        }
+        dot += da * tr_to_f(a[s]);
+        dp[s] = tr_from_f<T>(da);
+    }
+    dot = tr_warp_sum(dot);
+    for (int s = lane; s < Tn; s += 32) {
+        dp[s] = tr_from_f<T>(s <= t ? tr_to_f(a[s]) * (tr_to_f(dp[s]) - dot) * scale : 0.0f);
+    }
+    __syncwarp();
+    T *dq = dqkv + ((size_t)b * Tn + t) * 3 * C + h * hd;
+    for (int d = lane; d < hd; d += 32) {
+        float acc = 0.0f;
+        for (int s = 0; s <= t; s++) {
+            acc += tr_to_f(dp[s]) * tr_to_f(qkv[((size_t)b * Tn + s) * 3 * C + C + h * hd + d]);
+        }
+        dq[d] = tr_from_f<T>(acc);
+    }
+}
+
+/* Key side, one warp per (b, h, s): dk = sum_t dscore[t][s] q_t, dv = sum_t att[t][s] dy_t. */
+template <typename T>
+__global__ void attn_naive_bwd_kv_kernel(T *dqkv, const T *dpre, const T *dy, const T *att, const T *qkv, int B,
+                                         int Tn, int NH, int hd)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * Tn) {
+        return;
+    }
+    int s = row % Tn, h = (row / Tn) % NH, b = row / (Tn * NH), C = NH * hd;
+    size_t plane = ((size_t)b * NH + h) * Tn * Tn;
+    T *dk = dqkv + ((size_t)b * Tn + s) * 3 * C + C + h * hd, *dv = dk + C;
+    for (int d = lane; d < hd; d += 32) {
+        float ak = 0.0f, av = 0.0f;
+        for (int t = s; t < Tn; t++) {
+            size_t i = plane + (size_t)t * Tn + s;
+            ak += tr_to_f(dpre[i]) * tr_to_f(qkv[((size_t)b * Tn + t) * 3 * C + h * hd + d]);
+            av += tr_to_f(att[i]) * tr_to_f(dy[((size_t)b * Tn + t) * C + h * hd + d]);
+        }
+        dk[d] = tr_from_f<T>(ak);
+        dv[d] = tr_from_f<T>(av);
+    }
+}
+
+template <typename T>
+cudaError_t tr_cu_attn_naive_fwd(T *y, T *att, const T *qkv, int B, int Tn, int NH, int hd, cudaStream_t s)
+{
+    attn_naive_fwd_kernel<<<tr_cdiv((size_t)B * NH * Tn, 8), 256, 0, s>>>(y, att, qkv, B, Tn, NH, hd);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t tr_cu_attn_naive_bwd(T *dqkv, T *scratch, const T *dy, const T *att, const T *qkv, int B, int Tn,
+                                 int NH, int hd, cudaStream_t s)
+{
+    unsigned g = tr_cdiv((size_t)B * NH * Tn, 8);
+    attn_naive_bwd_q_kernel<<<g, 256, 0, s>>>(dqkv, scratch, dy, att, qkv, B, Tn, NH, hd);
+    attn_naive_bwd_kv_kernel<<<g, 256, 0, s>>>(dqkv, scratch, dy, att, qkv, B, Tn, NH, hd);
+    return cudaGetLastError();
+}
+
+template cudaError_t tr_cu_attn_naive_fwd<float>(float *, float *, const float *, int, int, int, int, cudaStream_t);
+template cudaError_t tr_cu_attn_naive_fwd<bf16>(bf16 *, bf16 *, const bf16 *, int, int, int, int, cudaStream_t);
+template cudaError_t tr_cu_attn_naive_bwd<float>(float *, float *, const float *, const float *, const float *, int,
+                                                 int, int, int, cudaStream_t);
+template cudaError_t tr_cu_attn_naive_bwd<bf16>(bf16 *, bf16 *, const bf16 *, const bf16 *, const bf16 *, int, int,
+                                                int, int, cudaStream_t);
+
+/* ---- flash path: tensor-core helpers ------------------------------------ */
+
+#define FA_D 64      /* head size */
+#define FA_TILE 64   /* rows per tile (queries or keys) */
+#define FA_LD 72     /* shared row length: +16 bytes so ldmatrix rows hit distinct banks */
+
+typedef bf16 fa_tile[FA_TILE][FA_LD];
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_wait_all()
+{
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+}
+
+/* load_tile copies rows [row0, row0+64) of a 64-wide head slice (row stride
+ * rs elements) into shared memory; rows past Tn are zero-filled. */
+__device__ __forceinline__ void load_tile(fa_tile dst, const bf16 *src, int row0, int Tn, int rs)
+{
+    for (int c = threadIdx.x; c < FA_TILE * 8; c += blockDim.x) {
+        int r = c >> 3, col = (c & 7) * 8, gr = row0 + r;
+        const bf16 *p = src + (size_t)(gr < Tn ? gr : 0) * rs + col;
+        cp_async16(&dst[r][col], p, gr < Tn ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* A operand (16 rows x 64 k) of a warp from rows r0.. of a tile: 4 k-steps. */
+__device__ __forceinline__ void load_a_frags(uint32_t f[4][4], const fa_tile t, int r0)
+{
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        ldsm_x4(f[kk], &t[r0 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
+    }
+}
+
+/* acc[16 x 64] += A[16 x 64] . X^T where X is a tile stored [n][k] (keys by
+ * head dim): the score product Q K^T, or dO V^T. */
+__device__ __forceinline__ void mma_abt(float acc[8][4], const uint32_t a[4][4], const fa_tile x)
+{
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t r[4];
+            ldsm_x4(r, &x[np * 16 + (lane & 7) + (lane >> 4) * 8][kk * 16 + ((lane >> 3) & 1) * 8]);
+            mma16816(acc[2 * np], a[kk], r[0], r[1]);
+            mma16816(acc[2 * np + 1], a[kk], r[2], r[3]);
+        }
+    }
+}
+
+/* acc[16 x 64] += P[16 x 64] . X where P is in accumulator layout (p[8][4],
+ * converted to bf16 A fragments on the fly) and X is a tile stored [k][n]. */
+__device__ __forceinline__ void mma_px(float acc[8][4], const float p[8][4], const fa_tile x)
+{
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                         pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t r[4];
+            ldsm_x4_t(r, &x[kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][np * 16 + (lane >> 4) * 8]);
+            mma16816(acc[2 * np], a, r[0], r[1]);
+            mma16816(acc[2 * np + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+__device__ __forceinline__ void zero_acc(float a[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            a[i][e] = 0.0f;
+        }
+    }
+}
+
+/* store_rows writes a warp's 16 x 64 accumulator (times mul) as bf16 rows
+ * r0 + g and r0 + g + 8 of dst (row stride rs), skipping rows >= Tn. */
+__device__ __forceinline__ void store_rows(bf16 *dst, int rs, int r0, int Tn, const float a[8][4], float mul0,
+                                           float mul1)
+{
+    int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        int col = nt * 8 + 2 * t;
+        if (r0 + g < Tn) {
+            *reinterpret_cast<uint32_t *>(dst + (size_t)(r0 + g) * rs + col) = pack_bf16(a[nt][0] * mul0, a[nt][1] * mul0);
+        }
+        if (r0 + g + 8 < Tn) {
+            *reinterpret_cast<uint32_t *>(dst + (size_t)(r0 + g + 8) * rs + col) =
+                pack_bf16(a[nt][2] * mul1, a[nt][3] * mul1);
+        }
+    }
+}
+
+/* ---- flash forward -------------------------------------------------------- */
+
+__global__ void __launch_bounds__(128) flash_fwd_kernel(bf16 *y, float *lse, const bf16 *qkv, int Tn, int NH,
+                                                        float scale_log2)
+{
+    __shared__ __align__(16) fa_tile sQ, sK, sV;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* longest rows first */
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D;
+    load_tile(sQ, base, qt * FA_TILE, Tn, rs);
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t qf[4][4];
+    load_a_frags(qf, sQ, warp * 16);
+    float o[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    zero_acc(o);
+    int row0 = qt * FA_TILE + warp * 16 + g, row1 = row0 + 8;
+    for (int j = 0; j <= qt; j++) {
+        __syncthreads(); /* every warp is done with the previous K, V */
+        load_tile(sK, base + C, j * FA_TILE, Tn, rs);
+        load_tile(sV, base + 2 * C, j * FA_TILE, Tn, rs);
+        cp_async_wait_all();
+        __syncthreads();
+        float s[8][4];
+        zero_acc(s);
+        mma_abt(s, qf, sK);
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = j * FA_TILE + nt * 8 + 2 * t + (e & 1);
+                float v = s[nt][e] * scale_log2;
+                if (j == qt && key > (e < 2 ? row0 : row1)) {
+                    v = -INFINITY;
+                }
+                s[nt][e] = v;
+            }
+            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+        m0 = n0;
+        m1 = n1;
+        l0 *= c0;
+        l1 *= c1;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            s[nt][0] = exp2f(s[nt][0] - n0);
+            s[nt][1] = exp2f(s[nt][1] - n0);
+            s[nt][2] = exp2f(s[nt][2] - n1);
+            s[nt][3] = exp2f(s[nt][3] - n1);
+            l0 += s[nt][0] + s[nt][1];
+            l1 += s[nt][2] + s[nt][3];
+            o[nt][0] *= c0;
+            o[nt][1] *= c0;
+            o[nt][2] *= c1;
+            o[nt][3] *= c1;
+        }
+        mma_px(o, s, sV);
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    store_rows(y + (size_t)b * Tn * C + h * FA_D, C, qt * FA_TILE + warp * 16, Tn, o, 1.0f / l0, 1.0f / l1);
+    if (t == 0) {
+        float *ls = lse + ((size_t)b * NH + h) * Tn;
+        if (row0 < Tn) {
+            ls[row0] = m0 + log2f(l0);
+        }
+        if (row1 < Tn) {
+            ls[row1] = m1 + log2f(l1);
+        }
+    }
+}
+
+cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s)
+{
+    float scale_log2 = 1.4426950408889634f / sqrtf((float)FA_D);
+    dim3 grid(tr_cdiv(Tn, FA_TILE), NH, B);
+    flash_fwd_kernel<<<grid, 128, 0, s>>>(y, lse, qkv, Tn, NH, scale_log2);
+    return cudaGetLastError();
+}
+
+/* ---- flash backward ------------------------------------------------------- */
+
+/* dsum[b][h][t] = dy . y over the head: the softmax-backward row term. */
+__global__ void flash_dsum_kernel(float *dsum, const bf16 *dy, const bf16 *y, int B, int Tn, int NH)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * Tn * NH) {
+        return;
+    }
+    int h = row % NH, bt = row / NH, b = bt / Tn, t = bt % Tn;
+    size_t off = (size_t)bt * NH * FA_D + h * FA_D + 2 * lane;
+    __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(dy + off);
+    __nv_bfloat162 c = *reinterpret_cast<const __nv_bfloat162 *>(y + off);
+    float v = tr_warp_sum(__low2float(a) * __low2float(c) + __high2float(a) * __high2float(c));
+    if (lane == 0) {
+        dsum[((size_t)b * NH + h) * Tn + t] = v;
+    }
+}
+
+/* dK, dV for one 64-key tile; each warp owns 16 keys and walks the query
+ * tiles at or after its own, computing the transposed scores K Q^T so that
+ * P^T and dS^T come out as A operands for dV += P^T dO and dK += dS^T Q. */
+__global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf16 *dy, const float *lse,
+                                                           const float *dsum, const bf16 *qkv, int Tn, int NH,
+                                                           float scale_log2, float scale)
+{
+    __shared__ __align__(16) fa_tile sK, sV, sQ, sO;
+    __shared__ float sL[FA_TILE], sD[FA_TILE];
+    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nq = gridDim.x;
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D, *dyb = dy + (size_t)b * Tn * C + h * FA_D;
+    const float *lb = lse + ((size_t)b * NH + h) * Tn, *db = dsum + ((size_t)b * NH + h) * Tn;
+    load_tile(sK, base + C, kt * FA_TILE, Tn, rs);
+    load_tile(sV, base + 2 * C, kt * FA_TILE, Tn, rs);
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t kf[4][4], vf[4][4];
+    load_a_frags(kf, sK, warp * 16);
+    load_a_frags(vf, sV, warp * 16);
+    float dk[8][4], dv[8][4];
+    zero_acc(dk);
+    zero_acc(dv);
+    int key0 = kt * FA_TILE + warp * 16 + g, key1 = key0 + 8;
+    for (int i = kt; i < nq; i++) {
+        __syncthreads();
+        load_tile(sQ, base, i * FA_TILE, Tn, rs);
+        load_tile(sO, dyb, i * FA_TILE, Tn, C);
+        if (threadIdx.x < FA_TILE) {
+            int q = i * FA_TILE + threadIdx.x;
+            sL[threadIdx.x] = q < Tn ? lb[q] : INFINITY; /* padding rows get probability 0 */
+            sD[threadIdx.x] = q < Tn ? db[q] : 0.0f;
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        float p[8][4], dp[8][4];
+        zero_acc(p);
+        mma_abt(p, kf, sQ);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * t + (e & 1), q = i * FA_TILE + qc;
+                float v = exp2f(p[nt][e] * scale_log2 - sL[qc]);
+                if (i == kt && (e < 2 ? key0 : key1) > q) {
+                    v = 0.0f;
+                }
+                p[nt][e] = v;
+            }
+        }
+        mma_px(dv, p, sO);
+        zero_acc(dp);
+        mma_abt(dp, vf, sO);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * t + (e & 1);
+                dp[nt][e] = p[nt][e] * (dp[nt][e] - sD[qc]);
+            }
+        }
+        mma_px(dk, dp, sQ);
+    }
+    bf16 *out = dqkv + (size_t)b * Tn * rs + h * FA_D;
+    store_rows(out + C, rs, kt * FA_TILE + warp * 16, Tn, dk, scale, scale);
+    store_rows(out + 2 * C, rs, kt * FA_TILE + warp * 16, Tn, dv, 1.0f, 1.0f);
+}
+
+/* dQ for one 64-query tile: recompute P from the saved log-sum-exp, then
+ * dS = P (dO V^T - dsum) and dQ = dS K. */
+__global__ void __launch_bounds__(128) flash_bwd_q_kernel(bf16 *dqkv, const bf16 *dy, const float *lse,
+                                                          const float *dsum, const bf16 *qkv, int Tn, int NH,
+                                                          float scale_log2, float scale)
+{
+    __shared__ __align__(16) fa_tile sQ, sO, sK, sV;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D, *dyb = dy + (size_t)b * Tn * C + h * FA_D;
+    load_tile(sQ, base, qt * FA_TILE, Tn, rs);
+    load_tile(sO, dyb, qt * FA_TILE, Tn, C);
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t qf[4][4], of[4][4];
+    load_a_frags(qf, sQ, warp * 16);
+    load_a_frags(of, sO, warp * 16);
+    int row0 = qt * FA_TILE + warp * 16 + g, row1 = row0 + 8;
+    const float *lb = lse + ((size_t)b * NH + h) * Tn, *db = dsum + ((size_t)b * NH + h) * Tn;
+    float L0 = row0 < Tn ? lb[row0] : INFINITY, L1 = row1 < Tn ? lb[row1] : INFINITY;
+    float D0 = row0 < Tn ? db[row0] : 0.0f, D1 = row1 < Tn ? db[row1] : 0.0f;
+    float dq[8][4];
+    zero_acc(dq);
+    for (int j = 0; j <= qt; j++) {
+        __syncthreads();
+        load_tile(sK, base + C, j * FA_TILE, Tn, rs);
+        load_tile(sV, base + 2 * C, j * FA_TILE, Tn, rs);
+        cp_async_wait_all();
+        __syncthreads();
+        float p[8][4], dp[8][4];
+        zero_acc(p);
+        zero_acc(dp);
+        mma_abt(p, qf, sK);
+        mma_abt(dp, of, sV);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = j * FA_TILE + nt * 8 + 2 * t + (e & 1);
+                int row = e < 2 ? row0 : row1;
+                float pv = exp2f(p[nt][e] * scale_log2 - (e < 2 ? L0 : L1));
+                if (j == qt && key > row) {
+                    pv = 0.0f;
+                }
+                dp[nt][e] = pv * (dp[nt][e] - (e < 2 ? D0 : D1));
+            }
+        }
+        mma_px(dq, dp, sK);
+    }
+    store_rows(dqkv + (size_t)b * Tn * rs + h * FA_D, rs, qt * FA_TILE + warp * 16, Tn, dq, scale, scale);
+}
+
+cudaError_t tr_cu_flash_bwd(bf16 *dqkv, float *dsum, const bf16 *dy, const bf16 *y, const float *lse,
+                            const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s)
+{
+    float scale = 1.0f / sqrtf((float)FA_D), scale_log2 = 1.4426950408889634f * scale;
+    flash_dsum_kernel<<<tr_cdiv((size_t)B * Tn * NH, 8), 256, 0, s>>>(dsum, dy, y, B, Tn, NH);
+    dim3 grid(tr_cdiv(Tn, FA_TILE), NH, B);
+    flash_bwd_kv_kernel<<<grid, 128, 0, s>>>(dqkv, dy, lse, dsum, qkv, Tn, NH, scale_log2, scale);
+    flash_bwd_q_kernel<<<grid, 128, 0, s>>>(dqkv, dy, lse, dsum, qkv, Tn, NH, scale_log2, scale);
+    return cudaGetLastError();
+}

@@ -1,0 +1,68 @@
+/* cu_backend.h - the CUDA backend's state, shared by backend_cuda.cu (setup
+ * and the ops table) and model_cuda.cu (forward and backward passes).
+ *
+ * Memory plan (llm.c's): parameters live once in canonical layout as T (bf16,
+ * or float in fp32 mode, where they are also the master copy); fp32 master,
+ * gradients and AdamW m, v beside them. Activations for B x T tokens are
+ * allocated once at create for opts.micro_batch x cfg.seq_len; per layer we
+ * keep what backward reads (LayerNorm outputs and statistics, qkv, attention
+ * output and its log-sum-exp, residuals, the MLP pre-activation and its GELU),
+ * and one set of scratch buffers serves every layer's backward. */
+#ifndef TR_CU_BACKEND_H
+#define TR_CU_BACKEND_H
+
+#include "cu_gemm.h"
+#include "cu_kernels.h"
+
+extern "C" {
+#include "backend.h"
+#include "model.h"
+}
+
+#define TR_CU_MAX_ALLOCS 1024
+
+typedef struct cu_layer {
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+    void *att; /* reference attention only: B x NH x T x T probabilities */
+} cu_layer;
+
+typedef struct cu_backend {
+    tr_backend base;
+    int dev;
+    cudaStream_t s;
+    tr_cu_gemm_ctx *gemm;
+    int bf16;   /* storage type T is bf16 (else float) */
+    size_t esz; /* sizeof(T) */
+    int flash;  /* use the flash attention kernels */
+    size_t offs[TR_NUM_PARAM_TENSORS + 1];
+    void *params; /* T, canonical layout; == master in fp32 mode */
+    float *master, *grads, *m, *v;
+    cu_layer *layers;
+    void *encoded, *lnf, *logits;
+    float *lnf_mean, *lnf_rstd, *losses, *loss_dev;
+    /* backward scratch */
+    void *dres, *dbtc, *dbt4c, *dqkv, *proj, *gelu_tmp, *att_scratch;
+    float *dsum, *norm_partial, *norm_dev;
+    int32_t *d_inputs, *d_targets;
+    int32_t *h_inputs, *h_targets; /* pinned staging */
+    float *h_scalar;                /* pinned */
+    size_t cap_bt;
+    cudaEvent_t ev[5]; /* fwd start, fwd end = bwd start, bwd end, opt start, opt end */
+    int have_fb, have_opt;
+    /* allocation tally, and every device allocation for destroy */
+    void *allocs[TR_CU_MAX_ALLOCS];
+    int nallocs;
+    uint64_t in_use, peak;
+} cu_backend;
+
+/* tr_cu_alloc allocates bytes of device memory, records it for destroy and
+ * counts it in the tally. */
+int tr_cu_alloc(cu_backend *cb, void **p, size_t bytes, tr_err *err);
+
+/* tr_cu_pass runs forward (and, with dloss != 0, backward into the
+ * gradients) for B x Tn tokens already on the device; the mean loss is left
+ * in cb->loss_dev. */
+int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err);
+
+#endif

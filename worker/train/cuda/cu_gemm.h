@@ -1,0 +1,40 @@
+/* cu_gemm.h - the cuBLASLt wrapper of the CUDA backend (internal, C++).
+ *
+ * All matrices are column-major in cuBLAS terms; the backend's row-major
+ * tensors are passed transposed (see backend_cuda.cu, linear_*). Matmul
+ * descriptors, layouts and the heuristic's algorithm are cached per shape,
+ * because asking the heuristic costs tens of microseconds and a training step
+ * issues the same ~10 shapes hundreds of times. */
+#ifndef TR_CU_GEMM_H
+#define TR_CU_GEMM_H
+
+#include <cublasLt.h>
+
+#include "cu_common.cuh"
+
+typedef struct tr_cu_gemm_ctx tr_cu_gemm_ctx;
+
+typedef struct tr_cu_gemm_args {
+    void *d;           /* m x n, leading dimension m */
+    const void *a;     /* m x k, or k x m when ta */
+    const void *b;     /* k x n, or n x k when tb */
+    const void *bias;  /* m entries of d_type, added per row of D (NULL: none) */
+    int m, n, k;
+    int ta, tb;
+    cudaDataType_t ab_type; /* CUDA_R_16BF or CUDA_R_32F */
+    cudaDataType_t d_type;  /* CUDA_R_16BF or CUDA_R_32F (fp32 gradients) */
+    int accumulate;         /* D += product instead of D = product */
+} tr_cu_gemm_args;
+
+/* tr_cu_gemm_create makes a context bound to stream s with its own workspace;
+ * free with tr_cu_gemm_destroy (NULL is a no-op). */
+int tr_cu_gemm_create(tr_cu_gemm_ctx **out, cudaStream_t s, tr_err *err);
+void tr_cu_gemm_destroy(tr_cu_gemm_ctx *g);
+
+/* tr_cu_gemm queues D = op(A) op(B) (+ D) (+ bias) with fp32 accumulation. */
+int tr_cu_gemm(tr_cu_gemm_ctx *g, const tr_cu_gemm_args *a, tr_err *err);
+
+/* Bytes the context holds on the device (its workspace). */
+size_t tr_cu_gemm_device_bytes(const tr_cu_gemm_ctx *g);
+
+#endif

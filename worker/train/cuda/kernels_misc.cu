@@ -1,0 +1,571 @@
+/* kernels_misc.cu - the memory-bound kernels of the CUDA backend: embeddings,
+ * LayerNorm (fused with the residual add), GELU, bias gradients, the fused
+ * classifier, AdamW and the gradient norm.
+ *
+ * All of them move 16-byte vectors per thread (Vec<T>) so that a warp reads
+ * whole 128-byte lines, and compute in fp32 whatever T stores. */
+#include "cu_kernels.h"
+
+/* ---- embeddings ---------------------------------------------------------- */
+
+template <typename T>
+__global__ void encoder_fwd_kernel(T *out, const int32_t *idx, const T *wte, const T *wpe, int BT, int Tn, int C)
+{
+    constexpr int N = Vec<T>::N;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= (size_t)BT * C) {
+        return;
+    }
+    int row = (int)(i / C), c = (int)(i % C), t = row % Tn;
+    Vec<T> a = Vec<T>::load(wte + (size_t)idx[row] * C + c), b = Vec<T>::load(wpe + (size_t)t * C + c), o;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        o.e[k] = tr_from_f<T>(tr_to_f(a.e[k]) + tr_to_f(b.e[k]));
+    }
+    o.store(out + i);
+}
+
+template <typename T>
+cudaError_t tr_cu_encoder_fwd(T *out, const int32_t *idx, const T *wte, const T *wpe, int B, int Tn, int C,
+                              cudaStream_t s)
+{
+    size_t threads = (size_t)B * Tn * C / Vec<T>::N;
+    encoder_fwd_kernel<<<tr_cdiv(threads, 256), 256, 0, s>>>(out, idx, wte, wpe, B * Tn, Tn, C);
+    return cudaGetLastError();
+}
+
+/* Embedding backward scatters with fp32 atomics: rows of wte are hit by
+ * however many tokens share an id, which no static partition knows. */
+template <typename T>
+__global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int BT, int Tn, int C)
+{
+    constexpr int N = Vec<T>::N;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= (size_t)BT * C) {
+        return;
+    }
+    int row = (int)(i / C), c = (int)(i % C), t = row % Tn;
+    Vec<T> d = Vec<T>::load(dout + i);
+    float *we = dwte + (size_t)idx[row] * C + c, *pe = dwpe + (size_t)t * C + c;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        float x = tr_to_f(d.e[k]);
+        atomicAdd(we + k, x);
+        atomicAdd(pe + k, x);
+    }
+}
+
+template <typename T>
+cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn, int C,
+                              cudaStream_t s)
+{
+    size_t threads = (size_t)B * Tn * C / Vec<T>::N;
+    encoder_bwd_kernel<<<tr_cdiv(threads, 256), 256, 0, s>>>(dwte, dwpe, dout, idx, B * Tn, Tn, C);
+    return cudaGetLastError();
+}
+
+/* ---- LayerNorm ----------------------------------------------------------- */
+
+/* One warp per row. The first pass forms the residual sum (rounded to T, as
+ * stored, so backward sees the same input) and the mean; the row is then
+ * re-read from cache for the variance and the output. */
+template <typename T>
+__global__ void residual_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const T *w,
+                                       const T *bias, int N, int C)
+{
+    constexpr int V = Vec<T>::N;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) {
+        return;
+    }
+    const T *x = a + (size_t)row * C;
+    if (b != nullptr) {
+        T *r = res + (size_t)row * C;
+        const T *y = b + (size_t)row * C;
+        for (int c = lane * V; c < C; c += 32 * V) {
+            Vec<T> p = Vec<T>::load(x + c), q = Vec<T>::load(y + c), o;
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                o.e[k] = tr_from_f<T>(tr_to_f(p.e[k]) + tr_to_f(q.e[k]));
+            }
+            o.store(r + c);
+        }
+        __syncwarp();
+        x = r;
+    }
+    float sum = 0.0f;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Vec<T> p = Vec<T>::load(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            sum += tr_to_f(p.e[k]);
+        }
+    }
+    float mu = tr_warp_sum(sum) / C, var = 0.0f;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Vec<T> p = Vec<T>::load(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float d = tr_to_f(p.e[k]) - mu;
+            var += d * d;
+        }
+    }
+    float rs = rsqrtf(tr_warp_sum(var) / C + 1e-5f);
+    T *o = out + (size_t)row * C;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Vec<T> p = Vec<T>::load(x + c), ww = Vec<T>::load(w + c), bb = Vec<T>::load(bias + c), r;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            r.e[k] = tr_from_f<T>((tr_to_f(p.e[k]) - mu) * rs * tr_to_f(ww.e[k]) + tr_to_f(bb.e[k]));
+        }
+        r.store(o + c);
+    }
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
+template <typename T>
+cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const T *w,
+                                  const T *bias, int N, int C, cudaStream_t s)
+{
+    residual_ln_fwd_kernel<<<tr_cdiv(N, 8), 256, 0, s>>>(res, out, mean, rstd, a, b, w, bias, N, C);
+    return cudaGetLastError();
+}
+
+/* A warp per row, a grid of a few blocks per SM striding over rows. A lane
+ * always handles the same columns, so each warp sums the weight and bias
+ * gradients into its own slice of shared memory without atomics; the block
+ * then adds its warps' slices and issues only 2*C global atomics. */
+#define TR_LN_BWD_WARPS 4
+template <typename T>
+__global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+                              const float *mean, const float *rstd, int N, int C)
+{
+    constexpr int V = Vec<T>::N;
+    extern __shared__ float sh[]; /* per warp: dw[C], db[C] */
+    for (int c = threadIdx.x; c < 2 * C * TR_LN_BWD_WARPS; c += blockDim.x) {
+        sh[c] = 0.0f;
+    }
+    __syncthreads();
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *sw = sh + (size_t)warp * 2 * C, *sb = sw + C;
+    for (int row = blockIdx.x * TR_LN_BWD_WARPS + warp; row < N; row += gridDim.x * TR_LN_BWD_WARPS) {
+        const T *g = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+        float mu = mean[row], rs = rstd[row], s1 = 0.0f, s2 = 0.0f;
+        for (int c = lane * V; c < C; c += 32 * V) {
+            Vec<T> gv = Vec<T>::load(g + c), xv = Vec<T>::load(x + c), wv = Vec<T>::load(w + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float dn = tr_to_f(gv.e[k]) * tr_to_f(wv.e[k]), nrm = (tr_to_f(xv.e[k]) - mu) * rs;
+                s1 += dn;
+                s2 += dn * nrm;
+            }
+        }
+        s1 = tr_warp_sum(s1) / C;
+        s2 = tr_warp_sum(s2) / C;
+        T *di = dinp + (size_t)row * C;
+        for (int c = lane * V; c < C; c += 32 * V) {
+            Vec<T> gv = Vec<T>::load(g + c), xv = Vec<T>::load(x + c), wv = Vec<T>::load(w + c),
+                   dv = Vec<T>::load(di + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float gg = tr_to_f(gv.e[k]), nrm = (tr_to_f(xv.e[k]) - mu) * rs;
+                float dn = gg * tr_to_f(wv.e[k]);
+                dv.e[k] = tr_from_f<T>(tr_to_f(dv.e[k]) + (dn - s1 - nrm * s2) * rs);
+                sw[c + k] += gg * nrm;
+                sb[c + k] += gg;
+            }
+            dv.store(di + c);
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float a = 0.0f, b = 0.0f;
+#pragma unroll
+        for (int k = 0; k < TR_LN_BWD_WARPS; k++) {
+            a += sh[(size_t)k * 2 * C + c];
+            b += sh[(size_t)k * 2 * C + C + c];
+        }
+        atomicAdd(dw + c, a);
+        atomicAdd(db + c, b);
+    }
+}
+
+template <typename T>
+cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
+                         const float *rstd, int N, int C, cudaStream_t s)
+{
+    int blocks = (int)tr_cdiv(N, TR_LN_BWD_WARPS * 8); /* about 8 rows per warp */
+    if (blocks > 132 * 4) {
+        blocks = 132 * 4;
+    }
+    size_t shmem = (size_t)2 * C * TR_LN_BWD_WARPS * sizeof(float);
+    if (shmem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(ln_bwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+    }
+    ln_bwd_kernel<<<blocks, 32 * TR_LN_BWD_WARPS, shmem, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    return cudaGetLastError();
+}
+
+/* ---- GELU ---------------------------------------------------------------- */
+
+#define TR_GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+__device__ __forceinline__ float gelu_f(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(TR_GELU_S * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad_f(float x)
+{
+    float u = TR_GELU_S * (x + 0.044715f * x * x * x), th = tanhf(u);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * TR_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+template <typename T> __global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n)
+{
+    constexpr int N = Vec<T>::N;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= n) {
+        return;
+    }
+    Vec<T> x = Vec<T>::load(inp + i), o;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        o.e[k] = tr_from_f<T>(gelu_f(tr_to_f(x.e[k])));
+    }
+    o.store(out + i);
+}
+
+template <typename T> __global__ void gelu_bwd_kernel(T *d, const T *inp, size_t n)
+{
+    constexpr int N = Vec<T>::N;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= n) {
+        return;
+    }
+    Vec<T> x = Vec<T>::load(inp + i), g = Vec<T>::load(d + i);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        g.e[k] = tr_from_f<T>(tr_to_f(g.e[k]) * gelu_grad_f(tr_to_f(x.e[k])));
+    }
+    g.store(d + i);
+}
+
+template <typename T> cudaError_t tr_cu_gelu_fwd(T *out, const T *inp, size_t n, cudaStream_t s)
+{
+    gelu_fwd_kernel<<<tr_cdiv(n / Vec<T>::N, 256), 256, 0, s>>>(out, inp, n);
+    return cudaGetLastError();
+}
+
+template <typename T> cudaError_t tr_cu_gelu_bwd(T *d, const T *inp, size_t n, cudaStream_t s)
+{
+    gelu_bwd_kernel<<<tr_cdiv(n / Vec<T>::N, 256), 256, 0, s>>>(d, inp, n);
+    return cudaGetLastError();
+}
+
+/* ---- bias gradient -------------------------------------------------------- */
+
+/* Block (32 x 8): lanes take consecutive 16-byte column groups, the 8 warps
+ * and grid.y split the rows; partial sums meet in shared memory, then one
+ * atomic per column per block. */
+template <typename T> __global__ void bias_grad_kernel(float *dbias, const T *dout, int N, int OC, int rows_per_y)
+{
+    constexpr int V = Vec<T>::N;
+    __shared__ float sh[8][32 * V];
+    int c = (blockIdx.x * 32 + threadIdx.x) * V;
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        acc[k] = 0.0f;
+    }
+    int r0 = blockIdx.y * rows_per_y, r1 = min(N, r0 + rows_per_y);
+    if (c < OC) {
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            Vec<T> d = Vec<T>::load(dout + (size_t)r * OC + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                acc[k] += tr_to_f(d.e[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sh[threadIdx.y][threadIdx.x * V + k] = acc[k];
+    }
+    __syncthreads();
+    for (int j = threadIdx.y * 32 + threadIdx.x; j < 32 * V; j += 256) {
+        int col = blockIdx.x * 32 * V + j;
+        if (col < OC) {
+            float s = 0.0f;
+#pragma unroll
+            for (int y = 0; y < 8; y++) {
+                s += sh[y][j];
+            }
+            atomicAdd(dbias + col, s);
+        }
+    }
+}
+
+template <typename T> cudaError_t tr_cu_bias_grad(float *dbias, const T *dout, int N, int OC, cudaStream_t s)
+{
+    int gx = (int)tr_cdiv(OC, 32 * Vec<T>::N);
+    int gy = (int)tr_cdiv(264, gx); /* about two blocks per SM in all */
+    int rows = (int)tr_cdiv(N, gy);
+    bias_grad_kernel<<<dim3(gx, gy), dim3(32, 8), 0, s>>>(dbias, dout, N, OC, rows);
+    return cudaGetLastError();
+}
+
+/* ---- fused classifier ---------------------------------------------------- */
+
+/* Online softmax state: running max m and sum of exp(x - m). */
+__device__ __forceinline__ void sm_merge(float &m, float &l, float m2, float l2)
+{
+    float mn = fmaxf(m, m2);
+    l = (m == -INFINITY ? 0.0f : l * __expf(m - mn)) + (m2 == -INFINITY ? 0.0f : l2 * __expf(m2 - mn));
+    m = mn;
+}
+
+/* One block per row: one pass for max and sum (online), then a second pass
+ * over the row, which is still in L2, writes the gradient in place. */
+template <typename T>
+__global__ void __launch_bounds__(512) classifier_kernel(T *logits, float *losses, const int32_t *targets, int V,
+                                                         int Vp, float dloss, int write_grad)
+{
+    constexpr int N = Vec<T>::N;
+    __shared__ float shm[32], shl[32];
+    int row = blockIdx.x;
+    T *x = logits + (size_t)row * Vp;
+    float m = -INFINITY, l = 0.0f;
+    for (int c = threadIdx.x * N; c < V; c += blockDim.x * N) {
+        Vec<T> v = Vec<T>::load(x + c);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            if (c + k < V) {
+                float f = tr_to_f(v.e[k]);
+                if (f > m) {
+                    l = l * __expf(m - f) + 1.0f;
+                    m = f;
+                } else {
+                    l += __expf(f - m);
+                }
+            }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+        sm_merge(m, l, m2, l2);
+    }
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    if (lane == 0) {
+        shm[warp] = m;
+        shl[warp] = l;
+    }
+    __syncthreads();
+    m = lane < nw ? shm[lane] : -INFINITY;
+    l = lane < nw ? shl[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+        sm_merge(m, l, m2, l2);
+    }
+    int tgt = targets[row];
+    if (threadIdx.x == 0) {
+        losses[row] = logf(l) + m - tr_to_f(x[tgt]);
+    }
+    if (!write_grad) {
+        return;
+    }
+    __syncthreads(); /* the target logit is read above before it is overwritten below */
+    float inv = 1.0f / l;
+    for (int c = threadIdx.x * N; c < Vp; c += blockDim.x * N) {
+        Vec<T> v = Vec<T>::load(x + c);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            int col = c + k;
+            float p = col < V ? __expf(tr_to_f(v.e[k]) - m) * inv : 0.0f;
+            v.e[k] = tr_from_f<T>(dloss * (p - (col == tgt ? 1.0f : 0.0f)));
+        }
+        v.store(x + c);
+    }
+}
+
+template <typename T>
+cudaError_t tr_cu_classifier(T *logits, float *losses, const int32_t *targets, int N, int V, int Vp, float dloss,
+                             int write_grad, cudaStream_t s)
+{
+    classifier_kernel<<<N, 512, 0, s>>>(logits, losses, targets, V, Vp, dloss, write_grad);
+    return cudaGetLastError();
+}
+
+__global__ void mean_kernel(float *out, const float *x, int n)
+{
+    __shared__ float sh[32];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        acc += x[i];
+    }
+    acc = tr_block_sum(acc, sh);
+    if (threadIdx.x == 0) {
+        out[0] = acc / n;
+    }
+}
+
+cudaError_t tr_cu_mean(float *out, const float *x, int n, cudaStream_t s)
+{
+    mean_kernel<<<1, 1024, 0, s>>>(out, x, n);
+    return cudaGetLastError();
+}
+
+/* ---- gradient norm ------------------------------------------------------- */
+
+__global__ void sumsq_kernel(float *partial, const float *x, size_t n)
+{
+    __shared__ float sh[32];
+    float acc = 0.0f;
+    size_t n4 = n / 4;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = x4[i];
+        acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    if (blockIdx.x == 0) {
+        for (size_t i = n4 * 4 + threadIdx.x; i < n; i += blockDim.x) {
+            acc += x[i] * x[i];
+        }
+    }
+    acc = tr_block_sum(acc, sh);
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = acc;
+    }
+}
+
+__global__ void sum_partials_kernel(float *out, const float *partial, int n)
+{
+    __shared__ float sh[32];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        acc += partial[i];
+    }
+    acc = tr_block_sum(acc, sh);
+    if (threadIdx.x == 0) {
+        out[0] = acc;
+    }
+}
+
+cudaError_t tr_cu_sumsq(float *out, float *partial, const float *x, size_t n, cudaStream_t s)
+{
+    sumsq_kernel<<<TR_CU_SUMSQ_BLOCKS, 512, 0, s>>>(partial, x, n);
+    sum_partials_kernel<<<1, 1024, 0, s>>>(out, partial, TR_CU_SUMSQ_BLOCKS);
+    return cudaGetLastError();
+}
+
+/* ---- AdamW --------------------------------------------------------------- */
+
+/* Four consecutive parameters per thread; tensor sizes are multiples of 8, so
+ * a group never straddles two tensors and one lookup serves all four. */
+template <typename T>
+__global__ void adamw_kernel(T *param, float *master, const float *grad, float *m, float *v, size_t n,
+                             tr_cu_adamw_args a)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x * 4;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
+        int t = 0;
+        while (t < 15 && i >= a.offs[t + 1]) {
+            t++;
+        }
+        float wd = (a.decay_mask >> t) & 1u ? a.wd : 0.0f;
+        float4 g = *reinterpret_cast<const float4 *>(grad + i), mm = *reinterpret_cast<float4 *>(m + i),
+               vv = *reinterpret_cast<float4 *>(v + i), p = *reinterpret_cast<float4 *>(master + i);
+        float *gs = &g.x, *ms = &mm.x, *vs = &vv.x, *ps = &p.x;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float gk = gs[k] * a.grad_scale;
+            ms[k] = a.beta1 * ms[k] + (1.0f - a.beta1) * gk;
+            vs[k] = a.beta2 * vs[k] + (1.0f - a.beta2) * gk * gk;
+            float mh = ms[k] / a.bc1, vh = vs[k] / a.bc2;
+            ps[k] -= a.lr * (mh / (sqrtf(vh) + a.eps) + wd * ps[k]);
+        }
+        *reinterpret_cast<float4 *>(m + i) = mm;
+        *reinterpret_cast<float4 *>(v + i) = vv;
+        *reinterpret_cast<float4 *>(master + i) = p;
+        if (param != nullptr) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                param[i + k] = tr_from_f<T>(ps[k]);
+            }
+        }
+    }
+}
+
+template <typename T>
+cudaError_t tr_cu_adamw(T *param, float *master, const float *grad, float *m, float *v, size_t n,
+                        const tr_cu_adamw_args *a, cudaStream_t s)
+{
+    unsigned blocks = tr_cdiv(n / 4, 256);
+    if (blocks > 132 * 16) {
+        blocks = 132 * 16;
+    }
+    adamw_kernel<<<blocks, 256, 0, s>>>(param, master, grad, m, v, n, *a);
+    return cudaGetLastError();
+}
+
+/* ---- conversions --------------------------------------------------------- */
+
+template <typename T> __global__ void convert_kernel(T *dst, const float *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        dst[i] = tr_from_f<T>(src[i]);
+    }
+}
+
+template <typename T> cudaError_t tr_cu_convert(T *dst, const float *src, size_t n, cudaStream_t s)
+{
+    convert_kernel<<<1024, 256, 0, s>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+__global__ void fill_random_kernel(bf16 *dst, size_t n, uint32_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 16;
+        h *= 0x7feb352du;
+        h ^= h >> 15;
+        h *= 0x846ca68bu;
+        h ^= h >> 16;
+        dst[i] = __float2bfloat16((float)(h >> 8) / 8388608.0f - 1.0f);
+    }
+}
+
+cudaError_t tr_cu_fill_random(bf16 *dst, size_t n, uint32_t seed, cudaStream_t s)
+{
+    fill_random_kernel<<<1024, 256, 0, s>>>(dst, n, seed);
+    return cudaGetLastError();
+}
+
+/* ---- explicit instantiations -------------------------------------------- */
+
+#define TR_INST(T)                                                                                              \
+    template cudaError_t tr_cu_encoder_fwd<T>(T *, const int32_t *, const T *, const T *, int, int, int,         \
+                                              cudaStream_t);                                                    \
+    template cudaError_t tr_cu_encoder_bwd<T>(float *, float *, const T *, const int32_t *, int, int, int,       \
+                                              cudaStream_t);                                                    \
+    template cudaError_t tr_cu_residual_ln_fwd<T>(T *, T *, float *, float *, const T *, const T *, const T *,   \
+                                                  const T *, int, int, cudaStream_t);                           \
+    template cudaError_t tr_cu_ln_bwd<T>(T *, float *, float *, const T *, const T *, const T *, const float *,  \
+                                         const float *, int, int, cudaStream_t);                                \
+    template cudaError_t tr_cu_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);                                \
+    template cudaError_t tr_cu_gelu_bwd<T>(T *, const T *, size_t, cudaStream_t);                                \
+    template cudaError_t tr_cu_bias_grad<T>(float *, const T *, int, int, cudaStream_t);                         \
+    template cudaError_t tr_cu_classifier<T>(T *, float *, const int32_t *, int, int, int, float, int, cudaStream_t); \
+    template cudaError_t tr_cu_adamw<T>(T *, float *, const float *, float *, float *, size_t,                   \
+                                        const tr_cu_adamw_args *, cudaStream_t);                                \
+    template cudaError_t tr_cu_convert<T>(T *, const float *, size_t, cudaStream_t);
+
+TR_INST(float)
+TR_INST(bf16)

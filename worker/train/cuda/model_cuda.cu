@@ -1,0 +1,215 @@
+/* model_cuda.cu - the GPT-2 forward and backward passes of the CUDA backend.
+ *
+ * Written once as templates over the storage type T and instantiated for
+ * float (fp32 mode) and bf16. Linear layers go through cuBLASLt: the forward
+ * product carries its bias in the epilogue; weight gradients are accumulated
+ * straight into the fp32 gradient vector (bf16 operands, fp32 C/D), which
+ * makes gradient accumulation across micro-batches exact to fp32. */
+#include <nvtx3/nvToolsExt.h>
+
+#include "cu_backend.h"
+
+#define TR_CU(call) TR_CU_TRY(call)
+
+template <typename T> static cudaDataType_t dtype_of();
+template <> cudaDataType_t dtype_of<float>() { return CUDA_R_32F; }
+template <> cudaDataType_t dtype_of<bf16>() { return CUDA_R_16BF; }
+
+/* Parameter tensor i (layer l's slice of `per_layer` elements) as T. */
+template <typename T> static T *P(cu_backend *cb, int i, size_t l = 0, size_t per_layer = 0)
+{
+    return (T *)cb->params + cb->offs[i] + l * per_layer;
+}
+
+static float *G(cu_backend *cb, int i, size_t l = 0, size_t per_layer = 0)
+{
+    return cb->grads + cb->offs[i] + l * per_layer;
+}
+
+/* out[BT][OC] = inp[BT][C] . w[OC][C]^T + bias */
+template <typename T>
+static int linear_fwd(cu_backend *cb, T *out, const T *inp, const T *w, const T *bias, int BT, int C, int OC,
+                      tr_err *err)
+{
+    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0};
+    return tr_cu_gemm(cb->gemm, &a, err);
+}
+
+/* dinp[BT][C] = dout[BT][OC] . w[OC][C] */
+template <typename T>
+static int linear_dinp(cu_backend *cb, T *dinp, const T *dout, const T *w, int BT, int C, int OC, tr_err *err)
+{
+    tr_cu_gemm_args a = {dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0};
+    return tr_cu_gemm(cb->gemm, &a, err);
+}
+
+/* dw[OC][C] (fp32) += dout[BT][OC]^T . inp[BT][C]; db[OC] += column sums. */
+template <typename T>
+static int linear_dw(cu_backend *cb, float *dw, float *db, const T *inp, const T *dout, int BT, int C, int OC,
+                     tr_err *err)
+{
+    int rv = TROUPE_OK;
+    tr_cu_gemm_args a = {dw, inp, dout, NULL, C, OC, BT, 0, 1, dtype_of<T>(), CUDA_R_32F, 1};
+    TR_TRY(tr_cu_gemm(cb->gemm, &a, err));
+    if (db != NULL) {
+        TR_CU(tr_cu_bias_grad(db, dout, BT, OC, cb->s));
+    }
+out:
+    return rv;
+}
+
+template <typename T> static int attention_fwd(cu_backend *cb, cu_layer *ly, int B, int Tn, tr_err *err)
+{
+    int rv = TROUPE_OK, NH = cb->base.cfg.heads, hd = cb->base.cfg.width / NH;
+    if (cb->flash) {
+        TR_CU(tr_cu_flash_fwd((bf16 *)ly->atty, ly->lse, (const bf16 *)ly->qkv, B, Tn, NH, cb->s));
+    } else {
+        TR_CU(tr_cu_attn_naive_fwd((T *)ly->atty, (T *)ly->att, (const T *)ly->qkv, B, Tn, NH, hd, cb->s));
+    }
+out:
+    return rv;
+}
+
+template <typename T>
+static int attention_bwd(cu_backend *cb, cu_layer *ly, const T *dy, int B, int Tn, tr_err *err)
+{
+    int rv = TROUPE_OK, NH = cb->base.cfg.heads, hd = cb->base.cfg.width / NH;
+    if (cb->flash) {
+        TR_CU(tr_cu_flash_bwd((bf16 *)cb->dqkv, cb->dsum, (const bf16 *)dy, (const bf16 *)ly->atty, ly->lse,
+                              (const bf16 *)ly->qkv, B, Tn, NH, cb->s));
+    } else {
+        TR_CU(tr_cu_attn_naive_bwd((T *)cb->dqkv, (T *)cb->att_scratch, dy, (const T *)ly->att,
+                                   (const T *)ly->qkv, B, Tn, NH, hd, cb->s));
+    }
+out:
+    return rv;
+}
+
+/* One transformer block forward. The residual add that ends the block is
+ * fused with the next LayerNorm (the next block's ln1, or lnf after the last). */
+template <typename T> static int block_fwd(cu_backend *cb, int l, int B, int Tn, tr_err *err)
+{
+    int rv = TROUPE_OK, L = cb->base.cfg.layers, C = cb->base.cfg.width, BT = B * Tn;
+    cu_layer *ly = &cb->layers[l];
+    const T *x = l == 0 ? (const T *)cb->encoded : (const T *)cb->layers[l - 1].res3;
+    T *fg = (T *)ly->fch_gelu;
+    TR_TRY(linear_fwd<T>(cb, (T *)ly->qkv, (T *)ly->ln1, P<T>(cb, TR_P_QKVW, l, 3 * C * C),
+                         P<T>(cb, TR_P_QKVB, l, 3 * C), BT, C, 3 * C, err));
+    TR_TRY(attention_fwd<T>(cb, ly, B, Tn, err));
+    TR_TRY(linear_fwd<T>(cb, (T *)cb->proj, (T *)ly->atty, P<T>(cb, TR_P_ATTPROJW, l, C * C),
+                         P<T>(cb, TR_P_ATTPROJB, l, C), BT, C, C, err));
+    TR_CU(tr_cu_residual_ln_fwd((T *)ly->res2, (T *)ly->ln2, ly->ln2_mean, ly->ln2_rstd, x, (const T *)cb->proj,
+                                P<T>(cb, TR_P_LN2W, l, C), P<T>(cb, TR_P_LN2B, l, C), BT, C, cb->s));
+    TR_TRY(linear_fwd<T>(cb, (T *)ly->fch, (T *)ly->ln2, P<T>(cb, TR_P_FCW, l, 4 * C * C),
+                         P<T>(cb, TR_P_FCB, l, 4 * C), BT, C, 4 * C, err));
+    TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    TR_TRY(linear_fwd<T>(cb, (T *)cb->proj, fg, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), P<T>(cb, TR_P_FCPROJB, l, C),
+                         BT, 4 * C, C, err));
+    if (l + 1 < L) {
+        cu_layer *nx = &cb->layers[l + 1];
+        TR_CU(tr_cu_residual_ln_fwd((T *)ly->res3, (T *)nx->ln1, nx->ln1_mean, nx->ln1_rstd, (const T *)ly->res2,
+                                    (const T *)cb->proj, P<T>(cb, TR_P_LN1W, l + 1, C),
+                                    P<T>(cb, TR_P_LN1B, l + 1, C), BT, C, cb->s));
+    } else {
+        TR_CU(tr_cu_residual_ln_fwd((T *)ly->res3, (T *)cb->lnf, cb->lnf_mean, cb->lnf_rstd, (const T *)ly->res2,
+                                    (const T *)cb->proj, P<T>(cb, TR_P_LNFW), P<T>(cb, TR_P_LNFB), BT, C, cb->s));
+    }
+out:
+    return rv;
+}
+
+template <typename T> static int forward(cu_backend *cb, int B, int Tn, float dloss, int bwd, tr_err *err)
+{
+    int rv = TROUPE_OK, C = cb->base.cfg.width, BT = B * Tn;
+    cu_layer *l0 = &cb->layers[0];
+    nvtxRangePushA("forward");
+    TR_CU(tr_cu_encoder_fwd((T *)cb->encoded, cb->d_inputs, P<T>(cb, TR_P_WTE), P<T>(cb, TR_P_WPE), B, Tn, C, cb->s));
+    TR_CU(tr_cu_residual_ln_fwd((T *)NULL, (T *)l0->ln1, l0->ln1_mean, l0->ln1_rstd, (const T *)cb->encoded,
+                                (const T *)NULL, P<T>(cb, TR_P_LN1W), P<T>(cb, TR_P_LN1B), BT, C, cb->s));
+    for (int l = 0; l < cb->base.cfg.layers; l++) {
+        TR_TRY(block_fwd<T>(cb, l, B, Tn, err));
+    }
+    TR_TRY(linear_fwd<T>(cb, (T *)cb->logits, (T *)cb->lnf, P<T>(cb, TR_P_WTE), (const T *)NULL, BT, C,
+                         cb->base.cfg.padded_vocab, err));
+    TR_CU(tr_cu_classifier((T *)cb->logits, cb->losses, cb->d_targets, BT, cb->base.cfg.vocab,
+                           cb->base.cfg.padded_vocab, dloss, bwd, cb->s));
+    TR_CU(tr_cu_mean(cb->loss_dev, cb->losses, BT, cb->s));
+out:
+    nvtxRangePop();
+    return rv;
+}
+
+/* One block backward; cb->dres holds d(loss)/d(res3) on entry and
+ * d(loss)/d(block input) on return. */
+template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn, tr_err *err)
+{
+    int rv = TROUPE_OK, C = cb->base.cfg.width, BT = B * Tn;
+    cu_layer *ly = &cb->layers[l];
+    const T *x = l == 0 ? (const T *)cb->encoded : (const T *)cb->layers[l - 1].res3;
+    T *dres = (T *)cb->dres, *dbtc = (T *)cb->dbtc, *d4 = (T *)cb->dbt4c, *fg = (T *)ly->fch_gelu;
+    if (cb->base.opts.recompute > 0) { /* the GELU output was not kept: one cheap elementwise pass */
+        TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    }
+    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCPROJW, l, 4 * C * C), G(cb, TR_P_FCPROJB, l, C), fg, dres, BT, 4 * C, C, err));
+    TR_TRY(linear_dinp<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), BT, 4 * C, C, err));
+    TR_CU(tr_cu_gelu_bwd(d4, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCW, l, 4 * C * C), G(cb, TR_P_FCB, l, 4 * C), (T *)ly->ln2, d4, BT, C, 4 * C, err));
+    TR_TRY(linear_dinp<T>(cb, dbtc, d4, P<T>(cb, TR_P_FCW, l, 4 * C * C), BT, C, 4 * C, err));
+    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN2W, l, C), G(cb, TR_P_LN2B, l, C), dbtc, (const T *)ly->res2,
+                       P<T>(cb, TR_P_LN2W, l, C), ly->ln2_mean, ly->ln2_rstd, BT, C, cb->s));
+    /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_ATTPROJW, l, C * C), G(cb, TR_P_ATTPROJB, l, C), (T *)ly->atty, dres, BT, C, C, err));
+    TR_TRY(linear_dinp<T>(cb, dbtc, dres, P<T>(cb, TR_P_ATTPROJW, l, C * C), BT, C, C, err));
+    TR_TRY(attention_bwd<T>(cb, ly, dbtc, B, Tn, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_QKVW, l, 3 * C * C), G(cb, TR_P_QKVB, l, 3 * C), (T *)ly->ln1,
+                        (T *)cb->dqkv, BT, C, 3 * C, err));
+    TR_TRY(linear_dinp<T>(cb, dbtc, (T *)cb->dqkv, P<T>(cb, TR_P_QKVW, l, 3 * C * C), BT, C, 3 * C, err));
+    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN1W, l, C), G(cb, TR_P_LN1B, l, C), dbtc, x, P<T>(cb, TR_P_LN1W, l, C),
+                       ly->ln1_mean, ly->ln1_rstd, BT, C, cb->s));
+out:
+    return rv;
+}
+
+template <typename T> static int backward(cu_backend *cb, int B, int Tn, tr_err *err)
+{
+    int rv = TROUPE_OK, L = cb->base.cfg.layers, C = cb->base.cfg.width, Vp = cb->base.cfg.padded_vocab;
+    int BT = B * Tn;
+    nvtxRangePushA("backward");
+    /* the classifier left d(loss)/d(logits) in cb->logits */
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_WTE), NULL, (T *)cb->lnf, (T *)cb->logits, BT, C, Vp, err));
+    TR_TRY(linear_dinp<T>(cb, (T *)cb->dbtc, (T *)cb->logits, P<T>(cb, TR_P_WTE), BT, C, Vp, err));
+    TR_CU(cudaMemsetAsync(cb->dres, 0, (size_t)BT * C * cb->esz, cb->s));
+    TR_CU(tr_cu_ln_bwd((T *)cb->dres, G(cb, TR_P_LNFW), G(cb, TR_P_LNFB), (const T *)cb->dbtc,
+                       (const T *)cb->layers[L - 1].res3, P<T>(cb, TR_P_LNFW), cb->lnf_mean, cb->lnf_rstd, BT, C,
+                       cb->s));
+    for (int l = L - 1; l >= 0; l--) {
+        TR_TRY(block_bwd<T>(cb, l, B, Tn, err));
+    }
+    TR_CU(tr_cu_encoder_bwd(G(cb, TR_P_WTE), G(cb, TR_P_WPE), (const T *)cb->dres, cb->d_inputs, B, Tn, C, cb->s));
+out:
+    nvtxRangePop();
+    return rv;
+}
+
+template <typename T> static int pass(cu_backend *cb, int B, int Tn, float dloss, int bwd, tr_err *err)
+{
+    int rv = TROUPE_OK;
+    if (bwd) {
+        TR_CU(cudaEventRecord(cb->ev[0], cb->s));
+    }
+    TR_TRY(forward<T>(cb, B, Tn, dloss, bwd, err));
+    if (bwd) {
+        TR_CU(cudaEventRecord(cb->ev[1], cb->s));
+        TR_TRY(backward<T>(cb, B, Tn, err));
+        TR_CU(cudaEventRecord(cb->ev[2], cb->s));
+        cb->have_fb = 1;
+    }
+out:
+    return rv;
+}
+
+int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
+{
+    return cb->bf16 ? pass<bf16>(cb, B, Tn, dloss, backward, err) : pass<float>(cb, B, Tn, dloss, backward, err);
+}
