@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# setup.sh - install what troupe needs on Debian 12 (run as root; idempotent).
+# Installs only packages that are missing, so a second run is quick and offline.
+set -euo pipefail
+
+PKGS=(build-essential cmake ninja-build pkg-config git procps
+      libnng-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libsqlite3-dev
+      libcmocka-dev jq clang libclang-rt-14-dev)
+# The RPC benchmark's gRPC peer: only with TROUPE_SETUP_BENCH=1 (large).
+if [ "${TROUPE_SETUP_BENCH:-0}" = 1 ]; then
+    PKGS+=(g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "setup: all packages present"
+    exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run as root (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

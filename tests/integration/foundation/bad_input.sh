@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Bad input on every door of the head: the RPC port, config files, the CLI.
+# Each gets a clear error and a non-zero status; the head keeps serving.
+source "$(dirname "$0")/../lib.sh"
+RAW=${RAWCALL:?}
+
+start_head --max-frame-bytes 1048576
+start_node n1 4
+
+expect_code() { # MODE CODE_NAME
+    local out
+    out=$("$RAW" "$HEAD" "$1") || true
+    grep -q "($2)" <<<"$out" || fail "$1: expected $2, got: $out"
+    pass "$1 -> $2: ${out#*message=}"
+}
+expect_code garbage INVALID_ARGUMENT
+expect_code truncated INVALID_ARGUMENT
+expect_code unknown-method UNIMPLEMENTED
+expect_code bad-payload INVALID_ARGUMENT
+expect_code no-name INVALID_ARGUMENT
+expect_code too-many-gpus INVALID_ARGUMENT
+expect_code dup-gpu INVALID_ARGUMENT
+
+# Oversized frames are dropped by the transport (the connection is closed).
+out=$("$RAW" "$HEAD" oversized) && fail "oversized frame got a reply: $out" || true
+pass "oversized frame dropped"
+
+# Raw garbage below the SP protocol: the handshake fails, nothing else happens.
+for i in 1 2 3; do
+    (exec 3<>/dev/tcp/127.0.0.1/$PORT; head -c 4096 /dev/urandom >&3; exec 3>&-) 2>/dev/null || true
+done
+pass "random bytes on the TCP port"
+
+# The head still serves everyone, and nothing was half-registered.
+"$RAW" "$HEAD" ping | grep -q "(OK)" || fail "head stopped serving"
+[ "$(cli -o json nodes | jqr .count)" = 1 ] || fail "a bad registration left a node behind"
+kill -0 "$HEAD_PID" || fail "head died"
+pass "head alive and serving after bad input; no half-applied change"
+
+# Config files: malformed YAML and unknown keys name file:line:col.
+printf 'listen: "tcp://127.0.0.1:1"\nheartbeat_ms: [1, 2\n' >"$T/bad.yaml"
+set +e
+out=$("$HEAD_BIN" --state-dir "$T/s2" --config "$T/bad.yaml" --check-config 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && grep -qE "bad.yaml:[0-9]+:[0-9]+:" <<<"$out" || fail "malformed YAML: rc=$rc $out"
+pass "malformed YAML: $out"
+printf 'listen: "tcp://127.0.0.1:1"\nheartbeat_msec: 5\n' >"$T/unknown.yaml"
+set +e
+out=$("$HEAD_BIN" --state-dir "$T/s2" --config "$T/unknown.yaml" 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "unknown.yaml:2:1: unknown key 'heartbeat_msec'" <<<"$out" || fail "unknown key: $out"
+pass "unknown key: $out"
+set +e
+out=$("$HEAD_BIN" --state-dir "$T/s2" --heartbeat-ms 0 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "out of range" <<<"$out" || fail "out of range flag: $out"
+out=$("$HEAD_BIN" --check-config 2>&1) && fail "missing state dir accepted" || true
+grep -q "state_dir" <<<"$out" || fail "missing state_dir message: $out"
+set +e
+out=$("$NODE_BIN" --fake-gpus 3xH200:lots 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "should look like" <<<"$out" || fail "bad --fake-gpus: $out"
+pass "bad flags: out of range, missing state dir, bad --fake-gpus"
+
+# The CLI: unknown command, bad option, unreachable head.
+set +e
+cli frobnicate 2>/dev/null; rc1=$?
+cli -o yaml nodes 2>/dev/null; rc2=$?
+out=$("$CLI_BIN" --head tcp://127.0.0.1:1 nodes 2>&1); rc3=$?
+set -e
+[ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc3 -eq 1 ] || fail "cli exit codes $rc1 $rc2 $rc3"
+grep -q "UNAVAILABLE: cannot reach tcp://127.0.0.1:1" <<<"$out" || fail "unreachable message: $out"
+pass "CLI: usage errors exit 2, unreachable head exits 1: $out"

@@ -1,0 +1,131 @@
+/* rawcall - sends hand-made frames to a troupe-head, for the bad-input tests.
+ *
+ *   rawcall URL MODE
+ *
+ * MODE: garbage | truncated | oversized | unknown-method | bad-payload |
+ *       no-name | too-many-gpus | dup-gpu | ping
+ * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
+ * "no reply" and exits 3 when the head dropped the frame (within 2 s). */
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc.h"
+#include "troupe/v1/troupe.pb-c.h"
+
+static int send_frame(nng_socket s, const uint8_t *buf, size_t len)
+{
+    nng_msg *m;
+    nng_msg_alloc(&m, 0);
+    nng_msg_append(m, buf, len);
+    return nng_sendmsg(s, m, 0);
+}
+
+static int envelope(const char *method, const ProtobufCMessage *payload, const uint8_t *raw, size_t rawlen,
+                    uint8_t **buf, size_t *len)
+{
+    tr_envelope env = {0};
+    uint8_t pbuf[8192];
+    env.method = method;
+    env.request_id = 42;
+    env.timeout_ms = 2000;
+    env.token = getenv("TROUPE_TOKEN");
+    if (payload != NULL) {
+        env.payload_len = protobuf_c_message_pack(payload, pbuf);
+        env.payload = pbuf;
+    } else {
+        env.payload = raw;
+        env.payload_len = rawlen;
+    }
+    return tr_envelope_encode_request(&env, buf, len, NULL);
+}
+
+static int build(const char *mode, uint8_t **buf, size_t *len)
+{
+    Troupe__V1__RegisterNodeRequest reg = TROUPE__V1__REGISTER_NODE_REQUEST__INIT;
+    Troupe__V1__Gpu g[65], *gp[65];
+
+    for (int i = 0; i < 65; i++) {
+        troupe__v1__gpu__init(&g[i]);
+        g[i].index = (uint32_t)i;
+        g[i].model = "x";
+        gp[i] = &g[i];
+    }
+    if (strcmp(mode, "garbage") == 0 || strcmp(mode, "oversized") == 0) {
+        *len = strcmp(mode, "garbage") == 0 ? 64 : 8u << 20;
+        *buf = malloc(*len);
+        for (size_t i = 0; i < *len; i++) {
+            (*buf)[i] = (uint8_t)(0xA5 ^ (i * 31));
+        }
+        return 0;
+    }
+    if (strcmp(mode, "truncated") == 0) {
+        Troupe__V1__PingRequest p = TROUPE__V1__PING_REQUEST__INIT;
+        envelope("troupe.v1.Head/Ping", &p.base, NULL, 0, buf, len);
+        *len = *len / 2;
+        return 0;
+    }
+    if (strcmp(mode, "unknown-method") == 0) {
+        return envelope("troupe.v1.Head/NoSuchMethod", NULL, NULL, 0, buf, len);
+    }
+    if (strcmp(mode, "bad-payload") == 0) {
+        static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
+        return envelope("troupe.v1.Head/RegisterNode", NULL, junk, sizeof(junk), buf, len);
+    }
+    if (strcmp(mode, "ping") == 0) {
+        Troupe__V1__PingRequest p = TROUPE__V1__PING_REQUEST__INIT;
+        return envelope("troupe.v1.Head/Ping", &p.base, NULL, 0, buf, len);
+    }
+    reg.hostname = strcmp(mode, "no-name") == 0 ? "" : "h";
+    reg.name = strcmp(mode, "no-name") == 0 ? "" : "raw";
+    if (strcmp(mode, "too-many-gpus") == 0) {
+        reg.n_gpus = 65;
+    } else if (strcmp(mode, "dup-gpu") == 0) {
+        g[1].index = 0;
+        reg.n_gpus = 2;
+    } else if (strcmp(mode, "no-name") != 0) {
+        return -1;
+    }
+    reg.gpus = gp;
+    return envelope("troupe.v1.Head/RegisterNode", &reg.base, NULL, 0, buf, len);
+}
+
+int main(int argc, char **argv)
+{
+    nng_socket s;
+    nng_msg *rep;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    Troupe__V1__Reply *r;
+
+    if (argc != 3 || build(argv[2], &buf, &len) != 0) {
+        fprintf(stderr, "usage: rawcall URL garbage|truncated|oversized|unknown-method|bad-payload|"
+                        "no-name|too-many-gpus|dup-gpu|ping\n");
+        return 2;
+    }
+    nng_req0_open(&s);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 2000);
+    nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, 0);
+    if (nng_dial(s, argv[1], NULL, 0) != 0 || send_frame(s, buf, len) != 0) {
+        fprintf(stderr, "rawcall: cannot send to %s\n", argv[1]);
+        return 1;
+    }
+    free(buf);
+    if (nng_recvmsg(s, &rep, 0) != 0) {
+        printf("no reply\n");
+        nng_close(s);
+        return 3;
+    }
+    r = troupe__v1__reply__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
+    if (r == NULL) {
+        printf("undecodable reply\n");
+        return 1;
+    }
+    printf("code=%d (%s) message=%s\n", r->code, troupe_strerror(r->code), r->message);
+    troupe__v1__reply__free_unpacked(r, NULL);
+    nng_msg_free(rep);
+    nng_close(s);
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* launcher.h - starting, supervising and stopping worker processes.
+ *
+ * Workers are started with posix_spawn (never fork: the agent may have loaded
+ * the CUDA driver), each in its own process group, stdin from /dev/null and
+ * stdout+stderr appended to one log file per worker attempt. The agent's own
+ * binary is spawned as a shim (`troupe-node --exec-worker DIR -- CMD...`) that
+ * sets PR_SET_PDEATHSIG=SIGKILL, changes to the working directory and execs the
+ * command, so workers die with a killed agent instead of lingering.
+ *
+ * Stopping sends SIGTERM to the whole process group, then SIGKILL after the
+ * grace period. Exits are collected with waitpid and reported with exit code
+ * or signal.
+ *
+ * Not thread-safe: the agent's main loop owns the launcher. */
+#ifndef TR_LAUNCHER_H
+#define TR_LAUNCHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+typedef struct tr_launcher tr_launcher;
+
+typedef enum tr_worker_phase {
+    TR_WORKER_RUNNING = 0,
+    TR_WORKER_STOPPING = 1,        /* SIGTERM sent, waiting for exit or grace */
+    TR_WORKER_EXITED = 2,          /* exit_code or signal valid */
+    TR_WORKER_FAILED_TO_START = 3, /* message says why (e.g. command not found) */
+} tr_worker_phase;
+
+typedef struct tr_worker_spec {
+    uint64_t job_id;
+    const char *name;        /* "job7-policy-3" */
+    uint32_t attempt;
+    const char *const *argv; /* NULL-terminated; argv[0] looked up on PATH */
+    const char *const *env;  /* NULL-terminated "K=V" added to/overriding the agent's environment */
+    const char *workdir;     /* NULL or "" = the agent's cwd */
+} tr_worker_spec;
+
+typedef struct tr_worker_status {
+    uint64_t job_id;
+    const char *name;        /* borrowed from the launcher; valid until tr_launcher_forget */
+    uint32_t attempt;
+    tr_worker_phase phase;
+    pid_t pid;
+    int exit_code;           /* when EXITED by exit() */
+    int signal;              /* when EXITED by a signal (0 otherwise) */
+    const char *message;     /* e.g. "exited with code 3", "killed by SIGKILL after 10000 ms grace" */
+    const char *log_path;
+    int64_t started_ms, ended_ms;
+} tr_worker_status;
+
+/* tr_launcher_open: logs go to log_dir/<name>.<attempt>.log; self_exe is the
+ * path of the troupe-node binary used as the shim ("/proc/self/exe" works). */
+int tr_launcher_open(const char *log_dir, const char *self_exe, int64_t grace_ms, tr_launcher **out,
+                     tr_err *err);
+
+/* tr_launcher_close SIGKILLs every still-running worker group, reaps them and
+ * frees; NULL is a no-op. */
+void tr_launcher_close(tr_launcher *l);
+
+/* tr_launcher_start spawns a worker. A spawn failure (missing command or
+ * workdir) is not an error of this call: the worker is recorded as
+ * FAILED_TO_START with a message and OK is returned. ALREADY_EXISTS when the
+ * same (name, attempt) is known. */
+int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err);
+
+/* tr_launcher_stop begins stopping (name, attempt): SIGTERM now, SIGKILL
+ * after the grace period (driven by tr_launcher_poll). NOT_FOUND if unknown;
+ * OK and nothing done if already exited. */
+int tr_launcher_stop(tr_launcher *l, const char *name, uint32_t attempt, tr_err *err);
+
+/* tr_launcher_poll reaps exited workers (waitpid WNOHANG), escalates overdue
+ * stops to SIGKILL, and returns how many workers changed phase since the last
+ * poll. Call it every few tens of milliseconds. */
+int tr_launcher_poll(tr_launcher *l);
+
+/* tr_launcher_count / tr_launcher_get enumerate known workers (index order is
+ * stable until a forget). */
+size_t tr_launcher_count(const tr_launcher *l);
+int tr_launcher_get(const tr_launcher *l, size_t i, tr_worker_status *out);
+
+/* tr_launcher_find returns the index of (name, attempt) or -1. */
+long tr_launcher_find(const tr_launcher *l, const char *name, uint32_t attempt);
+
+/* tr_launcher_read_log returns new complete lines of a worker's log since the
+ * last call (at most max bytes; a partial last line waits unless the worker
+ * has exited). *buf is malloc'ed (free it); *len 0 when nothing new. */
+int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_t *len, tr_err *err);
+
+/* tr_launcher_forget drops an EXITED/FAILED_TO_START record (the head has it).
+ * BUSY records (running/stopping) are FAILED_PRECONDITION. */
+int tr_launcher_forget(tr_launcher *l, const char *name, uint32_t attempt, tr_err *err);
+
+/* tr_launcher_exec_worker is the shim's body, called from troupe-node's main
+ * when argv[1] is "--exec-worker": argv = {prog, "--exec-worker", WORKDIR, "--",
+ * CMD, ARGS...}. Never returns on success; returns 127 on failure after writing
+ * the reason to stderr (which is the worker's log). */
+int tr_launcher_exec_worker(int argc, char **argv);
+
+#endif
