@@ -261,6 +261,12 @@ static void test_many_nodes(void **state)
     t_job(&j, "16", "g:1x16:PACK", NULL);
     assert_status(tr_sched_place(s, 2, &j.spec, &p, &err), TROUPE_OK, &err);
     assert_int_equal(tr_sched_placement_vnodes(p)[0].node_id, 668); /* first 16-GPU node */
+    /* PACK of 64 one-GPU bundles fills four 16-GPU nodes, not 64 fragments */
+    t_job(&j, "64*1", "g:64x1:PACK", NULL);
+    assert_status(tr_sched_place(s, 3, &j.spec, &p, &err), TROUPE_OK, &err);
+    t_check_props(s, &j.spec, p);
+    assert_int_equal(tr_sched_placement_workers(p)[0].nnodes, 4);
+    assert_int_equal(tr_sched_placement_workers(p)[0].node_id, 669);
     t_check_invariants(s);
     tr_sched_close(s);
 }
