@@ -74,27 +74,35 @@ static void ray_reference(result *r)
     }
 }
 
-static int run_one(tr_sched *s, uint64_t total_gpus, double seconds, result *r)
+/* The job for a row: one vnode per worker, or one vnode for STRICT_PACK. */
+static void job_layout(result *r, int *vn, tr_sched_group_spec *g, tr_sched_job_spec *spec)
 {
-    int vn[64];
-    tr_sched_group_spec g = {.name = "g", .workers = r->workers, .gpus_per_worker = r->gpw};
-    tr_sched_job_spec spec = {.name = "bench", .vnodes = vn, .groups = &g, .ngroups = 1};
-    tr_err err;
-    tr_sched_strategy st;
+    tr_sched_strategy st = TR_SCHED_PACK;
 
-    tr_sched_strategy_parse(r->strategy, &st, &err);
-    g.strategy = st;
+    tr_sched_strategy_parse(r->strategy, &st, NULL);
+    *g = (tr_sched_group_spec){.name = "g", .workers = r->workers, .gpus_per_worker = r->gpw, .strategy = st};
+    *spec = (tr_sched_job_spec){.name = "bench", .vnodes = vn, .groups = g, .ngroups = 1};
     if (st == TR_SCHED_STRICT_PACK) {
         vn[0] = r->workers * r->gpw;
-        spec.nvnodes = 1;
+        spec->nvnodes = 1;
         snprintf(r->layout, sizeof(r->layout), "[%d]", vn[0]);
     } else {
         for (int i = 0; i < r->workers; i++) {
             vn[i] = r->gpw;
         }
-        spec.nvnodes = (size_t)r->workers;
+        spec->nvnodes = (size_t)r->workers;
         snprintf(r->layout, sizeof(r->layout), "%dx[%d]", r->workers, r->gpw);
     }
+}
+
+static int run_one(tr_sched *s, uint64_t total_gpus, double seconds, result *r)
+{
+    int vn[64];
+    tr_sched_group_spec g;
+    tr_sched_job_spec spec;
+    tr_err err;
+
+    job_layout(r, vn, &g, &spec);
     ray_reference(r);
     if (tr_sched_check(s, &spec, &err) != TROUPE_OK) {
         snprintf(r->layout + strlen(r->layout), sizeof(r->layout) - strlen(r->layout), " infeasible");
@@ -159,9 +167,12 @@ static double queue_pass(tr_sched *s, uint64_t total_gpus, size_t npend, double 
         int strict_pack = i % 4 == TR_SCHED_STRICT_PACK;
         ones[i] = 1;
         single[i] = w = strict_pack ? 1 + w % 16 : w;
-        g[i] = (tr_sched_group_spec){.name = "g", .workers = w, .gpus_per_worker = 1, .strategy = (int)(i % 4)};
-        spec[i] = (tr_sched_job_spec){.vnodes = strict_pack ? &single[i] : ones, .nvnodes = strict_pack ? 1 : (size_t)w,
-                                      .groups = &g[i], .ngroups = 1};
+        g[i] =
+            (tr_sched_group_spec){.name = "g", .workers = w, .gpus_per_worker = 1, .strategy = (int)(i % 4)};
+        spec[i] = (tr_sched_job_spec){.vnodes = strict_pack ? &single[i] : ones,
+                                      .nvnodes = strict_pack ? 1 : (size_t)w,
+                                      .groups = &g[i],
+                                      .ngroups = 1};
         q[i] = (tr_sched_pending){.job_id = 1 + i, .spec = &spec[i]};
     }
     for (size_t i = npend; i < 64; i++) {
@@ -197,31 +208,36 @@ static void print_table(const result *rs, size_t n, unsigned nodes)
             continue;
         }
         printf("%-14s %7d %4d %-18s %12.0f %7.2f %8zu %6llu  %-36s %8.0f\n", r->strategy, r->workers, r->gpw,
-               r->layout, r->ops, r->us, r->inflight, (unsigned long long)r->waited, r->ray, r->ops / r->ray_ops);
+               r->layout, r->ops, r->us, r->inflight, (unsigned long long)r->waited, r->ray,
+               r->ops / r->ray_ops);
     }
 }
 
-static int write_json(const char *path, const result *rs, size_t n, unsigned nodes, double seconds, double qps,
-                      size_t started)
+static int write_json(const char *path, const result *rs, size_t n, unsigned nodes, double seconds,
+                      double qps, size_t started)
 {
     FILE *f = fopen(path, "w");
     if (f == NULL) {
         perror(path);
         return 1;
     }
-    fprintf(f, "{\n  \"bench\": \"sched-core\",\n  \"nodes\": %u,\n  \"seconds_per_case\": %.2f,\n  \"results\": [\n",
+    fprintf(f,
+            "{\n  \"bench\": \"sched-core\",\n  \"nodes\": %u,\n  \"seconds_per_case\": %.2f,\n  "
+            "\"results\": [\n",
             nodes, seconds);
     for (size_t i = 0; i < n; i++) {
         const result *r = &rs[i];
         fprintf(f,
                 "    {\"strategy\": \"%s\", \"workers\": %d, \"gpus_per_worker\": %d, \"vnodes\": \"%s\", "
-                "\"place_release_per_s\": %.1f, \"us_per_op\": %.3f, \"inflight\": %zu, \"waited\": %llu, \"ray_ref_per_s\": %.1f}%s\n",
+                "\"place_release_per_s\": %.1f, \"us_per_op\": %.3f, \"inflight\": %zu, \"waited\": %llu, "
+                "\"ray_ref_per_s\": %.1f}%s\n",
                 r->strategy, r->workers, r->gpw, r->layout, r->ops, r->us, r->inflight,
-                (unsigned long long)r->waited, r->ray_ops,
-                i + 1 < n ? "," : "");
+                (unsigned long long)r->waited, r->ray_ops, i + 1 < n ? "," : "");
     }
-    fprintf(f, "  ],\n  \"queue_pass\": {\"pending\": 64, \"passes_per_s\": %.1f, \"started_per_pass\": %zu}\n}\n",
-            qps, started);
+    fprintf(
+        f,
+        "  ],\n  \"queue_pass\": {\"pending\": 64, \"passes_per_s\": %.1f, \"started_per_pass\": %zu}\n}\n",
+        qps, started);
     return fclose(f) == 0 ? 0 : 1;
 }
 
@@ -268,7 +284,8 @@ int main(int argc, char **argv)
     size_t started = 0;
     double qps = queue_pass(s, st.alive_gpus, 64, seconds, &started);
     printf("queue pass (tr_sched_schedule): 64 pending jobs of 1-64 bundles, every 16-GPU node busy: "
-           "%.0f passes/s (%.1f us/pass), %zu jobs start per pass\n", qps, 1e6 / qps, started);
+           "%.0f passes/s (%.1f us/pass), %zu jobs start per pass\n",
+           qps, 1e6 / qps, started);
     tr_sched_close(s);
     return json != NULL ? write_json(json, rs, n, nodes, seconds, qps, started) : 0;
 }

@@ -128,11 +128,10 @@ static int grow_nodes(tr_sched *s)
 {
     uint32_t cap = s->cap == 0 ? 64 : s->cap * 2;
     uint32_t *idmap = NULL;
-    bool ok = grow_array(&s->nodes, cap * sizeof(*s->nodes)) &&
-              grow_array(&s->sel_stamp, cap * sizeof(uint32_t)) && grow_array(&s->sel_ok, cap) &&
-              grow_array(&s->use_stamp, cap * sizeof(uint32_t)) &&
-              grow_array(&s->vc_of, cap * sizeof(uint32_t)) &&
-              tr_sched_view_reserve(&s->live, cap) == TROUPE_OK;
+    bool ok =
+        grow_array(&s->nodes, cap * sizeof(*s->nodes)) && grow_array(&s->sel_stamp, cap * sizeof(uint32_t)) &&
+        grow_array(&s->sel_ok, cap) && grow_array(&s->use_stamp, cap * sizeof(uint32_t)) &&
+        grow_array(&s->vc_of, cap * sizeof(uint32_t)) && tr_sched_view_reserve(&s->live, cap) == TROUPE_OK;
 
     if (ok) {
         idmap = calloc((size_t)cap * 2, sizeof(uint32_t));

@@ -66,9 +66,9 @@
 #include "err.h"
 
 #define TR_SCHED_MAX_NODE_GPUS 64
-#define TR_SCHED_MAX_VNODES 4096          /* per job */
-#define TR_SCHED_MAX_WORKERS 65536        /* per job, all groups together */
-#define TR_SCHED_MAX_GROUPS 256           /* per job */
+#define TR_SCHED_MAX_VNODES 4096   /* per job */
+#define TR_SCHED_MAX_WORKERS 65536 /* per job, all groups together */
+#define TR_SCHED_MAX_GROUPS 256    /* per job */
 
 typedef struct tr_sched tr_sched;
 typedef struct tr_sched_placement tr_sched_placement;
@@ -102,7 +102,7 @@ typedef struct tr_sched_node_spec {
 
 typedef struct tr_sched_node_info {
     uint64_t id;
-    const char *name;   /* borrowed: lives until tr_sched_close() */
+    const char *name; /* borrowed: lives until tr_sched_close() */
     unsigned gpus;
     unsigned free_gpus;
     uint64_t free_mask; /* bit i set = GPU i free */
@@ -112,10 +112,10 @@ typedef struct tr_sched_node_info {
 /* A worker group: workers x gpus_per_worker. cpus/memory_bytes are carried
  * for the head's bookkeeping and not scheduled (nodes have no CPU model yet). */
 typedef struct tr_sched_group_spec {
-    const char *name; /* non-empty, unique within the job */
-    int workers;      /* >= 1 */
+    const char *name;    /* non-empty, unique within the job */
+    int workers;         /* >= 1 */
     int gpus_per_worker; /* >= 1 */
-    int strategy;     /* a tr_sched_strategy; int so that bad values can be reported */
+    int strategy;        /* a tr_sched_strategy; int so that bad values can be reported */
     double cpus;
     uint64_t memory_bytes;
 } tr_sched_group_spec;
@@ -123,8 +123,8 @@ typedef struct tr_sched_group_spec {
 /* A job: the virtual cluster (vnodes[i] GPUs each, all on nodes matching every
  * selector label) and its groups. Borrowed for the duration of each call. */
 typedef struct tr_sched_job_spec {
-    const char *name;               /* for messages; may be NULL */
-    const int *vnodes;              /* nvnodes GPU counts */
+    const char *name;  /* for messages; may be NULL */
+    const int *vnodes; /* nvnodes GPU counts */
     size_t nvnodes;
     const tr_sched_label *selector; /* node labels that must all match */
     size_t nselector;
@@ -134,9 +134,9 @@ typedef struct tr_sched_job_spec {
 
 /* One worker's placement. */
 typedef struct tr_sched_worker {
-    uint32_t group;            /* index into spec->groups */
-    uint32_t rank;             /* worker index within the group (RANK) */
-    uint32_t vnode;            /* index into spec->vnodes */
+    uint32_t group; /* index into spec->groups */
+    uint32_t rank;  /* worker index within the group (RANK) */
+    uint32_t vnode; /* index into spec->vnodes */
     uint64_t node_id;
     uint32_t node_rank;        /* NODE_RANK: index among the group's nodes */
     uint32_t nnodes;           /* number of distinct nodes of the group */
@@ -156,10 +156,10 @@ typedef struct tr_sched_vnode {
 } tr_sched_vnode;
 
 typedef struct tr_sched_stats {
-    size_t nodes;          /* all known nodes, dead included */
+    size_t nodes; /* all known nodes, dead included */
     size_t alive_nodes;
     uint64_t alive_gpus;
-    uint64_t free_gpus;    /* free GPUs on alive nodes */
+    uint64_t free_gpus; /* free GPUs on alive nodes */
     size_t placements;
 } tr_sched_stats;
 

@@ -25,11 +25,11 @@ typedef struct tr_sched_node {
  * go to the lowest slot (the node added first). The live state is one view;
  * the queue and the feasibility check work on copies. */
 typedef struct tr_sched_view {
-    uint32_t n;      /* node slots in use */
-    uint32_t words;  /* words per bucket bitset */
-    uint64_t *free;  /* [cap] free mask per slot */
-    uint64_t *bits;  /* [TR_SCHED_NBUCKETS * words] */
-    uint8_t *alive;  /* [cap] 1 if the slot is bucketed */
+    uint32_t n;     /* node slots in use */
+    uint32_t words; /* words per bucket bitset */
+    uint64_t *free; /* [cap] free mask per slot */
+    uint64_t *bits; /* [TR_SCHED_NBUCKETS * words] */
+    uint8_t *alive; /* [cap] 1 if the slot is bucketed */
     uint32_t cap;
 } tr_sched_view;
 
@@ -40,8 +40,8 @@ struct tr_sched_placement {
     size_t ngroups;
     tr_sched_worker *workers;
     tr_sched_vnode *vnodes;
-    uint32_t *vslot;    /* node slot of each vnode */
-    size_t *group_off;  /* [ngroups + 1] */
+    uint32_t *vslot;                 /* node slot of each vnode */
+    size_t *group_off;               /* [ngroups + 1] */
     tr_sched_placement *prev, *next; /* all placements of s */
     tr_sched_placement *hnext;       /* job-id hash chain */
 };
@@ -89,7 +89,8 @@ int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s);
 typedef bool (*tr_sched_filter)(void *ctx, uint32_t slot);
 /* Scan buckets lo..hi (ascending when lo <= hi, else descending); returns the
  * first slot accepted by filter (NULL accepts all), or -1. */
-int64_t tr_sched_view_find(const tr_sched_view *v, unsigned lo, unsigned hi, tr_sched_filter filter, void *ctx);
+int64_t tr_sched_view_find(const tr_sched_view *v, unsigned lo, unsigned hi, tr_sched_filter filter,
+                           void *ctx);
 
 /* nodes (sched.c) */
 int64_t tr_sched_slot_of(const tr_sched *s, uint64_t id);

@@ -42,18 +42,18 @@ typedef struct pctx {
     const tr_sched_job_spec *spec;
     tr_sched_placement *p;
     uint32_t epoch;
-    uint32_t nvc;         /* distinct real nodes used so far */
-    uint32_t *vc_slot;    /* [V] slot of each distinct node */
-    uint32_t *vc_first;   /* [V + 1] CSR offsets into vc_list */
-    uint32_t *vc_list;    /* [V] vnodes grouped by node */
-    uint32_t *order;      /* [V] vnodes, largest first */
-    uint32_t *capv;       /* [V] workers each node can still take */
-    uint32_t *freev;      /* [V] GPUs each node still has in the job's vnodes */
-    uint32_t *cand;       /* [V] candidate nodes */
-    uint32_t *vc_order;   /* [V] when the node was first chosen for the group */
-    uint32_t *gorder;     /* [G] groups in placement order */
-    uint64_t *rem;        /* [V] GPUs of each vnode not yet given to a worker */
-    tr_sched_wtmp *wt;    /* [W] one group's workers */
+    uint32_t nvc;       /* distinct real nodes used so far */
+    uint32_t *vc_slot;  /* [V] slot of each distinct node */
+    uint32_t *vc_first; /* [V + 1] CSR offsets into vc_list */
+    uint32_t *vc_list;  /* [V] vnodes grouped by node */
+    uint32_t *order;    /* [V] vnodes, largest first */
+    uint32_t *capv;     /* [V] workers each node can still take */
+    uint32_t *freev;    /* [V] GPUs each node still has in the job's vnodes */
+    uint32_t *cand;     /* [V] candidate nodes */
+    uint32_t *vc_order; /* [V] when the node was first chosen for the group */
+    uint32_t *gorder;   /* [G] groups in placement order */
+    uint64_t *rem;      /* [V] GPUs of each vnode not yet given to a worker */
+    tr_sched_wtmp *wt;  /* [W] one group's workers */
     uint32_t nwt, norder;
     bool spread;
 } pctx;
@@ -170,7 +170,8 @@ static int64_t best_used(pctx *c, unsigned need)
     for (uint32_t i = 0; i < c->nvc; i++) {
         uint32_t slot = c->vc_slot[i];
         unsigned f = (unsigned)__builtin_popcountll(c->v->free[slot]);
-        if (c->v->alive[slot] && f >= need && (best < 0 || f < best_free || (f == best_free && slot < best))) {
+        if (c->v->alive[slot] && f >= need &&
+            (best < 0 || f < best_free || (f == best_free && slot < best))) {
             best = slot;
             best_free = f;
         }
@@ -313,8 +314,8 @@ static void vnode_fail(pctx *c, uint32_t vn, unsigned need, tr_err *err)
                    need, sel, vn, count);
     } else {
         tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED,
-                   "waiting for %u free GPUs%s on one node (virtual node %u); most free on a node is %u", need,
-                   sel, vn, most);
+                   "waiting for %u free GPUs%s on one node (virtual node %u); most free on a node is %u",
+                   need, sel, vn, most);
     }
 }
 
@@ -422,9 +423,8 @@ static int64_t roomiest(pctx *c)
 {
     int64_t best = -1;
     for (uint32_t i = 0; i < c->nvc; i++) {
-        if (c->capv[i] > 0 &&
-            (best < 0 || c->capv[i] > c->capv[best] ||
-             (c->capv[i] == c->capv[best] && c->freev[i] > c->freev[best]))) {
+        if (c->capv[i] > 0 && (best < 0 || c->capv[i] > c->capv[best] ||
+                               (c->capv[i] == c->capv[best] && c->freev[i] > c->freev[best]))) {
             best = i;
         }
     }
@@ -497,40 +497,54 @@ static void group_fail(pctx *c, tr_err *err, const char *fmt, ...)
     }
 }
 
+/* PACK and STRICT_PACK: one node if any holds the group; else PACK fills the
+ * roomiest nodes first and STRICT_PACK fails. */
+static int pack_workers(pctx *c, const tr_sched_group_spec *g, tr_err *err)
+{
+    uint32_t k = (uint32_t)g->workers;
+    unsigned gw = (unsigned)g->gpus_per_worker;
+    int64_t i = best_whole(c, k);
+
+    if (i >= 0) {
+        take_workers(c, (uint32_t)i, k, gw);
+    } else if (g->strategy == TR_SCHED_PACK) {
+        pack_greedy(c, k, gw);
+    } else {
+        i = roomiest(c);
+        group_fail(c, err,
+                   "STRICT_PACK group %s needs 1 node with room for %u workers x %u GPUs; its virtual "
+                   "nodes give at most %u on one node",
+                   g->name, k, gw, i >= 0 ? c->capv[i] : 0);
+        return TROUPE_RESOURCE_EXHAUSTED;
+    }
+    return TROUPE_OK;
+}
+
 /* Choose the worker slots of one group into c->wt according to its strategy. */
 static int choose_workers(pctx *c, const tr_sched_group_spec *g, tr_err *err)
 {
     uint32_t k = (uint32_t)g->workers;
     unsigned gw = (unsigned)g->gpus_per_worker;
     uint64_t total = compute_room(c, gw);
-    int64_t i;
 
     c->nwt = 0;
     c->norder = 0;
     if (total < k) {
-        group_fail(c, err, "group %s needs %u workers x %u GPUs; the job's virtual nodes have room for %llu such workers",
-                   g->name, k, gw, (unsigned long long)total);
+        group_fail(
+            c, err,
+            "group %s needs %u workers x %u GPUs; the job's virtual nodes have room for %llu such workers",
+            g->name, k, gw, (unsigned long long)total);
         return TROUPE_RESOURCE_EXHAUSTED;
     }
     switch (g->strategy) {
     case TR_SCHED_STRICT_PACK:
-    case TR_SCHED_PACK:
-        i = best_whole(c, k);
-        if (i >= 0) {
-            take_workers(c, (uint32_t)i, k, gw);
-        } else if (g->strategy == TR_SCHED_PACK) {
-            pack_greedy(c, k, gw);
-        } else {
-            i = roomiest(c);
-            group_fail(c, err, "STRICT_PACK group %s needs 1 node with room for %u workers x %u GPUs; its virtual nodes give at most %u on one node",
-                       g->name, k, gw, i >= 0 ? c->capv[i] : 0);
-            return TROUPE_RESOURCE_EXHAUSTED;
-        }
-        break;
+    case TR_SCHED_PACK: return pack_workers(c, g, err);
     case TR_SCHED_STRICT_SPREAD: {
         uint32_t n = sort_candidates(c, true);
         if (n < k) {
-            group_fail(c, err, "STRICT_SPREAD group %s needs %u distinct nodes; its virtual nodes span %u with room for a %u-GPU worker",
+            group_fail(c, err,
+                       "STRICT_SPREAD group %s needs %u distinct nodes; its virtual nodes span %u with room "
+                       "for a %u-GPU worker",
                        g->name, k, n, gw);
             return TROUPE_RESOURCE_EXHAUSTED;
         }
@@ -539,9 +553,7 @@ static int choose_workers(pctx *c, const tr_sched_group_spec *g, tr_err *err)
         }
         break;
     }
-    default:
-        spread_rounds(c, k, gw);
-        break;
+    default: spread_rounds(c, k, gw); break;
     }
     return TROUPE_OK;
 }
@@ -623,7 +635,8 @@ int tr_sched_place_on(tr_sched *s, tr_sched_view *v, tr_sched_viewkind kind, con
         size_t w = (size_t)spec->groups[g].workers;
         wmax = w > wmax ? w : wmax;
         wall += w;
-        c.spread |= spec->groups[g].strategy == TR_SCHED_SPREAD || spec->groups[g].strategy == TR_SCHED_STRICT_SPREAD;
+        c.spread |=
+            spec->groups[g].strategy == TR_SCHED_SPREAD || spec->groups[g].strategy == TR_SCHED_STRICT_SPREAD;
     }
     c.p = placement_alloc(spec, wall);
     if (c.p == NULL || !scratch_setup(&c, wmax)) {

@@ -24,9 +24,9 @@ typedef struct qpass {
     tr_sched *s;
     const tr_sched_pending *pending;
     tr_sched_decision *out;
-    bool claim_ready;        /* Ca and Cb are built */
+    bool claim_ready; /* Ca and Cb are built */
     bool have_waiting;
-    uint64_t first_waiting;  /* job id of the oldest waiting job */
+    uint64_t first_waiting; /* job id of the oldest waiting job */
 } qpass;
 
 static void take_all(tr_sched_view *v, const tr_sched_placement *p)
@@ -126,10 +126,11 @@ static void wait_reason(qpass *q, size_t i, const tr_sched_job_spec *spec)
     if (tr_sched_place_on(s, &s->live, TR_SCHED_VIEW_LIVE, spec, &p, &oom, why) == TROUPE_OK) {
         give_all(&s->live, p);
         tr_sched_placement_free(p);
-        tr_err_set(why, TROUPE_RESOURCE_EXHAUSTED,
-                   "queued behind earlier pending job %llu: the free GPUs this job could use now are held for "
-                   "earlier jobs (FIFO; backfill may not delay them)",
-                   (unsigned long long)q->first_waiting);
+        tr_err_set(
+            why, TROUPE_RESOURCE_EXHAUSTED,
+            "queued behind earlier pending job %llu: the free GPUs this job could use now are held for "
+            "earlier jobs (FIFO; backfill may not delay them)",
+            (unsigned long long)q->first_waiting);
     }
     q->out[i].status = TROUPE_RESOURCE_EXHAUSTED;
 }
@@ -181,7 +182,8 @@ static int one_job(qpass *q, size_t i)
     return oom ? TROUPE_RESOURCE_EXHAUSTED : wait_job(q, i, spec);
 }
 
-int tr_sched_schedule(tr_sched *s, const tr_sched_pending *pending, size_t n, tr_sched_decision *out, tr_err *err)
+int tr_sched_schedule(tr_sched *s, const tr_sched_pending *pending, size_t n, tr_sched_decision *out,
+                      tr_err *err)
 {
     qpass q = {.s = s, .pending = pending, .out = out};
     int rv = TROUPE_OK;

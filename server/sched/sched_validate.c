@@ -12,8 +12,8 @@ void tr_sched_format_selector(const tr_sched_job_spec *spec, char *buf, size_t l
     size_t off = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < spec->nselector && off < len; i++) {
-        int n = snprintf(buf + off, len - off, "%s%s=%s", i == 0 ? " with labels " : ",", spec->selector[i].key,
-                         spec->selector[i].value);
+        int n = snprintf(buf + off, len - off, "%s%s=%s", i == 0 ? " with labels " : ",",
+                         spec->selector[i].key, spec->selector[i].value);
         off += n > 0 ? (size_t)n : 0;
     }
 }
@@ -32,8 +32,9 @@ static int validate_vnodes(const tr_sched_job_spec *spec, int *largest, long lon
     for (size_t i = 0; i < spec->nvnodes; i++) {
         int g = spec->vnodes[i];
         if (g < 1 || g > TR_SCHED_MAX_NODE_GPUS) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "virtual node %zu asks for %d GPUs; a node has 1 to %d",
-                              i, g, TR_SCHED_MAX_NODE_GPUS);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                              "virtual node %zu asks for %d GPUs; a node has 1 to %d", i, g,
+                              TR_SCHED_MAX_NODE_GPUS);
         }
         *largest = g > *largest ? g : *largest;
         *total += g;
@@ -59,32 +60,44 @@ static long long vnode_slots(const tr_sched_job_spec *spec, int gw, size_t *fitt
     return slots;
 }
 
+static int validate_group_name(const tr_sched_job_spec *spec, size_t gi, tr_err *err)
+{
+    if (spec->groups[gi].name == NULL || spec->groups[gi].name[0] == '\0') {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %zu has no name", gi);
+    }
+    for (size_t j = 0; j < gi; j++) {
+        if (strcmp(spec->groups[j].name, spec->groups[gi].name) == 0) {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                              "group name '%s' is used twice (groups %zu and %zu)", spec->groups[gi].name, j,
+                              gi);
+        }
+    }
+    return TROUPE_OK;
+}
+
 static int validate_group(const tr_sched_job_spec *spec, size_t gi, int largest, tr_err *err)
 {
     const tr_sched_group_spec *g = &spec->groups[gi];
     size_t fitting;
 
-    if (g->name == NULL || g->name[0] == '\0') {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %zu has no name", gi);
-    }
-    for (size_t j = 0; j < gi; j++) {
-        if (strcmp(spec->groups[j].name, g->name) == 0) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group name '%s' is used twice (groups %zu and %zu)",
-                              g->name, j, gi);
-        }
+    int rv = validate_group_name(spec, gi, err);
+    if (rv != TROUPE_OK) {
+        return rv;
     }
     if (g->workers < 1 || g->workers > TR_SCHED_MAX_WORKERS) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s has %d workers; it needs 1 to %d", g->name,
                           g->workers, TR_SCHED_MAX_WORKERS);
     }
     if (g->gpus_per_worker < 1) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s has %d GPUs per worker; it needs at least 1",
-                          g->name, g->gpus_per_worker);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "group %s has %d GPUs per worker; it needs at least 1", g->name,
+                          g->gpus_per_worker);
     }
     if (g->strategy < TR_SCHED_PACK || g->strategy > TR_SCHED_STRICT_SPREAD) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "group %s has unknown strategy %d; expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD",
-                          g->name, g->strategy);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "group %s has unknown strategy %d; expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD", g->name,
+            g->strategy);
     }
     if (g->gpus_per_worker > largest) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
@@ -94,20 +107,23 @@ static int validate_group(const tr_sched_job_spec *spec, size_t gi, int largest,
     long long slots = vnode_slots(spec, g->gpus_per_worker, &fitting);
     long long need = (long long)g->workers * g->gpus_per_worker;
     if (g->strategy == TR_SCHED_STRICT_PACK && need > largest) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "STRICT_PACK group %s needs %dx%d = %lld GPUs on one node; the largest virtual node has %d",
-                          g->name, g->workers, g->gpus_per_worker, need, largest);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "STRICT_PACK group %s needs %dx%d = %lld GPUs on one node; the largest virtual node has %d",
+            g->name, g->workers, g->gpus_per_worker, need, largest);
     }
     if (g->strategy == TR_SCHED_STRICT_SPREAD && (size_t)g->workers > fitting) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "STRICT_SPREAD group %s needs %d distinct nodes; the virtual cluster has %zu with %d GPUs",
-                          g->name, g->workers, fitting, g->gpus_per_worker);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "STRICT_SPREAD group %s needs %d distinct nodes; the virtual cluster has %zu with %d GPUs",
+            g->name, g->workers, fitting, g->gpus_per_worker);
     }
     if (slots < g->workers) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "group %s needs %d workers x %d GPUs, each inside one virtual node; the virtual nodes hold "
-                          "at most %lld such workers",
-                          g->name, g->workers, g->gpus_per_worker, slots);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "group %s needs %d workers x %d GPUs, each inside one virtual node; the virtual nodes hold "
+            "at most %lld such workers",
+            g->name, g->workers, g->gpus_per_worker, slots);
     }
     return TROUPE_OK;
 }
@@ -124,8 +140,8 @@ static int validate_total(const tr_sched_job_spec *spec, long long vc_total, tr_
         need += (long long)g->workers * g->gpus_per_worker;
         workers += g->workers;
         if (off < sizeof(list)) {
-            int n = snprintf(list + off, sizeof(list) - off, "%s%s %dx%d", i == 0 ? "" : ", ", g->name, g->workers,
-                             g->gpus_per_worker);
+            int n = snprintf(list + off, sizeof(list) - off, "%s%s %dx%d", i == 0 ? "" : ", ", g->name,
+                             g->workers, g->gpus_per_worker);
             off += n > 0 ? (size_t)n : 0;
         }
     }
@@ -169,9 +185,9 @@ int tr_sched_validate(const tr_sched_job_spec *spec, tr_err *err)
 
 /* What the alive nodes matching the selector offer, ignoring what is in use. */
 typedef struct cluster_shape {
-    unsigned matching;  /* alive matching nodes */
-    unsigned largest;   /* GPUs of the largest of them */
-    uint64_t total;     /* their GPUs */
+    unsigned matching; /* alive matching nodes */
+    unsigned largest;  /* GPUs of the largest of them */
+    uint64_t total;    /* their GPUs */
 } cluster_shape;
 
 static void cluster_shape_of(const tr_sched *s, const tr_sched_job_spec *spec, cluster_shape *cs)
@@ -199,23 +215,25 @@ static unsigned nodes_with(const tr_sched *s, const tr_sched_job_spec *spec, uns
     return count;
 }
 
-static int precheck_groups(const tr_sched *s, const tr_sched_job_spec *spec, const cluster_shape *cs, tr_err *err)
+static int precheck_groups(const tr_sched *s, const tr_sched_job_spec *spec, const cluster_shape *cs,
+                           tr_err *err)
 {
     for (size_t i = 0; i < spec->ngroups; i++) {
         const tr_sched_group_spec *g = &spec->groups[i];
         long long one_node = g->strategy == TR_SCHED_STRICT_PACK ? (long long)g->workers * g->gpus_per_worker
-                                                                  : g->gpus_per_worker;
+                                                                 : g->gpus_per_worker;
         if (one_node > (long long)cs->largest) {
             return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                              "group %s needs 1 node with %lld free GPUs; largest node has %u", g->name, one_node,
-                              cs->largest);
+                              "group %s needs 1 node with %lld free GPUs; largest node has %u", g->name,
+                              one_node, cs->largest);
         }
         if (g->strategy == TR_SCHED_STRICT_SPREAD) {
             unsigned have = nodes_with(s, spec, (unsigned)g->gpus_per_worker);
             if (have < (unsigned)g->workers) {
-                return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                                  "STRICT_SPREAD group %s needs %d distinct nodes; cluster has %u with %d GPUs",
-                                  g->name, g->workers, have, g->gpus_per_worker);
+                return tr_err_set(
+                    err, TROUPE_FAILED_PRECONDITION,
+                    "STRICT_SPREAD group %s needs %d distinct nodes; cluster has %u with %d GPUs", g->name,
+                    g->workers, have, g->gpus_per_worker);
             }
         }
     }
@@ -239,9 +257,10 @@ int tr_sched_feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec,
     }
     for (size_t i = 0; i < spec->nvnodes; i++) {
         if ((unsigned)spec->vnodes[i] > cs.largest) {
-            return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                              "virtual node %zu needs %d GPUs%s; no such node (largest such alive node has %u)", i,
-                              spec->vnodes[i], sel, cs.largest);
+            return tr_err_set(
+                err, TROUPE_FAILED_PRECONDITION,
+                "virtual node %zu needs %d GPUs%s; no such node (largest such alive node has %u)", i,
+                spec->vnodes[i], sel, cs.largest);
         }
     }
     long long want = 0;
@@ -302,7 +321,8 @@ int tr_sched_place(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, 
         return rv;
     }
     if (tr_sched_find(s, job_id) != NULL) {
-        return tr_err_set(err, TROUPE_ALREADY_EXISTS, "job %llu is already placed", (unsigned long long)job_id);
+        return tr_err_set(err, TROUPE_ALREADY_EXISTS, "job %llu is already placed",
+                          (unsigned long long)job_id);
     }
     rv = tr_sched_place_on(s, &s->live, TR_SCHED_VIEW_LIVE, spec, &p, &oom, err);
     if (rv == TROUPE_OK) {

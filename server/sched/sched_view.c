@@ -160,7 +160,8 @@ static int64_t scan_bucket(const tr_sched_view *v, unsigned b, tr_sched_filter f
     return -1;
 }
 
-int64_t tr_sched_view_find(const tr_sched_view *v, unsigned lo, unsigned hi, tr_sched_filter filter, void *ctx)
+int64_t tr_sched_view_find(const tr_sched_view *v, unsigned lo, unsigned hi, tr_sched_filter filter,
+                           void *ctx)
 {
     int step = lo <= hi ? 1 : -1;
     if (lo > TR_SCHED_MAX_NODE_GPUS || hi > TR_SCHED_MAX_NODE_GPUS) {

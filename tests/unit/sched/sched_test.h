@@ -3,8 +3,8 @@
 #define SCHED_TEST_H
 
 #include <setjmp.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,18 +14,18 @@
 
 /* Fail with the status name and message instead of "0x3 != 0x0". */
 #define assert_status(got, want, err)                                                                        \
-    do {                                                                                                   \
-        int g_ = (got), w_ = (want);                                                                       \
-        if (g_ != w_) {                                                                                    \
-            fail_msg("status %s, want %s: %s", troupe_strerror(g_), troupe_strerror(w_), (err)->msg);      \
-        }                                                                                                  \
+    do {                                                                                                     \
+        int g_ = (got), w_ = (want);                                                                         \
+        if (g_ != w_) {                                                                                      \
+            fail_msg("status %s, want %s: %s", troupe_strerror(g_), troupe_strerror(w_), (err)->msg);        \
+        }                                                                                                    \
     } while (0)
 
 #define assert_contains(hay, needle)                                                                         \
-    do {                                                                                                   \
-        if (strstr((hay), (needle)) == NULL) {                                                             \
-            fail_msg("'%s' does not contain '%s'", (hay), (needle));                                       \
-        }                                                                                                  \
+    do {                                                                                                     \
+        if (strstr((hay), (needle)) == NULL) {                                                               \
+            fail_msg("'%s' does not contain '%s'", (hay), (needle));                                         \
+        }                                                                                                    \
     } while (0)
 
 #define T_MAX_V 64

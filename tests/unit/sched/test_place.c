@@ -35,7 +35,8 @@ static const place_case place_cases[] = {
     {"hetero_total_exceeds_cluster", "4,8,16", "16,16", "g:2x8:PACK", NULL, TROUPE_FAILED_PRECONDITION,
      "needs 32 GPUs|have 28 in total"},
     {"hetero_group_exceeds_vc", "4,8,16", "4,8,16", "policy:4x2:PACK;gen:21x1:SPREAD", NULL,
-     TROUPE_INVALID_ARGUMENT, "groups need 29 GPUs (policy 4x2, gen 21x1) but the virtual cluster has 28 in total"},
+     TROUPE_INVALID_ARGUMENT,
+     "groups need 29 GPUs (policy 4x2, gen 21x1) but the virtual cluster has 28 in total"},
     {"hetero_gpw_exceeds_vnode", "4,8,16", "4", "g:1x8:PACK", NULL, TROUPE_INVALID_ARGUMENT,
      "group g wants 8 GPUs per worker; the largest virtual node has 4"},
     /* 3 x 8 */
@@ -48,8 +49,8 @@ static const place_case place_cases[] = {
      "v=n1[0-3] n2[0-3] | g=n1[0]L0N0 n1[1]L1N0 n1[2]L2N0 n1[3]L3N0 n2[0]L0N1 n2[1]L1N1 n2[2]L2N1 n2[3]L3N1"},
     {"three8_strict_pack_too_big", "3*8", "8,8,8", "g:3x8:STRICT_PACK", NULL, TROUPE_INVALID_ARGUMENT,
      "STRICT_PACK group g needs 3x8 = 24 GPUs on one node|largest virtual node has 8"},
-    {"three8_strict_spread_nodes", "3*8", "1,1,1,1", "gen:4x1:STRICT_SPREAD", NULL, TROUPE_FAILED_PRECONDITION,
-     "STRICT_SPREAD group gen needs 4 distinct nodes; cluster has 3"},
+    {"three8_strict_spread_nodes", "3*8", "1,1,1,1", "gen:4x1:STRICT_SPREAD", NULL,
+     TROUPE_FAILED_PRECONDITION, "STRICT_SPREAD group gen needs 4 distinct nodes; cluster has 3"},
     {"three8_strict_spread_vnodes", "3*8", "8,8", "gen:4x2:STRICT_SPREAD", NULL, TROUPE_INVALID_ARGUMENT,
      "STRICT_SPREAD group gen needs 4 distinct nodes; the virtual cluster has 2"},
     /* 1 x 16 */
@@ -87,13 +88,16 @@ static const place_case place_cases[] = {
      "virtual node 0 needs 16 GPUs with labels gpu=H200; no such node (largest such alive node has 8)"},
     /* static validation */
     {"bad_zero_workers", "8", "8", "g:0x1:PACK", NULL, TROUPE_INVALID_ARGUMENT, "group g has 0 workers"},
-    {"bad_negative_workers", "8", "8", "g:-2x1:PACK", NULL, TROUPE_INVALID_ARGUMENT, "group g has -2 workers"},
+    {"bad_negative_workers", "8", "8", "g:-2x1:PACK", NULL, TROUPE_INVALID_ARGUMENT,
+     "group g has -2 workers"},
     {"bad_zero_gpus", "8", "8", "g:2x0:PACK", NULL, TROUPE_INVALID_ARGUMENT, "group g has 0 GPUs per worker"},
     {"bad_strategy", "8", "8", "g:2x1:7", NULL, TROUPE_INVALID_ARGUMENT, "unknown strategy 7"},
     {"bad_duplicate_name", "8", "8", "g:2x1:PACK;g:2x1:SPREAD", NULL, TROUPE_INVALID_ARGUMENT,
      "group name 'g' is used twice"},
-    {"bad_vnode_size", "8", "0", "g:1x1:PACK", NULL, TROUPE_INVALID_ARGUMENT, "virtual node 0 asks for 0 GPUs"},
-    {"bad_vnode_65", "8", "65", "g:1x1:PACK", NULL, TROUPE_INVALID_ARGUMENT, "asks for 65 GPUs; a node has 1 to 64"},
+    {"bad_vnode_size", "8", "0", "g:1x1:PACK", NULL, TROUPE_INVALID_ARGUMENT,
+     "virtual node 0 asks for 0 GPUs"},
+    {"bad_vnode_65", "8", "65", "g:1x1:PACK", NULL, TROUPE_INVALID_ARGUMENT,
+     "asks for 65 GPUs; a node has 1 to 64"},
     {"bad_fragmented", "8", "4,4,1", "g:3x3:PACK", NULL, TROUPE_INVALID_ARGUMENT,
      "group g needs 3 workers x 3 GPUs, each inside one virtual node|at most 2 such workers"},
 };
@@ -110,7 +114,8 @@ static void run_place_case(const place_case *c)
     t_job(&j, c->vnodes, c->groups, c->selector);
     int rv = tr_sched_place(s, 1, &j.spec, &p, &err);
     if (rv != c->status) {
-        fail_msg("%s: status %s, want %s: %s", c->name, troupe_strerror(rv), troupe_strerror(c->status), err.msg);
+        fail_msg("%s: status %s, want %s: %s", c->name, troupe_strerror(rv), troupe_strerror(c->status),
+                 err.msg);
     }
     if (rv == TROUPE_OK) {
         t_render(p, &j.spec, got, sizeof(got));
@@ -165,7 +170,8 @@ static void test_wait_then_release(void **state)
     pa = place_ok(s, 1, &a);
     assert_status(tr_sched_place(s, 2, &b.spec, &pb, &err), TROUPE_RESOURCE_EXHAUSTED, &err);
     assert_null(pb);
-    assert_contains(err.msg, "waiting for 16 free GPUs on one node (virtual node 0); most free on a node is 8");
+    assert_contains(err.msg,
+                    "waiting for 16 free GPUs on one node (virtual node 0); most free on a node is 8");
     assert_status(tr_sched_check(s, &b.spec, &err), TROUPE_OK, &err);
     tr_sched_release(s, pa);
     pb = place_ok(s, 2, &b);
@@ -287,9 +293,14 @@ static const char *const matrix_shapes[] = {
     "4,8,16", "3*8", "16", "10*4", "4,8!,16,8?", "8@H200,16@A100,8@H200,16@H200", "2*16,4*8,8*4", "64,1,2",
 };
 static const char *const matrix_jobs[][2] = {
-    {"4", "g:2x2:%s"},          {"8,8", "g:4x2:%s"},        {"4,4,4", "g:3x1:%s"},
-    {"16", "g:4x4:%s"},         {"4,8,16", "a:4x2:%s;b:2x4:%s"}, {"2,2,2,2", "g:4x2:%s"},
-    {"1,1,1,1,1,1", "g:6x1:%s"}, {"16,16", "g:4x8:%s"},
+    {"4", "g:2x2:%s"},
+    {"8,8", "g:4x2:%s"},
+    {"4,4,4", "g:3x1:%s"},
+    {"16", "g:4x4:%s"},
+    {"4,8,16", "a:4x2:%s;b:2x4:%s"},
+    {"2,2,2,2", "g:4x2:%s"},
+    {"1,1,1,1,1,1", "g:6x1:%s"},
+    {"16,16", "g:4x8:%s"},
 };
 
 static void run_matrix_one(const char *shape, const char *vn, const char *gfmt, const char *strat)
@@ -350,10 +361,10 @@ static void test_strategy_names(void **state)
 }
 
 static const struct CMUnitTest place_tests[] = {
-    cmocka_unit_test(test_place_table),  cmocka_unit_test(test_wait_then_release),
+    cmocka_unit_test(test_place_table),      cmocka_unit_test(test_wait_then_release),
     cmocka_unit_test(test_wait_most_free_6), cmocka_unit_test(test_gang_rollback),
-    cmocka_unit_test(test_node_death),   cmocka_unit_test(test_node_errors),
-    cmocka_unit_test(test_matrix),       cmocka_unit_test(test_strategy_names),
+    cmocka_unit_test(test_node_death),       cmocka_unit_test(test_node_errors),
+    cmocka_unit_test(test_matrix),           cmocka_unit_test(test_strategy_names),
 };
 
 const struct CMUnitTest *sched_place_tests(size_t *n)

@@ -51,10 +51,10 @@ static void test_backfill_refused(void **state)
     tr_sched_decision d[3];
     tr_err err;
 
-    place_ok(s, 100, "4", "r:1x4:PACK"); /* n1 */
-    place_ok(s, 101, "8", "r:1x8:PACK"); /* n2 */
-    t_job(&j1, "16,4", "g:5x4:PACK", NULL);   /* shadow: all of n3 + n1 */
-    t_job(&j2, "8", "g:1x8:PACK", NULL);      /* fits n3 now, but that is j1's */
+    place_ok(s, 100, "4", "r:1x4:PACK");    /* n1 */
+    place_ok(s, 101, "8", "r:1x8:PACK");    /* n2 */
+    t_job(&j1, "16,4", "g:5x4:PACK", NULL); /* shadow: all of n3 + n1 */
+    t_job(&j2, "8", "g:1x8:PACK", NULL);    /* fits n3 now, but that is j1's */
     t_job(&j3, "8", "g:1x8:STRICT_SPREAD", NULL);
     tr_sched_pending q[] = {{1, &j1.spec}, {2, &j2.spec}, {3, &j3.spec}};
     assert_status(tr_sched_schedule(s, q, 3, d, &err), TROUPE_OK, &err);
@@ -155,7 +155,8 @@ static void random_job(tjob *j)
     }
     int gw = 1 << rnd(3);
     gw = gw > smallest ? smallest : gw;
-    snprintf(groups, sizeof(groups), "a:%ux%d:%s", 1 + rnd((unsigned)(nv * smallest / gw)), gw, strat[rnd(4)]);
+    snprintf(groups, sizeof(groups), "a:%ux%d:%s", 1 + rnd((unsigned)(nv * smallest / gw)), gw,
+             strat[rnd(4)]);
     if (rnd(2)) {
         size_t l = strlen(groups);
         snprintf(groups + l, sizeof(groups) - l, ";b:1x1:%s", strat[rnd(4)]);
@@ -272,9 +273,9 @@ static void test_many_nodes(void **state)
 }
 
 static const struct CMUnitTest queue_tests[] = {
-    cmocka_unit_test(test_backfill_allowed), cmocka_unit_test(test_backfill_refused),
+    cmocka_unit_test(test_backfill_allowed),  cmocka_unit_test(test_backfill_refused),
     cmocka_unit_test(test_fifo_and_bad_jobs), cmocka_unit_test(test_pass_starts_many),
-    cmocka_unit_test(test_random_soak),      cmocka_unit_test(test_many_nodes),
+    cmocka_unit_test(test_random_soak),       cmocka_unit_test(test_many_nodes),
 };
 
 const struct CMUnitTest *sched_queue_tests(size_t *n)
