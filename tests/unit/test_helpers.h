@@ -1,0 +1,108 @@
+/* test_helpers.h - cmocka helpers shared by the foundation unit tests
+ * (tests/unit/common, tests/unit/server, tests/unit/node).
+ *
+ * The assert macros print the status name and the error message on failure
+ * ("tr_cfg_load_file(...) failed: INVALID_ARGUMENT: t.yaml:3:5: unknown key
+ * 'lisen'") rather than cmocka's bare "0x3 != 0x0".
+ *
+ * tr_test_main runs one named case (ctest registers each case as its own test,
+ * unit.<module>.<case>) or every case when no name is given. Unlike
+ * cmocka_set_test_filter, an unknown case name is an error, so a typo in a
+ * CMakeLists.txt cannot turn into a test that silently runs nothing. */
+#ifndef TR_TEST_HELPERS_H
+#define TR_TEST_HELPERS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "err.h"
+#include "troupe/status.h"
+
+/* TR_ASSERT_OK fails unless expr returns TROUPE_OK; errp is a tr_err *. */
+#define TR_ASSERT_OK(expr, errp)                                                                   \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        if (rv_ != TROUPE_OK) {                                                                    \
+            fail_msg("%s failed: %s: %s", #expr, troupe_strerror(rv_), (errp)->msg);               \
+        }                                                                                          \
+    } while (0)
+
+/* TR_ASSERT_STATUS fails unless expr returns code. */
+#define TR_ASSERT_STATUS(expr, code, errp)                                                         \
+    do {                                                                                           \
+        int rv_ = (expr);                                                                          \
+        if (rv_ != (code)) {                                                                       \
+            fail_msg("%s: expected %s, got %s (message: \"%s\")", #expr, troupe_strerror(code),    \
+                     troupe_strerror(rv_), (errp)->msg);                                           \
+        }                                                                                          \
+    } while (0)
+
+/* TR_ASSERT_FAILS checks the code and that the message contains needle. */
+#define TR_ASSERT_FAILS(expr, code, errp, needle)                                                  \
+    do {                                                                                           \
+        TR_ASSERT_STATUS(expr, code, errp);                                                        \
+        TR_ASSERT_CONTAINS((errp)->msg, needle);                                                   \
+    } while (0)
+
+/* TR_ASSERT_CONTAINS checks that string hay contains needle. */
+#define TR_ASSERT_CONTAINS(hay, needle)                                                            \
+    do {                                                                                           \
+        const char *h_ = (hay);                                                                    \
+        const char *n_ = (needle);                                                                 \
+        if (h_ == NULL || strstr(h_, n_) == NULL) {                                                \
+            fail_msg("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", n_);                    \
+        }                                                                                          \
+    } while (0)
+
+/* TR_ASSERT_LACKS checks that string hay does not contain needle. */
+#define TR_ASSERT_LACKS(hay, needle)                                                               \
+    do {                                                                                           \
+        const char *h_ = (hay);                                                                    \
+        const char *n_ = (needle);                                                                 \
+        if (h_ != NULL && strstr(h_, n_) != NULL) {                                                \
+            fail_msg("\"%s\" should not contain \"%s\"", h_, n_);                                  \
+        }                                                                                          \
+    } while (0)
+
+/* tr_test_main runs the case named argv[1] (all cases when absent); returns the
+ * process exit status. Unknown names fail with the list of known ones. */
+static inline int tr_test_main(const char *group, const struct CMUnitTest *tests, size_t n, int argc,
+                               char **argv, CMFixtureFunction setup, CMFixtureFunction teardown)
+{
+    if (argc < 2) {
+        return _cmocka_run_group_tests(group, tests, n, setup, teardown);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(tests[i].name, argv[1]) == 0) {
+            return _cmocka_run_group_tests(group, &tests[i], 1, setup, teardown);
+        }
+    }
+    fprintf(stderr, "%s: no test case named '%s'; known cases:\n", group, argv[1]);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, "  %s\n", tests[i].name);
+    }
+    return 2;
+}
+
+#define TR_TEST_MAIN(group, tests, argc, argv)                                                     \
+    tr_test_main((group), (tests), sizeof(tests) / sizeof((tests)[0]), (argc), (argv), NULL, NULL)
+
+/* tr_test_tmpdir makes a fresh directory under $TMPDIR (or /tmp) and writes its
+ * path into buf; fails the test on error. */
+static inline void tr_test_tmpdir(char *buf, size_t size, const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, size, "%s/troupe-%s-XXXXXX", (base && base[0]) ? base : "/tmp", tag);
+    if (mkdtemp(buf) == NULL) {
+        fail_msg("mkdtemp %s failed", buf);
+    }
+}
+
+#endif
