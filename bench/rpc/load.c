@@ -215,31 +215,24 @@ static uint64_t phases(run *r)
     return t1 - t0;
 }
 
-/* gather joins the workers and moves their latencies into one array. */
-static int gather(worker *w, int n, rb_cell *cell, uint64_t **all, size_t *count)
+/* gather joins the workers and moves their latencies into s. */
+static int gather(worker *w, int n, rb_samples *s, char *note, size_t note_size)
 {
-    size_t total = 0, at = 0;
-    int failed = 0;
+    int rv = 0;
 
     for (int i = 0; i < n; i++) {
         pthread_join(w[i].th, NULL);
-        total += w[i].n;
-        cell->errors += w[i].errors;
-        failed |= w[i].open_rv != 0;
-    }
-    *all = malloc((total ? total : 1) * sizeof(**all));
-    for (int i = 0; i < n && *all != NULL; i++) {
-        memcpy(*all + at, w[i].lat, w[i].n * sizeof(uint64_t));
-        at += w[i].n;
-    }
-    for (int i = 0; i < n; i++) {
+        s->errors += w[i].errors;
+        if (w[i].open_rv != 0) {
+            snprintf(note, note_size, "a client could not connect to %s", w[i].r->ld->url);
+            rv = -1;
+        } else if (rv == 0 && rb_samples_add(s, w[i].lat, w[i].n) != 0) {
+            snprintf(note, note_size, "out of memory");
+            rv = -1;
+        }
         free(w[i].lat);
     }
-    *count = at;
-    if (failed) {
-        snprintf(cell->note, sizeof(cell->note), "a client could not connect to %s", w[0].r->ld->url);
-    }
-    return (failed || *all == NULL) ? -1 : 0;
+    return rv;
 }
 
 static int open_shared(run *r)
@@ -250,43 +243,63 @@ static int open_shared(run *r)
     return troupe_open(&r->shared, r->ld->url, NULL);
 }
 
-int rb_load_run(const rb_load *ld, rb_cell *cell)
+int rb_load_run(const rb_load *ld, rb_samples *s, char *note, size_t note_size)
 {
     run r = {.ld = ld};
     worker *w = calloc((size_t)ld->clients, sizeof(*w));
-    uint64_t *all = NULL, window;
-    size_t n = 0;
-    int started = 0, rv = -1;
+    uint64_t window;
+    int rv = -1;
 
     r.ops = ld->sys == RB_NNG ? &nng_ops : ld->sys == RB_TROUPE_SHARED ? &troupe_shared_ops : &troupe_ops;
     atomic_init(&r.phase, PH_WARMUP);
     if (w == NULL || open_shared(&r) != 0) {
-        snprintf(cell->note, sizeof(cell->note), "cannot set up the clients");
+        snprintf(note, note_size, "cannot set up the clients");
         goto out;
     }
     pthread_barrier_init(&r.ready, NULL, (unsigned)ld->clients + 1);
-    for (; started < ld->clients; started++) {
-        w[started].r = &r;
-        if (pthread_create(&w[started].th, NULL, worker_main, &w[started]) != 0) {
+    for (int i = 0; i < ld->clients; i++) {
+        w[i].r = &r;
+        if (pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0) {
             /* Cannot happen at these counts; give up loudly rather than hang at the barrier. */
-            fprintf(stderr, "troupe-bench-rpc: cannot start client thread %d\n", started);
+            fprintf(stderr, "troupe-bench-rpc: cannot start client thread %d\n", i);
             abort();
         }
     }
     pthread_barrier_wait(&r.ready);
     window = phases(&r);
-    if (gather(w, ld->clients, cell, &all, &n) == 0) {
-        rb_cell_stats(cell, all, n, window);
-        rv = 0;
+    rv = gather(w, ld->clients, s, note, note_size);
+    if (rv == 0) {
+        s->window_ns += window;
     }
     pthread_barrier_destroy(&r.ready);
 out:
     if (r.shared != NULL) {
         tr_rpc_client_close(r.shared);
     }
-    free(all);
     free(w);
     return rv;
+}
+
+int rb_samples_add(rb_samples *s, const uint64_t *lat, size_t n)
+{
+    if (s->n + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 65536;
+        uint64_t *p;
+        while (cap < s->n + n) {
+            cap *= 2;
+        }
+        p = realloc(s->lat, cap * sizeof(*p));
+        if (p == NULL) {
+            return -1;
+        }
+        s->lat = p;
+        s->cap = cap;
+    }
+    if (n > 0) {
+        memcpy(s->lat + s->n, lat, n * sizeof(*lat));
+    }
+    s->n += n;
+    return 0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -302,13 +315,16 @@ static double nearest_rank(const uint64_t *lat, size_t n, double p)
     return n == 0 ? 0.0 : (double)lat[(k ? k : 1) - 1];
 }
 
-void rb_cell_stats(rb_cell *cell, uint64_t *lat, size_t n, uint64_t window_ns)
+void rb_cell_stats(rb_cell *cell, rb_samples *s)
 {
-    qsort(lat, n, sizeof(*lat), cmp_u64);
+    size_t n = s->n;
+
+    qsort(s->lat, n, sizeof(*s->lat), cmp_u64);
     cell->calls = n;
-    cell->window_s = (double)window_ns / 1e9;
-    cell->p50_us = nearest_rank(lat, n, 0.50) / 1e3;
-    cell->p99_us = nearest_rank(lat, n, 0.99) / 1e3;
+    cell->errors = s->errors;
+    cell->window_s = (double)s->window_ns / 1e9;
+    cell->p50_us = nearest_rank(s->lat, n, 0.50) / 1e3;
+    cell->p99_us = nearest_rank(s->lat, n, 0.99) / 1e3;
     cell->calls_per_s = cell->window_s > 0 ? (double)n / cell->window_s : 0.0;
     cell->ran = n > 0;
     if (n == 0) {

@@ -31,7 +31,7 @@ typedef struct opts {
     size_t sizes[MAX_LIST];
     int nsizes;
     int systems[RB_NSYSTEMS]; /* 1 = measure */
-    int warmup_ms, duration_ms, contexts;
+    int warmup_ms, duration_ms, rounds, contexts;
     const char *json;
 } opts;
 
@@ -55,8 +55,9 @@ static void usage(FILE *out)
             "  --systems LIST      of troupe,troupe-shared,nng,grpc (default troupe,nng,grpc)\n"
             "  --clients LIST      concurrent clients (default 1,16,64)\n"
             "  --sizes LIST        bytes of echoed data (default 64)\n"
-            "  --warmup-ms N       per cell, not measured (default 1000)\n"
-            "  --duration-ms N     measured window per cell (default 3000)\n"
+            "  --rounds N          measure each cell N times, interleaved, pooled (default 3)\n"
+            "  --warmup-ms N       per cell and round, not measured (default 500)\n"
+            "  --duration-ms N     measured window per cell and round (default 1000)\n"
             "  --contexts N        server contexts, troupe-head and nng echo (default 64)\n"
             "  --json FILE         write the cells and goal checks as JSON\n");
 }
@@ -135,7 +136,7 @@ static int parse_args(int argc, char **argv, opts *o)
 
     *o = (opts){.nclients = 3, .clients = {1, 16, 64}, .nsizes = 1, .sizes = {64},
                 .systems = {[RB_TROUPE] = 1, [RB_NNG] = 1, [RB_GRPC] = 1},
-                .warmup_ms = 1000, .duration_ms = 3000, .contexts = 64};
+                .warmup_ms = 500, .duration_ms = 1000, .rounds = 3, .contexts = 64};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--build") == 0 && i + 1 < argc) {
             build = argv[++i];
@@ -181,6 +182,8 @@ static int parse_args(int argc, char **argv, opts *o)
             rv = parse_int_arg(a, val, &o->warmup_ms);
         } else if (strcmp(a, "--duration-ms") == 0) {
             rv = parse_int_arg(a, val, &o->duration_ms);
+        } else if (strcmp(a, "--rounds") == 0) {
+            rv = parse_int_arg(a, val, &o->rounds);
         } else if (strcmp(a, "--contexts") == 0) {
             rv = parse_int_arg(a, val, &o->contexts);
         } else if (strcmp(a, "--json") == 0) {
@@ -251,53 +254,91 @@ static int start_server(const opts *o, rb_system sys, const char *tmpdir, server
     return 0;
 }
 
-static void run_cell(const opts *o, const server *srv, const char *tmpdir, const rb_load *ld,
-                     size_t data_len, rb_cell *c)
+/* A cell being measured: its figures, its pooled rounds, and its request. */
+typedef struct plan {
+    rb_cell *cell;
+    rb_samples samples;
+    rb_load ld;
+    const server *srv;
+    int failed;
+} plan;
+
+static void run_round(const opts *o, const char *tmpdir, plan *p, int round)
 {
+    rb_cell *c = p->cell;
+    size_t before = p->samples.n;
     int rv;
 
-    fprintf(stderr, "  %-14s clients=%-3d data=%zu ... ", rb_system_name(ld->sys), ld->clients, data_len);
-    if (srv->pid == 0) {
+    fprintf(stderr, "  round %d %-14s clients=%-3d data=%-5zu ", round + 1, rb_system_name(c->sys), c->clients,
+            c->data_len);
+    if (p->srv->pid == 0) {
         snprintf(c->note, sizeof(c->note), "server not running");
         rv = -1;
-    } else if (ld->sys == RB_GRPC) {
-        rv = rb_grpc_run(o->grpc_peer, srv->port, ld, data_len, tmpdir, c);
+    } else if (c->sys == RB_GRPC) {
+        rv = rb_grpc_run(o->grpc_peer, p->srv->port, &p->ld, c->data_len, tmpdir, &p->samples, c->note,
+                         sizeof(c->note));
     } else {
-        rv = rb_load_run(ld, c);
+        rv = rb_load_run(&p->ld, &p->samples, c->note, sizeof(c->note));
     }
-    if (rv == 0 && c->ran) {
-        fprintf(stderr, "p50 %.1f us, %.0f calls/s\n", c->p50_us, c->calls_per_s);
+    if (rv == 0) {
+        fprintf(stderr, "%zu calls\n", p->samples.n - before);
     } else {
-        c->ran = 0;
-        fprintf(stderr, "not run: %s\n", c->note);
+        p->failed = 1;
+        fprintf(stderr, "failed: %s\n", c->note);
     }
 }
 
-/* run_all measures every (size, clients, system) cell, systems innermost. */
-static size_t run_all(const opts *o, server *srv, const char *tmpdir, rb_cell *cells)
+/* plan_cells lays out every (size, clients, system) cell, systems innermost,
+ * which is also the order each round measures them in. */
+static size_t plan_cells(const opts *o, const server *srv, uint8_t **payloads, rb_cell *cells, plan *plans)
 {
     size_t n = 0;
 
     for (int si = 0; si < o->nsizes; si++) {
         size_t len;
-        uint8_t *payload = make_payload(o->sizes[si], &len);
-        for (int ci = 0; payload != NULL && ci < o->nclients; ci++) {
+        payloads[si] = make_payload(o->sizes[si], &len);
+        for (int ci = 0; payloads[si] != NULL && ci < o->nclients; ci++) {
             for (int s = 0; s < RB_NSYSTEMS; s++) {
-                rb_load ld = {.sys = (rb_system)s, .clients = o->clients[ci], .payload = payload,
-                              .len = len, .warmup_ms = o->warmup_ms, .duration_ms = o->duration_ms};
-                rb_cell *c = &cells[n];
+                /* troupe-shared calls the same troupe-head as troupe. */
+                const server *sv = &srv[s == RB_TROUPE_SHARED ? RB_TROUPE : s];
                 if (!o->systems[s]) {
                     continue;
                 }
-                /* troupe-shared calls the same troupe-head as troupe. */
-                ld.url = srv[s == RB_TROUPE_SHARED ? RB_TROUPE : s].url;
-                *c = (rb_cell){.sys = (rb_system)s, .clients = ld.clients, .data_len = o->sizes[si],
-                               .frame_len = len};
-                run_cell(o, &srv[s == RB_TROUPE_SHARED ? RB_TROUPE : s], tmpdir, &ld, o->sizes[si], c);
+                cells[n] = (rb_cell){.sys = (rb_system)s, .clients = o->clients[ci], .data_len = o->sizes[si],
+                                     .frame_len = len};
+                plans[n] = (plan){.cell = &cells[n], .srv = sv};
+                plans[n].ld = (rb_load){.sys = (rb_system)s, .url = sv->url, .clients = o->clients[ci],
+                                        .payload = payloads[si], .len = len, .warmup_ms = o->warmup_ms,
+                                        .duration_ms = o->duration_ms};
                 n++;
             }
         }
-        free(payload);
+    }
+    return n;
+}
+
+/* run_all measures every cell once per round, then pools each cell's rounds. */
+static size_t run_all(const opts *o, const server *srv, const char *tmpdir, rb_cell *cells)
+{
+    static plan plans[MAX_LIST * MAX_LIST * RB_NSYSTEMS];
+    uint8_t *payloads[MAX_LIST] = {0};
+    size_t n = plan_cells(o, srv, payloads, cells, plans);
+
+    for (int r = 0; r < o->rounds; r++) {
+        for (size_t i = 0; i < n; i++) {
+            if (!plans[i].failed) {
+                run_round(o, tmpdir, &plans[i], r);
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!plans[i].failed) {
+            rb_cell_stats(&cells[i], &plans[i].samples);
+        }
+        free(plans[i].samples.lat);
+    }
+    for (int si = 0; si < o->nsizes; si++) {
+        free(payloads[si]);
     }
     return n;
 }
@@ -305,10 +346,11 @@ static size_t run_all(const opts *o, server *srv, const char *tmpdir, rb_cell *c
 static void settings_json(const opts *o, char *buf, size_t size)
 {
     snprintf(buf, size,
-             "{\"warmup_ms\": %d, \"duration_ms\": %d, \"server_contexts\": %d, \"transport\": \"tcp loopback\", "
+             "{\"rounds\": %d, \"warmup_ms\": %d, \"duration_ms\": %d, \"server_contexts\": %d, "
+             "\"transport\": \"tcp loopback\", "
              "\"troupe_method\": \"troupe.v1.Head/Ping\", \"troupe_clients\": \"one tr_rpc_client per thread\", "
              "\"nng_clients\": \"one req0 socket per thread\", \"grpc_clients\": \"one channel+stub per thread\"}",
-             o->warmup_ms, o->duration_ms, o->contexts);
+             o->rounds, o->warmup_ms, o->duration_ms, o->contexts);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -341,7 +383,8 @@ int main(int argc, char **argv)
             start_server(&o, (rb_system)s, tmpdir, &srv[s]);
         }
     }
-    fprintf(stderr, "troupe-bench-rpc: warm-up %d ms, window %d ms per cell\n", o.warmup_ms, o.duration_ms);
+    fprintf(stderr, "troupe-bench-rpc: %d rounds of (warm-up %d ms, window %d ms) per cell\n", o.rounds,
+            o.warmup_ms, o.duration_ms);
     n = run_all(&o, srv, tmpdir, cells);
     for (int s = 0; s < RB_NSYSTEMS; s++) {
         rb_stop(srv[s].pid);

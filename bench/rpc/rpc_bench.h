@@ -3,9 +3,11 @@
  * A cell is one (system, concurrency, payload) measurement: N client threads
  * call an echo server in another process as fast as each one's round trips
  * allow, first for a warm-up, then for a fixed window whose per-call latencies
- * are kept. Percentiles come from all kept latencies, calls/s from their count
- * over the window. The gRPC client runs in the C++ peer and hands its latencies
- * back in a file, so every system's figures go through the same rb_cell_stats. */
+ * are kept. A cell is measured in several rounds, interleaved with the other
+ * cells, and its rounds' latencies are pooled: percentiles come from all kept
+ * latencies, calls/s from their count over the summed windows. The gRPC client
+ * runs in the C++ peer and hands its latencies back in a file, so every
+ * system's figures go through the same rb_cell_stats. */
 #ifndef RB_RPC_BENCH_H
 #define RB_RPC_BENCH_H
 
@@ -48,15 +50,25 @@ typedef struct rb_load {
     int warmup_ms, duration_ms;
 } rb_load;
 
+/* The kept latencies of a cell's rounds so far. */
+typedef struct rb_samples {
+    uint64_t *lat; /* ns, in no order */
+    size_t n, cap;
+    uint64_t window_ns; /* summed over rounds */
+    uint64_t errors;
+} rb_samples;
+
 /* ---- load.c ---- */
 
-/* rb_load_run measures one cell of an in-process client (troupe or nng) and
- * fills cell; returns 0, or -1 with cell->note saying why. */
-int rb_load_run(const rb_load *ld, rb_cell *cell);
+/* rb_load_run measures one round of an in-process client (troupe or nng) and
+ * adds it to s; returns 0, or -1 with note saying why. */
+int rb_load_run(const rb_load *ld, rb_samples *s, char *note, size_t note_size);
 
-/* rb_cell_stats sorts lat (nanoseconds, n of them) and fills the percentiles
- * and calls/s of cell from them and window_ns. */
-void rb_cell_stats(rb_cell *cell, uint64_t *lat, size_t n, uint64_t window_ns);
+/* rb_samples_add appends n latencies; 0 or -1 when out of memory. */
+int rb_samples_add(rb_samples *s, const uint64_t *lat, size_t n);
+
+/* rb_cell_stats sorts s->lat and fills the percentiles and calls/s of cell. */
+void rb_cell_stats(rb_cell *cell, rb_samples *s);
 
 uint64_t rb_now_ns(void);
 
@@ -79,10 +91,10 @@ void rb_stop(pid_t pid);
 /* rb_run_child runs argv to completion; returns its exit status or -1. */
 int rb_run_child(char *const argv[]);
 
-/* rb_grpc_run has the C++ peer measure one gRPC cell against port and reads
- * its latencies back from a file in tmpdir; 0 or -1 with cell->note set. */
+/* rb_grpc_run has the C++ peer measure one gRPC round against port, reads its
+ * latencies back from a file in tmpdir and adds them to s; 0 or -1 with note. */
 int rb_grpc_run(const char *peer, int port, const rb_load *ld, size_t data_len, const char *tmpdir,
-                rb_cell *cell);
+                rb_samples *s, char *note, size_t note_size);
 
 /* ---- report.c ---- */
 

@@ -115,7 +115,7 @@ int rb_run_child(char *const argv[])
 
 /* read_grpc_file reads the peer's file: magic, window_ns, errors, count, then
  * count latencies in ns (all uint64, host order). */
-static int read_grpc_file(const char *path, rb_cell *cell, uint64_t **lat, uint64_t *n, uint64_t *window)
+static int read_grpc_file(const char *path, uint64_t **lat, uint64_t *n, uint64_t *window, uint64_t *errors)
 {
     uint64_t hdr[4];
     FILE *f = fopen(path, "rb");
@@ -126,7 +126,7 @@ static int read_grpc_file(const char *path, rb_cell *cell, uint64_t **lat, uint6
         goto out;
     }
     *window = hdr[1];
-    cell->errors = hdr[2];
+    *errors = hdr[2];
     *n = hdr[3];
     *lat = malloc((*n ? *n : 1) * sizeof(uint64_t));
     if (*lat != NULL && fread(*lat, sizeof(uint64_t), *n, f) == *n) {
@@ -140,11 +140,11 @@ out:
 }
 
 int rb_grpc_run(const char *peer, int port, const rb_load *ld, size_t data_len, const char *tmpdir,
-                rb_cell *cell)
+                rb_samples *s, char *note, size_t note_size)
 {
     char target[64], clients[16], size[32], warm[16], dur[16], out[512];
     char *argv[] = {(char *)peer, "load", target, clients, size, warm, dur, out, NULL};
-    uint64_t *lat = NULL, n = 0, window = 0;
+    uint64_t *lat = NULL, n = 0, window = 0, errors = 0;
     int rv;
 
     snprintf(target, sizeof(target), "127.0.0.1:%d", port);
@@ -154,16 +154,19 @@ int rb_grpc_run(const char *peer, int port, const rb_load *ld, size_t data_len, 
     snprintf(dur, sizeof(dur), "%d", ld->duration_ms);
     snprintf(out, sizeof(out), "%s/grpc-%d-%zu.lat", tmpdir, ld->clients, data_len);
     if ((rv = rb_run_child(argv)) != 0) {
-        snprintf(cell->note, sizeof(cell->note), "gRPC load generator exited with %d", rv);
+        snprintf(note, note_size, "gRPC load generator exited with %d", rv);
         return -1;
     }
-    if (read_grpc_file(out, cell, &lat, &n, &window) != 0) {
-        snprintf(cell->note, sizeof(cell->note), "unreadable latency file %.120s", out);
-        free(lat);
-        return -1;
+    rv = read_grpc_file(out, &lat, &n, &window, &errors);
+    if (rv != 0) {
+        snprintf(note, note_size, "unreadable latency file %.120s", out);
+    } else if ((rv = rb_samples_add(s, lat, (size_t)n)) != 0) {
+        snprintf(note, note_size, "out of memory");
+    } else {
+        s->window_ns += window;
+        s->errors += errors;
     }
-    rb_cell_stats(cell, lat, (size_t)n, window);
     free(lat);
     unlink(out);
-    return 0;
+    return rv;
 }
