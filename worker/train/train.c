@@ -370,6 +370,10 @@ int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr
            "val_tokens=%zu start_step=%lld steps=%lld",
            r.b->ops->name, r.b->num_params, r.mcfg.layers, r.mcfg.width, r.mcfg.heads, r.mcfg.seq_len,
            r.mcfg.vocab, r.data.train_count, r.data.val_count, (long long)r.step, (long long)cfg->steps);
+    if (r.step >= cfg->steps) {
+        TR_LOG(TR_LOG_NOTICE, "nothing to do: the checkpoint is at step %lld of %lld", (long long)r.step,
+               (long long)cfg->steps);
+    }
     while (r.step < cfg->steps && !stop) {
         tr_train_metrics m = {.val_loss = NAN, .mfu_gemm = NAN};
         rv = train_step(&r, &m, err);
