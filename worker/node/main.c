@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "launcher.h"
 #include "log.h"
 #include "node.h"
 #include "util.h"
@@ -126,6 +127,9 @@ int main(int argc, char **argv)
     tr_err err;
     int rv;
 
+    if (argc > 1 && strcmp(argv[1], "--exec-worker") == 0) {
+        return tr_launcher_exec_worker(argc, argv);
+    }
     tr_log_init("troupe-node", TR_LOG_INFO);
     rv = load_config(&a, argc, argv, &args, &err);
     if (args.help || args.version) {
