@@ -2,7 +2,7 @@
  * GPT-2 shapes (bench/train; see bench/RESULTS.md).
  *
  *   troupe-bench-train [--model 124M|350M] [--batch B[,B...]] [--steps N]
- *                      [--warmup N] [--recompute 0|1] [--json FILE] [--no-ceiling]
+ *                      [--warmup N] [--recompute 0|1] [--json FILE] [--no-ceiling] [--profile]
  *
  * One training step = zero_grads + forward_backward + grad_norm + AdamW (with
  * clipping at 1.0), exactly what the training loop does per optimizer step
@@ -52,6 +52,8 @@ static tr_model_config model_cfg(const char *name)
     return c;
 }
 
+static int profile_last; /* --profile: bracket the last step with the CUDA profiler API (ncu/nsys ranges) */
+
 static int bench_one(const char *model, int B, int steps, int warmup, int recompute, double ceiling, result *r,
                      tr_err *err)
 {
@@ -87,6 +89,9 @@ static int bench_one(const char *model, int B, int steps, int warmup, int recomp
     }
     for (int s = 0; s < warmup + steps; s++) {
         double t0 = now_ms();
+        if (profile_last && s == warmup + steps - 1) {
+            tr_cuda_profiler_start();
+        }
         tr_adamw opt = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1};
         if ((rv = b->ops->zero_grads(b, err)) != TROUPE_OK ||
             (rv = b->ops->forward_backward(b, in, tg, B, cfg.seq_len, 1.0f, &loss, err)) != TROUPE_OK ||
@@ -96,6 +101,9 @@ static int bench_one(const char *model, int B, int steps, int warmup, int recomp
         opt.grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
         if ((rv = b->ops->adamw_update(b, &opt, err)) != TROUPE_OK || (rv = b->ops->sync(b, err)) != TROUPE_OK) {
             goto out;
+        }
+        if (profile_last && s == warmup + steps - 1) {
+            tr_cuda_profiler_stop();
         }
         if (s >= warmup) {
             ms[s - warmup] = now_ms() - t0;
@@ -162,11 +170,13 @@ int main(int argc, char **argv)
             recompute = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
+        } else if (strcmp(argv[i], "--profile") == 0) {
+            profile_last = 1;
         } else if (strcmp(argv[i], "--no-ceiling") == 0) {
             do_ceiling = 0;
         } else {
             fprintf(stderr, "usage: %s [--model 124M|350M] [--batch B[,B..]] [--steps N] [--warmup N] "
-                            "[--recompute 0|1] [--json FILE] [--no-ceiling]\n", argv[0]);
+                            "[--recompute 0|1] [--json FILE] [--no-ceiling] [--profile]\n", argv[0]);
             return 2;
         }
     }

@@ -5,7 +5,7 @@
 #
 # Stages: tests (gpu.train.* cases), memcheck (compute-sanitizer on the small
 # case), ours (troupe-bench-train 124M and 350M), torch (PyTorch eager and
-# compiled), summary (table of ours vs PyTorch from the JSON files).
+# compiled), profile (ncu per-kernel times of one step), summary (table of ours vs PyTorch from the JSON files).
 # Logs and JSON go to $OUT (or ./bench-out).
 set -u
 out=${OUT:-bench-out}
@@ -16,7 +16,7 @@ status=0
 
 stage_tests() {
     for c in parity_fp32 parity_bf16 learns smoke; do
-        timeout 200 "$bin/test_train_gpu" "$c" 2>&1 | tee "$out/test_$c.log" | tail -40
+        timeout 100 "$bin/test_train_gpu" "$c" 2>&1 | tee "$out/test_$c.log" | tail -40
         echo "gpu.train.$c rc=${PIPESTATUS[0]}" | tee -a "$out/tests.txt"
     done
 }
@@ -43,6 +43,18 @@ stage_torch() {
         timeout 280 python3 bench/train/torch_gpt2.py --model $m --batch "${TORCH_B:-16}" --modes eager,compile \
             --json "$out/torch_$m.json" 2>&1 | grep -v Warning | tee "$out/torch_$m.log" | tail -5
     done
+}
+
+# profile: per-kernel GPU time of one 124M B=16 step under ncu (no nsys there).
+stage_profile() {
+    local ncu=/usr/local/cuda/bin/ncu
+    [ -x "$ncu" ] || ncu=$(command -v ncu || true)
+    if [ -z "$ncu" ]; then echo "profile: ncu not found"; return; fi
+    timeout 240 "$ncu" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+        --csv --print-summary per-kernel "$bin/troupe-bench-train" --model "${PROF_MODEL:-124M}" \
+        --batch "${PROF_B:-16}" --steps 1 --warmup 2 --no-ceiling --profile >"$out/profile.csv" 2>"$out/profile.err"
+    echo "profile rc=$?"
+    python3 bench/train/kernels.py "$out/profile.csv" | tee "$out/profile.txt" | head -40
 }
 
 stage_summary() {

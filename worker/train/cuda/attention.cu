@@ -164,6 +164,11 @@ __device__ __forceinline__ void cp_async_wait_all()
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }
 
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/* cp_async_wait<N> waits until at most N committed groups are in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 /* load_tile copies rows [row0, row0+64) of a 64-wide head slice (row stride
  * rs elements) into shared memory; rows past Tn are zero-filled. */
 __device__ __forceinline__ void load_tile(fa_tile dst, const bf16 *src, int row0, int Tn, int rs)
@@ -284,27 +289,38 @@ __device__ __forceinline__ void store_rows(bf16 *dst, int rs, int r0, int Tn, co
 
 /* ---- flash forward -------------------------------------------------------- */
 
+/* Tiles are double-buffered: while the warps compute on key tile j, the
+ * copy engine's cp.async brings tile j+1 into the other buffer. Q passes
+ * through buffer 1 first; once it sits in registers its space is reused. */
 __global__ void __launch_bounds__(128) flash_fwd_kernel(bf16 *y, float *lse, const bf16 *qkv, int Tn, int NH,
                                                         float scale_log2)
 {
-    __shared__ __align__(16) fa_tile sQ, sK, sV;
+    __shared__ __align__(16) fa_tile sKV[2][2]; /* [buffer][K, V] */
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* longest rows first */
     int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D;
-    load_tile(sQ, base, qt * FA_TILE, Tn, rs);
-    cp_async_wait_all();
+    load_tile(sKV[1][0], base, qt * FA_TILE, Tn, rs);
+    cp_async_commit();
+    load_tile(sKV[0][0], base + C, 0, Tn, rs);
+    load_tile(sKV[0][1], base + 2 * C, 0, Tn, rs);
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     uint32_t qf[4][4];
-    load_a_frags(qf, sQ, warp * 16);
+    load_a_frags(qf, sKV[1][0], warp * 16);
     float o[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     zero_acc(o);
     int row0 = qt * FA_TILE + warp * 16 + g, row1 = row0 + 8;
     for (int j = 0; j <= qt; j++) {
-        __syncthreads(); /* every warp is done with the previous K, V */
-        load_tile(sK, base + C, j * FA_TILE, Tn, rs);
-        load_tile(sV, base + 2 * C, j * FA_TILE, Tn, rs);
-        cp_async_wait_all();
-        __syncthreads();
+        cp_async_wait<0>();
+        __syncthreads(); /* tile j is in; every warp is done with tile j-1 (and with Q) */
+        if (j < qt) {
+            load_tile(sKV[(j + 1) & 1][0], base + C, (j + 1) * FA_TILE, Tn, rs);
+            load_tile(sKV[(j + 1) & 1][1], base + 2 * C, (j + 1) * FA_TILE, Tn, rs);
+            cp_async_commit();
+        }
+        const bf16(*sK)[FA_LD] = sKV[j & 1][0];
+        const bf16(*sV)[FA_LD] = sKV[j & 1][1];
         float s[8][4];
         zero_acc(s);
         mma_abt(s, qf, sK);
@@ -374,58 +390,59 @@ cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn,
 
 /* ---- flash backward ------------------------------------------------------- */
 
-/* dsum[b][h][t] = dy . y over the head: the softmax-backward row term. */
-__global__ void flash_dsum_kernel(float *dsum, const bf16 *dy, const bf16 *y, int B, int Tn, int NH)
+/* load_q_side queues query tile i (Q, dO) and its lse/dsum rows into one
+ * buffer of the dK/dV kernel; padding rows get lse = +inf, so P = 0 there. */
+__device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, const bf16 *qb, const bf16 *dyb,
+                                            const float *lb, const float *db, int i, int Tn, int rs, int C)
 {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * Tn * NH) {
-        return;
+    load_tile(qo[0], qb, i * FA_TILE, Tn, rs);
+    load_tile(qo[1], dyb, i * FA_TILE, Tn, C);
+    if (threadIdx.x < FA_TILE) {
+        int q = i * FA_TILE + threadIdx.x;
+        sl[threadIdx.x] = q < Tn ? lb[q] : INFINITY;
+        sd[threadIdx.x] = q < Tn ? db[q] : 0.0f;
     }
-    int h = row % NH, bt = row / NH, b = bt / Tn, t = bt % Tn;
-    size_t off = (size_t)bt * NH * FA_D + h * FA_D + 2 * lane;
-    __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(dy + off);
-    __nv_bfloat162 c = *reinterpret_cast<const __nv_bfloat162 *>(y + off);
-    float v = tr_warp_sum(__low2float(a) * __low2float(c) + __high2float(a) * __high2float(c));
-    if (lane == 0) {
-        dsum[((size_t)b * NH + h) * Tn + t] = v;
-    }
+    cp_async_commit();
 }
 
 /* dK, dV for one 64-key tile; each warp owns 16 keys and walks the query
  * tiles at or after its own, computing the transposed scores K Q^T so that
- * P^T and dS^T come out as A operands for dV += P^T dO and dK += dS^T Q. */
+ * P^T and dS^T come out as A operands for dV += P^T dO and dK += dS^T Q.
+ * K and V live in registers after the first load, so their shared memory
+ * becomes the second buffer of the double-buffered (Q, dO) stream. */
 __global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf16 *dy, const float *lse,
                                                            const float *dsum, const bf16 *qkv, int Tn, int NH,
                                                            float scale_log2, float scale)
 {
-    __shared__ __align__(16) fa_tile sK, sV, sQ, sO;
-    __shared__ float sL[FA_TILE], sD[FA_TILE];
+    __shared__ __align__(16) fa_tile sQO[2][2]; /* [buffer][Q, dO]; buffer 1 first holds K, V */
+    __shared__ float sL[2][FA_TILE], sD[2][FA_TILE];
     int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nq = gridDim.x;
     int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D, *dyb = dy + (size_t)b * Tn * C + h * FA_D;
     const float *lb = lse + ((size_t)b * NH + h) * Tn, *db = dsum + ((size_t)b * NH + h) * Tn;
-    load_tile(sK, base + C, kt * FA_TILE, Tn, rs);
-    load_tile(sV, base + 2 * C, kt * FA_TILE, Tn, rs);
-    cp_async_wait_all();
+    load_tile(sQO[1][0], base + C, kt * FA_TILE, Tn, rs);
+    load_tile(sQO[1][1], base + 2 * C, kt * FA_TILE, Tn, rs);
+    cp_async_commit();
+    load_q_side(sQO[0], sL[0], sD[0], base, dyb, lb, db, kt, Tn, rs, C);
+    cp_async_wait<1>();
     __syncthreads();
     uint32_t kf[4][4], vf[4][4];
-    load_a_frags(kf, sK, warp * 16);
-    load_a_frags(vf, sV, warp * 16);
+    load_a_frags(kf, sQO[1][0], warp * 16);
+    load_a_frags(vf, sQO[1][1], warp * 16);
     float dk[8][4], dv[8][4];
     zero_acc(dk);
     zero_acc(dv);
     int key0 = kt * FA_TILE + warp * 16 + g, key1 = key0 + 8;
     for (int i = kt; i < nq; i++) {
-        __syncthreads();
-        load_tile(sQ, base, i * FA_TILE, Tn, rs);
-        load_tile(sO, dyb, i * FA_TILE, Tn, C);
-        if (threadIdx.x < FA_TILE) {
-            int q = i * FA_TILE + threadIdx.x;
-            sL[threadIdx.x] = q < Tn ? lb[q] : INFINITY; /* padding rows get probability 0 */
-            sD[threadIdx.x] = q < Tn ? db[q] : 0.0f;
+        int buf = (i - kt) & 1;
+        cp_async_wait<0>();
+        __syncthreads(); /* tile i is in; the other buffer is free */
+        if (i + 1 < nq) {
+            load_q_side(sQO[buf ^ 1], sL[buf ^ 1], sD[buf ^ 1], base, dyb, lb, db, i + 1, Tn, rs, C);
         }
-        cp_async_wait_all();
-        __syncthreads();
+        const bf16(*sQ)[FA_LD] = sQO[buf][0];
+        const bf16(*sO)[FA_LD] = sQO[buf][1];
+        const float *L = sL[buf], *D = sD[buf];
         float p[8][4], dp[8][4];
         zero_acc(p);
         mma_abt(p, kf, sQ);
@@ -434,7 +451,7 @@ __global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf1
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int qc = nt * 8 + 2 * t + (e & 1), q = i * FA_TILE + qc;
-                float v = exp2f(p[nt][e] * scale_log2 - sL[qc]);
+                float v = exp2f(p[nt][e] * scale_log2 - L[qc]);
                 if (i == kt && (e < 2 ? key0 : key1) > q) {
                     v = 0.0f;
                 }
@@ -449,7 +466,7 @@ __global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf1
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int qc = nt * 8 + 2 * t + (e & 1);
-                dp[nt][e] = p[nt][e] * (dp[nt][e] - sD[qc]);
+                dp[nt][e] = p[nt][e] * (dp[nt][e] - D[qc]);
             }
         }
         mma_px(dk, dp, sQ);
@@ -460,34 +477,75 @@ __global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf1
 }
 
 /* dQ for one 64-query tile: recompute P from the saved log-sum-exp, then
- * dS = P (dO V^T - dsum) and dQ = dS K. */
-__global__ void __launch_bounds__(128) flash_bwd_q_kernel(bf16 *dqkv, const bf16 *dy, const float *lse,
-                                                          const float *dsum, const bf16 *qkv, int Tn, int NH,
-                                                          float scale_log2, float scale)
+ * dS = P (dO V^T - dsum) and dQ = dS K. Q and dO go to registers first;
+ * (K, V) tiles stream through two buffers. This kernel runs first and also
+ * computes the softmax-backward row term dsum = rowsum(dO * O) for its rows,
+ * which the dK/dV kernel then reads. */
+__global__ void __launch_bounds__(128) flash_bwd_q_kernel(bf16 *dqkv, const bf16 *dy, const bf16 *y,
+                                                          const float *lse, float *dsum, const bf16 *qkv, int Tn,
+                                                          int NH, float scale_log2, float scale)
 {
-    __shared__ __align__(16) fa_tile sQ, sO, sK, sV;
+    __shared__ __align__(16) fa_tile sKV[2][2]; /* [buffer][K, V]; buffer 1 first holds Q, dO */
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D, *dyb = dy + (size_t)b * Tn * C + h * FA_D;
-    load_tile(sQ, base, qt * FA_TILE, Tn, rs);
-    load_tile(sO, dyb, qt * FA_TILE, Tn, C);
-    cp_async_wait_all();
+    load_tile(sKV[1][0], base, qt * FA_TILE, Tn, rs);
+    load_tile(sKV[1][1], dyb, qt * FA_TILE, Tn, C);
+    cp_async_commit();
+    load_tile(sKV[0][0], base + C, 0, Tn, rs);
+    load_tile(sKV[0][1], base + 2 * C, 0, Tn, rs);
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     uint32_t qf[4][4], of[4][4];
-    load_a_frags(qf, sQ, warp * 16);
-    load_a_frags(of, sO, warp * 16);
+    load_a_frags(qf, sKV[1][0], warp * 16);
+    load_a_frags(of, sKV[1][1], warp * 16);
     int row0 = qt * FA_TILE + warp * 16 + g, row1 = row0 + 8;
-    const float *lb = lse + ((size_t)b * NH + h) * Tn, *db = dsum + ((size_t)b * NH + h) * Tn;
+    const float *lb = lse + ((size_t)b * NH + h) * Tn;
     float L0 = row0 < Tn ? lb[row0] : INFINITY, L1 = row1 < Tn ? lb[row1] : INFINITY;
-    float D0 = row0 < Tn ? db[row0] : 0.0f, D1 = row1 < Tn ? db[row1] : 0.0f;
+    float D0 = 0.0f, D1 = 0.0f; /* each of the 4 threads of a row sums 16 of its 64 columns */
+    {
+        const bf16 *yb = y + (size_t)b * Tn * C + h * FA_D;
+        int r0 = warp * 16 + g;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int r = r0 + 8 * half, row = qt * FA_TILE + r;
+            float acc = 0.0f;
+            if (row < Tn) {
+#pragma unroll
+                for (int v = 0; v < 2; v++) {
+                    int col = t * 16 + v * 8;
+                    Vec<bf16> o = Vec<bf16>::load(yb + (size_t)row * C + col), d = Vec<bf16>::load(&sKV[1][1][r][col]);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        acc += tr_to_f(o.e[e]) * tr_to_f(d.e[e]);
+                    }
+                }
+            }
+            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+            if (half == 0) {
+                D0 = acc;
+            } else {
+                D1 = acc;
+            }
+            if (t == 0 && row < Tn) {
+                dsum[((size_t)b * NH + h) * Tn + row] = acc;
+            }
+        }
+    }
     float dq[8][4];
     zero_acc(dq);
     for (int j = 0; j <= qt; j++) {
+        cp_async_wait<0>();
         __syncthreads();
-        load_tile(sK, base + C, j * FA_TILE, Tn, rs);
-        load_tile(sV, base + 2 * C, j * FA_TILE, Tn, rs);
-        cp_async_wait_all();
-        __syncthreads();
+        if (j < qt) {
+            load_tile(sKV[(j + 1) & 1][0], base + C, (j + 1) * FA_TILE, Tn, rs);
+            load_tile(sKV[(j + 1) & 1][1], base + 2 * C, (j + 1) * FA_TILE, Tn, rs);
+            cp_async_commit();
+        }
+        const bf16(*sK)[FA_LD] = sKV[j & 1][0];
+        const bf16(*sV)[FA_LD] = sKV[j & 1][1];
         float p[8][4], dp[8][4];
         zero_acc(p);
         zero_acc(dp);
@@ -515,9 +573,8 @@ cudaError_t tr_cu_flash_bwd(bf16 *dqkv, float *dsum, const bf16 *dy, const bf16 
                             const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s)
 {
     float scale = 1.0f / sqrtf((float)FA_D), scale_log2 = 1.4426950408889634f * scale;
-    flash_dsum_kernel<<<tr_cdiv((size_t)B * Tn * NH, 8), 256, 0, s>>>(dsum, dy, y, B, Tn, NH);
     dim3 grid(tr_cdiv(Tn, FA_TILE), NH, B);
+    flash_bwd_q_kernel<<<grid, 128, 0, s>>>(dqkv, dy, y, lse, dsum, qkv, Tn, NH, scale_log2, scale);
     flash_bwd_kv_kernel<<<grid, 128, 0, s>>>(dqkv, dy, lse, dsum, qkv, Tn, NH, scale_log2, scale);
-    flash_bwd_q_kernel<<<grid, 128, 0, s>>>(dqkv, dy, lse, dsum, qkv, Tn, NH, scale_log2, scale);
     return cudaGetLastError();
 }

@@ -215,6 +215,7 @@ extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backe
     cb->bf16 = opts->precision == TR_PRECISION_BF16;
     cb->esz = cb->bf16 ? sizeof(bf16) : sizeof(float);
     cb->flash = cb->bf16 && cfg->width / cfg->heads == 64;
+    cb->gelu_epi = cb->bf16;
     cb->cap_bt = (size_t)opts->micro_batch * cfg->seq_len;
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(cudaStreamCreateWithFlags(&cb->s, cudaStreamNonBlocking));
@@ -462,21 +463,30 @@ extern const tr_backend_ops tr_cu_ops = {
 
 /* ---- train_cuda.h extras ---------------------------------------------------- */
 
-extern "C" int tr_cuda_set_flash_attention(tr_backend *b, int flash, tr_err *err)
+extern "C" int tr_cuda_set_option(tr_backend *b, tr_cuda_option opt, int value, tr_err *err)
 {
     int rv = TROUPE_OK;
     cu_backend *cb = (cu_backend *)b;
     if (b == NULL || b->ops != &tr_cu_ops) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "not a cuda backend");
     }
-    if (flash && !(cb->bf16 && b->cfg.width / b->cfg.heads == 64)) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "flash attention needs bf16 and head size 64");
+    switch (opt) {
+    case TR_CUDA_OPT_FLASH_ATTENTION:
+        if (value && !(cb->bf16 && b->cfg.width / b->cfg.heads == 64)) {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "flash attention needs bf16 and head size 64");
+        }
+        if (!value) {
+            TR_CU_TRY(cudaSetDevice(cb->dev));
+            TR_TRY(alloc_reference_attention(cb, err));
+        }
+        cb->flash = value != 0;
+        break;
+    case TR_CUDA_OPT_GELU_EPILOGUE:
+        cb->gelu_epi = value != 0;
+        break;
+    default:
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "unknown cuda option %d", (int)opt);
     }
-    if (!flash) {
-        TR_CU_TRY(cudaSetDevice(cb->dev));
-        TR_TRY(alloc_reference_attention(cb, err));
-    }
-    cb->flash = flash;
 out:
     return rv;
 }

@@ -35,6 +35,7 @@ typedef struct cu_backend {
     int bf16;   /* storage type T is bf16 (else float) */
     size_t esz; /* sizeof(T) */
     int flash;  /* use the flash attention kernels */
+    int gelu_epi; /* GELU / dGELU in the cuBLASLt epilogues */
     size_t offs[TR_NUM_PARAM_TENSORS + 1];
     void *params; /* T, canonical layout; == master in fp32 mode */
     float *master, *grads, *m, *v;

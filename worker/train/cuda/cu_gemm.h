@@ -4,7 +4,10 @@
  * tensors are passed transposed (see backend_cuda.cu, linear_*). Matmul
  * descriptors, layouts and the heuristic's algorithm are cached per shape,
  * because asking the heuristic costs tens of microseconds and a training step
- * issues the same ~10 shapes hundreds of times. */
+ * issues the same ~10 shapes hundreds of times. When the heuristic offers
+ * several algorithms for a new shape, each is timed once on the real operands
+ * (into a scratch output) and the fastest is kept: the heuristic's first pick
+ * is often not the fastest for the tall-skinny products of training. */
 #ifndef TR_CU_GEMM_H
 #define TR_CU_GEMM_H
 
@@ -13,6 +16,13 @@
 #include "cu_common.cuh"
 
 typedef struct tr_cu_gemm_ctx tr_cu_gemm_ctx;
+
+/* Epilogues beyond the plain bias add (which bias != NULL selects). */
+enum {
+    TR_CU_EPI_NONE = 0,
+    TR_CU_EPI_GELU_AUX = 1, /* D = gelu(AB + bias); aux = AB + bias (the GELU input), needs bias */
+    TR_CU_EPI_DGELU = 2,    /* D = AB * gelu'(aux) */
+};
 
 typedef struct tr_cu_gemm_args {
     void *d;           /* m x n, leading dimension m */
@@ -24,6 +34,8 @@ typedef struct tr_cu_gemm_args {
     cudaDataType_t ab_type; /* CUDA_R_16BF or CUDA_R_32F */
     cudaDataType_t d_type;  /* CUDA_R_16BF or CUDA_R_32F (fp32 gradients) */
     int accumulate;         /* D += product instead of D = product */
+    int epilogue;           /* TR_CU_EPI_*; the GELU ones use aux (m x n, leading dimension m, d_type) */
+    void *aux;
 } tr_cu_gemm_args;
 
 /* tr_cu_gemm_create makes a context bound to stream s with its own workspace;

@@ -12,6 +12,7 @@ extern "C" {
 
 #define TR_GEMM_WORKSPACE (64u << 20)
 #define TR_GEMM_CACHE 64
+#define TR_GEMM_CANDIDATES 8
 
 /* TR_LT_TRY checks a cuBLAS(Lt) call, logs file:line and cuBLAS's own
  * message, and jumps to `out`. */
@@ -29,7 +30,7 @@ extern "C" {
 
 typedef struct gemm_plan {
     int used;
-    int m, n, k, ta, tb, has_bias;
+    int m, n, k, ta, tb, has_bias, epilogue;
     cudaDataType_t ab_type, d_type;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -95,7 +96,81 @@ size_t tr_cu_gemm_device_bytes(const tr_cu_gemm_ctx *g) { return g != NULL ? TR_
 static int plan_matches(const gemm_plan *p, const tr_cu_gemm_args *a)
 {
     return p->used && p->m == a->m && p->n == a->n && p->k == a->k && p->ta == a->ta && p->tb == a->tb &&
-           p->has_bias == (a->bias != NULL) && p->ab_type == a->ab_type && p->d_type == a->d_type;
+           p->has_bias == (a->bias != NULL) && p->ab_type == a->ab_type && p->d_type == a->d_type &&
+           p->epilogue == a->epilogue;
+}
+
+static int set_pointers(gemm_plan *p, const tr_cu_gemm_args *a, tr_err *err)
+{
+    int rv = TROUPE_OK;
+    if (a->bias != NULL) {
+        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
+                                                 sizeof(a->bias)));
+    }
+    if (a->epilogue != TR_CU_EPI_NONE) {
+        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux,
+                                                 sizeof(a->aux)));
+    }
+out:
+    return rv;
+}
+
+/* plan_tune times each candidate algorithm (one warm-up, then three runs
+ * between events) on the real inputs, writing a scratch D so that an
+ * accumulating product leaves the real one untouched (the forward GELU
+ * epilogue rewrites its aux, which the real call then writes again), and
+ * keeps the fastest. Candidates that fail to run are skipped. */
+static int plan_tune(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
+                     const cublasLtMatmulHeuristicResult_t *res, int found, tr_err *err)
+{
+    int rv = TROUPE_OK;
+    void *scratch = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float best = 1e30f, one = 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
+    size_t dbytes = (size_t)a->m * a->n * (a->d_type == CUDA_R_32F ? 4 : 2);
+    if (cudaMalloc(&scratch, dbytes) != cudaSuccess) { /* no room to tune: keep the heuristic's pick */
+        cudaGetLastError();
+        scratch = NULL;
+        goto out;
+    }
+    TR_CU_TRY(cudaMemsetAsync(scratch, 0, dbytes, g->s));
+    TR_CU_TRY(cudaEventCreate(&e0));
+    TR_CU_TRY(cudaEventCreate(&e1));
+    TR_TRY(set_pointers(p, a, err));
+    for (int i = 0; i < found; i++) {
+        float ms = 0.0f;
+        cublasStatus_t st = cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld,
+                                           scratch, p->ld, &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            continue;
+        }
+        TR_CU_TRY(cudaEventRecord(e0, g->s));
+        for (int r = 0; r < 3; r++) {
+            cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld, scratch, p->ld,
+                           &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
+        }
+        TR_CU_TRY(cudaEventRecord(e1, g->s));
+        TR_CU_TRY(cudaEventSynchronize(e1));
+        TR_CU_TRY(cudaEventElapsedTime(&ms, e0, e1));
+        if (ms < best) {
+            best = ms;
+            p->algo = res[i].algo;
+        }
+    }
+    TR_LOG(TR_LOG_DEBUG, "gemm plan m=%d n=%d k=%d ta=%d tb=%d epi=%d: %d candidates, best %.3f ms", a->m, a->n, a->k,
+           a->ta, a->tb, a->epilogue, found, best / 3);
+out:
+    if (e0 != NULL) {
+        cudaEventDestroy(e0);
+    }
+    if (e1 != NULL) {
+        cudaEventDestroy(e1);
+    }
+    if (scratch != NULL) {
+        cudaStreamSynchronize(g->s);
+        cudaFree(scratch);
+    }
+    return rv;
 }
 
 /* plan_build fills p with descriptors for a's shape and asks the heuristic for
@@ -104,14 +179,20 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
 {
     int rv = TROUPE_OK, found = 0;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
     cublasOperation_t opa = a->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = a->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = a->bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (a->epilogue == TR_CU_EPI_GELU_AUX) {
+        epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    } else if (a->epilogue == TR_CU_EPI_DGELU) {
+        epi = CUBLASLT_EPILOGUE_DGELU;
+    }
+    int64_t aux_ld = a->m;
+    cublasLtMatmulHeuristicResult_t res[TR_GEMM_CANDIDATES];
     uint64_t wsb = TR_GEMM_WORKSPACE;
     uint32_t align = 16;
     plan_free(p);
     p->m = a->m, p->n = a->n, p->k = a->k, p->ta = a->ta, p->tb = a->tb, p->has_bias = a->bias != NULL;
-    p->ab_type = a->ab_type, p->d_type = a->d_type;
+    p->ab_type = a->ab_type, p->d_type = a->d_type, p->epilogue = a->epilogue;
     TR_LT_TRY(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     p->used = 1; /* from here plan_free owns whatever was made */
     TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
@@ -120,6 +201,12 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     if (a->bias != NULL) {
         cudaDataType_t bt = a->d_type;
         TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    }
+    if (a->epilogue != TR_CU_EPI_NONE) {
+        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        /* the heuristic reads the pointer's alignment */
+        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux,
+                                                 sizeof(a->aux)));
     }
     TR_LT_TRY(cublasLtMatrixLayoutCreate(&p->la, a->ab_type, a->ta ? a->k : a->m, a->ta ? a->m : a->k,
                                          a->ta ? a->k : a->m));
@@ -132,13 +219,17 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align)));
     TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof(align)));
     TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found));
+    TR_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, TR_GEMM_CANDIDATES,
+                                             res, &found));
     if (found == 0) {
         rv = tr_err_set(err, TROUPE_UNIMPLEMENTED, "cuBLASLt has no algorithm for m=%d n=%d k=%d ta=%d tb=%d bias=%d",
                         a->m, a->n, a->k, a->ta, a->tb, a->bias != NULL);
         goto out;
     }
-    p->algo = res.algo;
+    p->algo = res[0].algo;
+    if (found > 1) {
+        TR_TRY(plan_tune(g, p, a, res, found, err));
+    }
 out:
     if (pref != NULL) {
         cublasLtMatmulPreferenceDestroy(pref);
@@ -171,10 +262,7 @@ int tr_cu_gemm(tr_cu_gemm_ctx *g, const tr_cu_gemm_args *a, tr_err *err)
         }
         TR_TRY(plan_build(g, p, a, err));
     }
-    if (a->bias != NULL) {
-        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
-                                                 sizeof(a->bias)));
-    }
+    TR_TRY(set_pointers(p, a, err));
     TR_LT_TRY(cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, a->d, p->ld, a->d, p->ld,
                              &p->algo, g->ws, TR_GEMM_WORKSPACE, g->s));
 out:

@@ -193,10 +193,110 @@ __global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, cons
     }
 }
 
+/* Register-resident variant for rows of up to 32 * V * CH elements (C <= 1024
+ * in bf16): each lane loads its slice of dout, inp and dinp once, keeps w and
+ * its running dw/db in registers across rows, and touches shared memory only
+ * once at the end. Several independent 16-byte loads per lane are in flight
+ * at once, which is what the generic kernel above lacks. */
+template <typename T, int CH>
+__global__ void __launch_bounds__(128) ln_bwd_reg_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp,
+                                                         const T *w, const float *mean, const float *rstd, int N,
+                                                         int C)
+{
+    constexpr int V = Vec<T>::N;
+    extern __shared__ float sh[]; /* dw[C], db[C] */
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        sh[c] = 0.0f;
+    }
+    __syncthreads();
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    float aw[CH][V], ab[CH][V];
+    Vec<T> wv[CH];
+#pragma unroll
+    for (int k = 0; k < CH; k++) {
+        int c = lane * V + k * 32 * V;
+        if (c < C) {
+            wv[k] = Vec<T>::load(w + c);
+        }
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            aw[k][e] = ab[k][e] = 0.0f;
+        }
+    }
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const T *g = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+        T *di = dinp + (size_t)row * C;
+        Vec<T> gv[CH], xv[CH], dv[CH];
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            int c = lane * V + k * 32 * V;
+            if (c < C) {
+                gv[k] = Vec<T>::load(g + c);
+                xv[k] = Vec<T>::load(x + c);
+                dv[k] = Vec<T>::load(di + c);
+            }
+        }
+        float mu = mean[row], rs = rstd[row], s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            if (lane * V + k * 32 * V < C) {
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    float dn = tr_to_f(gv[k].e[e]) * tr_to_f(wv[k].e[e]), nrm = (tr_to_f(xv[k].e[e]) - mu) * rs;
+                    s1 += dn;
+                    s2 += dn * nrm;
+                }
+            }
+        }
+        s1 = tr_warp_sum(s1) / C;
+        s2 = tr_warp_sum(s2) / C;
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            int c = lane * V + k * 32 * V;
+            if (c < C) {
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    float gg = tr_to_f(gv[k].e[e]), nrm = (tr_to_f(xv[k].e[e]) - mu) * rs;
+                    float dn = gg * tr_to_f(wv[k].e[e]);
+                    dv[k].e[e] = tr_from_f<T>(tr_to_f(dv[k].e[e]) + (dn - s1 - nrm * s2) * rs);
+                    aw[k][e] += gg * nrm;
+                    ab[k][e] += gg;
+                }
+                dv[k].store(di + c);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < CH; k++) {
+        int c = lane * V + k * 32 * V;
+        if (c < C) {
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                atomicAdd(&sh[c + e], aw[k][e]);
+                atomicAdd(&sh[C + c + e], ab[k][e]);
+            }
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        atomicAdd(dw + c, sh[c]);
+        atomicAdd(db + c, sh[C + c]);
+    }
+}
+
 template <typename T>
 cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
                          const float *rstd, int N, int C, cudaStream_t s)
 {
+    if (C <= 32 * Vec<T>::N * 4) {
+        int blocks = (int)tr_cdiv(N, 4 * 4); /* >= 4 rows per warp, at most 3 blocks per SM */
+        if (blocks > 132 * 3) {
+            blocks = 132 * 3;
+        }
+        ln_bwd_reg_kernel<T, 4><<<blocks, 128, 2 * C * sizeof(float), s>>>(dinp, dw, db, dout, inp, w, mean, rstd,
+                                                                           N, C);
+        return cudaGetLastError();
+    }
     int blocks = (int)tr_cdiv(N, TR_LN_BWD_WARPS * 8); /* about 8 rows per warp */
     if (blocks > 132 * 4) {
         blocks = 132 * 4;
@@ -286,6 +386,7 @@ template <typename T> __global__ void bias_grad_kernel(float *dbias, const T *do
     }
     int r0 = blockIdx.y * rows_per_y, r1 = min(N, r0 + rows_per_y);
     if (c < OC) {
+#pragma unroll 4
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
             Vec<T> d = Vec<T>::load(dout + (size_t)r * OC + c);
 #pragma unroll

@@ -31,7 +31,16 @@ template <typename T>
 static int linear_fwd(cu_backend *cb, T *out, const T *inp, const T *w, const T *bias, int BT, int C, int OC,
                       tr_err *err)
 {
-    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0};
+    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_NONE, NULL};
+    return tr_cu_gemm(cb->gemm, &a, err);
+}
+
+/* out = gelu(inp . w^T + bias) with pre = the GELU input, in one matmul. */
+template <typename T>
+static int linear_fwd_gelu(cu_backend *cb, T *out, T *pre, const T *inp, const T *w, const T *bias, int BT, int C,
+                           int OC, tr_err *err)
+{
+    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_GELU_AUX, pre};
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
@@ -39,7 +48,17 @@ static int linear_fwd(cu_backend *cb, T *out, const T *inp, const T *w, const T 
 template <typename T>
 static int linear_dinp(cu_backend *cb, T *dinp, const T *dout, const T *w, int BT, int C, int OC, tr_err *err)
 {
-    tr_cu_gemm_args a = {dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0};
+    tr_cu_gemm_args a = {dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_NONE, NULL};
+    return tr_cu_gemm(cb->gemm, &a, err);
+}
+
+/* dinp = (dout . w) * gelu'(pre): the MLP's input gradient through the GELU. */
+template <typename T>
+static int linear_dinp_dgelu(cu_backend *cb, T *dinp, const T *dout, const T *w, const T *pre, int BT, int C, int OC,
+                             tr_err *err)
+{
+    tr_cu_gemm_args a = {dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_DGELU,
+                         (void *)pre};
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
@@ -49,7 +68,7 @@ static int linear_dw(cu_backend *cb, float *dw, float *db, const T *inp, const T
                      tr_err *err)
 {
     int rv = TROUPE_OK;
-    tr_cu_gemm_args a = {dw, inp, dout, NULL, C, OC, BT, 0, 1, dtype_of<T>(), CUDA_R_32F, 1};
+    tr_cu_gemm_args a = {dw, inp, dout, NULL, C, OC, BT, 0, 1, dtype_of<T>(), CUDA_R_32F, 1, TR_CU_EPI_NONE, NULL};
     TR_TRY(tr_cu_gemm(cb->gemm, &a, err));
     if (db != NULL) {
         TR_CU(tr_cu_bias_grad(db, dout, BT, OC, cb->s));
@@ -100,9 +119,14 @@ template <typename T> static int block_fwd(cu_backend *cb, int l, int B, int Tn,
                          P<T>(cb, TR_P_ATTPROJB, l, C), BT, C, C, err));
     TR_CU(tr_cu_residual_ln_fwd((T *)ly->res2, (T *)ly->ln2, ly->ln2_mean, ly->ln2_rstd, x, (const T *)cb->proj,
                                 P<T>(cb, TR_P_LN2W, l, C), P<T>(cb, TR_P_LN2B, l, C), BT, C, cb->s));
-    TR_TRY(linear_fwd<T>(cb, (T *)ly->fch, (T *)ly->ln2, P<T>(cb, TR_P_FCW, l, 4 * C * C),
-                         P<T>(cb, TR_P_FCB, l, 4 * C), BT, C, 4 * C, err));
-    TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    if (cb->gelu_epi) {
+        TR_TRY(linear_fwd_gelu<T>(cb, fg, (T *)ly->fch, (T *)ly->ln2, P<T>(cb, TR_P_FCW, l, 4 * C * C),
+                                  P<T>(cb, TR_P_FCB, l, 4 * C), BT, C, 4 * C, err));
+    } else {
+        TR_TRY(linear_fwd<T>(cb, (T *)ly->fch, (T *)ly->ln2, P<T>(cb, TR_P_FCW, l, 4 * C * C),
+                             P<T>(cb, TR_P_FCB, l, 4 * C), BT, C, 4 * C, err));
+        TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    }
     TR_TRY(linear_fwd<T>(cb, (T *)cb->proj, fg, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), P<T>(cb, TR_P_FCPROJB, l, C),
                          BT, 4 * C, C, err));
     if (l + 1 < L) {
@@ -152,8 +176,13 @@ template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn,
     }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCPROJW, l, 4 * C * C), G(cb, TR_P_FCPROJB, l, C), fg, dres, BT, 4 * C, C, err));
-    TR_TRY(linear_dinp<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), BT, 4 * C, C, err));
-    TR_CU(tr_cu_gelu_bwd(d4, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    if (cb->gelu_epi) {
+        TR_TRY(linear_dinp_dgelu<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), (const T *)ly->fch, BT, 4 * C,
+                                    C, err));
+    } else {
+        TR_TRY(linear_dinp<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), BT, 4 * C, C, err));
+        TR_CU(tr_cu_gelu_bwd(d4, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+    }
     TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCW, l, 4 * C * C), G(cb, TR_P_FCB, l, 4 * C), (T *)ly->ln2, d4, BT, C, 4 * C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, d4, P<T>(cb, TR_P_FCW, l, 4 * C * C), BT, C, 4 * C, err));
     TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN2W, l, C), G(cb, TR_P_LN2B, l, C), dbtc, (const T *)ly->res2,

@@ -43,12 +43,21 @@ void tr_cuda_profiler_stop(void);
 void tr_cuda_nvtx_push(const char *name);
 void tr_cuda_nvtx_pop(void);
 
-/* tr_cuda_set_flash_attention chooses the attention kernels of a CUDA
- * backend: flash != 0 the fused flash kernels (bf16, head size 64 only; the
- * default where they apply), 0 the reference kernels that store the T x T
- * probabilities (allocated here on first use). For tests and comparisons.
- * Returns INVALID_ARGUMENT for a non-CUDA backend or where flash cannot apply. */
-int tr_cuda_set_flash_attention(tr_backend *b, int flash, tr_err *err);
+/* Implementation choices of a CUDA backend, for tests and comparisons. */
+typedef enum tr_cuda_option {
+    /* 1: fused flash attention (bf16, head size 64 only; the default where it
+     * applies); 0: reference kernels that store the T x T probabilities
+     * (allocated on first use). */
+    TR_CUDA_OPT_FLASH_ATTENTION = 0,
+    /* 1: GELU and its gradient in the cuBLASLt epilogues of the MLP matmuls
+     * (the default in bf16); 0: separate elementwise kernels (the default in
+     * fp32, where the fp32 parity test can force 1 to check the epilogue). */
+    TR_CUDA_OPT_GELU_EPILOGUE = 1,
+} tr_cuda_option;
+
+/* tr_cuda_set_option sets opt to value on a CUDA backend. Returns
+ * INVALID_ARGUMENT for a non-CUDA backend or a choice that cannot apply. */
+int tr_cuda_set_option(tr_backend *b, tr_cuda_option opt, int value, tr_err *err);
 
 #ifdef __cplusplus
 }
