@@ -353,13 +353,29 @@ static void echo_ok(void **state)
     before = tr_rpc_server_served(f->srv);
     TR_ASSERT_OK(call_data(f->cli, M_ECHO, "hello", 2000, 0, out, sizeof(out), &err), &err);
     assert_string_equal(out, "hello");
-    TR_ASSERT_OK(call_data(f->cli, M_ECHO, "", 2000, 0, out, sizeof(out), &err), &err);
-    assert_string_equal(out, "");
+    TR_ASSERT_OK(call_data(f->cli, M_ECHO, "second", 2000, 0, out, sizeof(out), &err), &err);
+    assert_string_equal(out, "second");
     assert_true(tr_rpc_server_served(f->srv) == before + 2);
+}
 
-    /* A NULL request is an empty payload, which is a valid default message. */
+/* KNOWN BUG (reported to the lead; fails only under UBSan): an OK reply whose
+ * payload is empty (any reply message with all fields at their defaults, e.g.
+ * an empty PingReply or ListNodesReply) reaches rpc_client.c attempt(), which
+ * calls memcpy(*reply_payload, r->payload.data, 0) with payload.data == NULL:
+ * undefined behaviour ("null pointer passed as argument 2"). */
+static void empty_reply_payload(void **state)
+{
+    fixture *f = *state;
+    tr_err err = {0};
+    char out[64];
     uint8_t *rp = NULL;
     size_t rn = 99;
+
+    start_server(f, (tr_rpc_server_opts){0});
+    f->cli = open_client(f, NULL);
+    TR_ASSERT_OK(call_data(f->cli, M_ECHO, "", 2000, 0, out, sizeof(out), &err), &err);
+    assert_string_equal(out, "");
+    /* A NULL request is an empty payload, which is a valid default message. */
     TR_ASSERT_OK(tr_rpc_client_call_raw(f->cli, M_ECHO, NULL, 0, &rp, &rn, 2000, 0, &err), &err);
     assert_non_null(rp);
     assert_int_equal(rn, 0);
@@ -664,6 +680,7 @@ static void idempotent_retry(void **state)
     tr_err err = {0};
     char out[64];
     int64_t t0, dt;
+    int rv;
 
     start_server(f, (tr_rpc_server_opts){0});
     f->cli = open_client(f, NULL);
@@ -680,13 +697,23 @@ static void idempotent_retry(void **state)
                     "try again (flaky)");
     assert_int_equal(atomic_load(&f->s.flaky_calls), 1);
 
-    /* Always UNAVAILABLE: retried with backoff, but given up within the deadline. */
+    /* Always UNAVAILABLE: retried with backoff, but given up within the
+     * deadline. The loop stops when the next backoff would pass the deadline,
+     * so it usually returns the server's UNAVAILABLE; when a sleep overshoots
+     * (a loaded machine, sanitizers) the last attempt starts with no time left
+     * and the call ends DEADLINE_EXCEEDED instead, as gRPC's would. */
     atomic_store(&f->s.flaky_left, 1000000);
     atomic_store(&f->s.flaky_calls, 0);
     t0 = tr_now_ms();
-    TR_ASSERT_FAILS(call_data(f->cli, M_FLAKY, "", 400, TR_RPC_IDEMPOTENT, out, sizeof(out), &err),
-                    TROUPE_UNAVAILABLE, &err, "try again");
+    rv = call_data(f->cli, M_FLAKY, "", 400, TR_RPC_IDEMPOTENT, out, sizeof(out), &err);
     dt = tr_now_ms() - t0;
+    if (rv == TROUPE_UNAVAILABLE) {
+        TR_ASSERT_CONTAINS(err.msg, "try again (flaky)");
+    } else if (rv == TROUPE_DEADLINE_EXCEEDED) {
+        TR_ASSERT_CONTAINS(err.msg, "deadline");
+    } else {
+        fail_msg("always-UNAVAILABLE idempotent call: got %s (%s)", troupe_strerror(rv), err.msg);
+    }
     assert_true(atomic_load(&f->s.flaky_calls) >= 2);
     if (dt > 1500) {
         fail_msg("400 ms idempotent call kept retrying for %lld ms", (long long)dt);
@@ -1007,6 +1034,7 @@ int main(int argc, char **argv)
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(echo_ok),
+        T(empty_reply_payload),
         T(unknown_method),
         T(auth_token),
         T(malformed_payload),
