@@ -129,6 +129,11 @@ int tr_rpc_client_open(const tr_rpc_client_opts *opts, tr_rpc_client **out, tr_e
  * flight on it. */
 void tr_rpc_client_close(tr_rpc_client *c);
 
+/* tr_rpc_client_shutdown closes the socket so that calls in flight on other
+ * threads return at once (UNAVAILABLE/CANCELLED); the handle must still be
+ * freed with tr_rpc_client_close after those threads are done with it. */
+void tr_rpc_client_shutdown(tr_rpc_client *c);
+
 /* tr_rpc_client_call sends req to method and waits up to timeout_ms for the
  * reply. On OK, *reply (when reply_desc is not NULL) is a message the caller
  * frees with protobuf_c_message_free_unpacked. On error, *reply is NULL and err

@@ -104,6 +104,13 @@ fail:
     return rv;
 }
 
+void tr_rpc_client_shutdown(tr_rpc_client *c)
+{
+    if (c != NULL) {
+        nng_close(c->sock);
+    }
+}
+
 void tr_rpc_client_close(tr_rpc_client *c)
 {
     if (c == NULL) {

@@ -1,6 +1,7 @@
 /* head.c - troupe-head's configuration table, start-up, liveness reaper and
  * shutdown. */
 #include "head.h"
+#include "jobs.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -28,6 +29,11 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"sync_full", TR_CFG_BOOL, F(sync_full), "true", TR_CFG_UNBOUNDED, 0,
      "fsync every commit (survives power loss); false survives only process crashes"},
     {"log_level", TR_CFG_STRING, F(log_level), "info", TR_CFG_UNBOUNDED, 0, "err|warning|notice|info|debug"},
+    {"advertise", TR_CFG_STRING, F(advertise), NULL, TR_CFG_UNBOUNDED, 0,
+     "URL workers use to reach the head (TROUPE_HEAD in their environment); default: listen"},
+    {"master_port_base", TR_CFG_INT, F(master_port_base), "29500", 1024, 65000, 0,
+     "first port of the MASTER_PORT band (one port per running worker group)"},
+    {"master_port_count", TR_CFG_INT, F(master_port_count), "500", 1, 20000, 0, "size of the MASTER_PORT band"},
     {NULL, 0, 0, NULL, 0, 0, 0, NULL},
 };
 #undef F
@@ -38,6 +44,12 @@ static const tr_rpc_method head_methods[] = {
     {"troupe.v1.Head/Heartbeat", tr_head_heartbeat},
     {"troupe.v1.Head/ListNodes", tr_head_list_nodes},
     {"troupe.v1.Head/GetCluster", tr_head_get_cluster},
+    {"troupe.v1.Head/SubmitJob", tr_head_submit_job},
+    {"troupe.v1.Head/GetJob", tr_head_get_job},
+    {"troupe.v1.Head/ListJobs", tr_head_list_jobs},
+    {"troupe.v1.Head/StopJob", tr_head_stop_job},
+    {"troupe.v1.Head/GetLogs", tr_head_get_logs},
+    {"troupe.v1.Head/NodeSync", tr_head_node_sync},
     {NULL, NULL},
 };
 
@@ -52,6 +64,7 @@ static void *reaper_main(void *arg)
     while (!h->stopping) {
         struct timespec ts;
         tr_head_nodes_reap(h);
+        tr_jobs_tick(h);
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += tick / 1000;
         ts.tv_nsec += (tick % 1000) * 1000000L;
@@ -86,7 +99,7 @@ int tr_head_start(tr_head *h, tr_err *err)
     }
     snprintf(epoch, sizeof(epoch), "%lld", (long long)h->started_ms);
     if ((rv = tr_store_meta_set(h->store, "started_ms", epoch, err)) != TROUPE_OK ||
-        (rv = tr_head_nodes_recover(h, err)) != TROUPE_OK) {
+        (rv = tr_head_nodes_recover(h, err)) != TROUPE_OK || (rv = tr_jobs_init(h, err)) != TROUPE_OK) {
         goto fail;
     }
     so.url = h->cfg.listen;
@@ -108,6 +121,7 @@ int tr_head_start(tr_head *h, tr_err *err)
            (long long)h->cfg.heartbeat_ms);
     return TROUPE_OK;
 fail:
+    tr_jobs_fini(h);
     tr_head_nodes_free(h);
     tr_store_close(h->store);
     h->store = NULL;
@@ -123,6 +137,7 @@ void tr_head_stop(tr_head *h)
     pthread_join(h->reaper, NULL);
     tr_rpc_server_stop(h->srv);
     h->srv = NULL;
+    tr_jobs_fini(h);
     tr_head_nodes_free(h);
     tr_store_close(h->store);
     h->store = NULL;

@@ -27,6 +27,9 @@ typedef struct tr_head_config {
     int64_t contexts;
     int sync_full;
     char *log_level;
+    char *advertise;            /* URL workers use to reach the head */
+    int64_t master_port_base;
+    int64_t master_port_count;
 } tr_head_config;
 
 extern const tr_cfg_desc tr_head_config_table[];
@@ -34,7 +37,13 @@ extern const tr_cfg_desc tr_head_config_table[];
 typedef struct tr_head_node {
     Troupe__V1__Node *n; /* owned, an unpacked message (malloc allocator) */
     int64_t seen_mono;   /* tr_now_ms() of the last heartbeat */
+    uint64_t version;    /* assignment version: bumps when its worker set changes */
+    tr_rpc_call *sync_waiter; /* a deferred NodeSync long poll, or NULL */
+    int64_t sync_until;  /* tr_now_ms() when to answer the long poll anyway */
 } tr_head_node;
+
+struct tr_head_job;
+struct tr_sched;
 
 typedef struct tr_head {
     tr_head_config cfg;
@@ -46,6 +55,10 @@ typedef struct tr_head {
     tr_head_node *nodes;
     size_t n_nodes, cap_nodes;
     int64_t started_ms; /* wall clock; changes on every start (agents notice) */
+    struct tr_sched *sched;
+    struct tr_head_job **jobs; /* in id order */
+    size_t n_jobs, cap_jobs;
+    uint8_t *ports_used;       /* master port band, one byte per port */
     int stopping;
     pthread_t reaper;
 } tr_head;

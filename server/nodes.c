@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "head.h"
+#include "jobs.h"
 #include "log.h"
 #include "util.h"
 
@@ -100,6 +101,9 @@ static void node_transition(tr_head *h, tr_head_node *hn, int state, const char 
     TR_LOG(state == TROUPE__V1__NODE_STATE__NODE_ALIVE ? TR_LOG_INFO : TR_LOG_WARNING,
            "node state node=%llu name=%s from=%s to=%s reason=\"%s\"", (unsigned long long)hn->n->id,
            hn->n->name, state_name(old), state_name(state), reason);
+    if (h->sched != NULL) {
+        tr_jobs_node_state(h, hn->n);
+    }
 }
 
 static int nodes_append(tr_head *h, Troupe__V1__Node *n)
@@ -113,8 +117,12 @@ static int nodes_append(tr_head *h, Troupe__V1__Node *n)
         h->nodes = p;
         h->cap_nodes = cap;
     }
+    memset(&h->nodes[h->n_nodes], 0, sizeof(h->nodes[0]));
     h->nodes[h->n_nodes].n = n;
     h->nodes[h->n_nodes].seen_mono = tr_now_ms();
+    /* Versions carry the head's start time, so they only grow across restarts
+     * and an agent's version from before a restart is always older. */
+    h->nodes[h->n_nodes].version = (uint64_t)h->started_ms * 1000u;
     h->n_nodes++;
     return 0;
 }
@@ -268,6 +276,7 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     retire_namesakes(h, n->name, n->id);
+    tr_jobs_node_added(h, n);
     TR_LOG(TR_LOG_INFO, "node registered node=%llu name=%s gpus=%zu address=%s%s", (unsigned long long)n->id,
            n->name, n->n_gpus, n->address, (old && tmpl.id == old->n->id) ? " again=1" : "");
     *id_out = n->id;
@@ -362,7 +371,7 @@ void tr_head_list_nodes(tr_rpc_call *call, void *user)
         if (!r->include_dead && n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
             continue;
         }
-        n->gpus_free = (uint32_t)n->n_gpus; /* until jobs hold GPUs */
+        n->gpus_free = n->state == TROUPE__V1__NODE_STATE__NODE_DEAD ? 0 : tr_jobs_node_free_gpus(h, n->id);
         rep.nodes[rep.n_nodes++] = n;
     }
     /* Packed under the lock: the messages are borrowed from the registry. */
@@ -391,7 +400,7 @@ void tr_head_get_cluster(tr_rpc_call *call, void *user)
         default: rep.nodes_dead++; continue;
         }
         rep.gpus_total += (uint32_t)n->n_gpus;
-        rep.gpus_free += (uint32_t)n->n_gpus;
+        rep.gpus_free += tr_jobs_node_free_gpus(h, n->id);
     }
     pthread_mutex_unlock(&h->mu);
     rep.head_version = TROUPE_VERSION;

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sched.h"
+#include "sched/sched.h"
 
 typedef struct result {
     const char *strategy;

@@ -34,5 +34,10 @@ void tr_cli_time(char *buf, size_t size, int64_t unix_ms);
 int tr_cli_cmd_nodes(tr_cli *cli, int argc, char **argv);
 int tr_cli_cmd_status(tr_cli *cli, int argc, char **argv);
 int tr_cli_cmd_ping(tr_cli *cli, int argc, char **argv);
+int tr_cli_cmd_submit(tr_cli *cli, int argc, char **argv);
+int tr_cli_cmd_jobs(tr_cli *cli, int argc, char **argv);
+int tr_cli_cmd_job(tr_cli *cli, int argc, char **argv);
+int tr_cli_cmd_logs(tr_cli *cli, int argc, char **argv);
+int tr_cli_cmd_stop(tr_cli *cli, int argc, char **argv);
 
 #endif

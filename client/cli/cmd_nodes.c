@@ -11,6 +11,12 @@ const tr_cli_cmd tr_cli_commands[] = {
     {"nodes", tr_cli_cmd_nodes, "nodes [--alive]", "list nodes with their GPUs and state"},
     {"status", tr_cli_cmd_status, "status", "cluster totals: nodes by state, GPUs total/free"},
     {"ping", tr_cli_cmd_ping, "ping [-n COUNT]", "round-trip to the head and print the latency"},
+    {"submit", tr_cli_cmd_submit, "submit JOB.yaml [--no-wait]",
+     "submit a job, print its id, follow its logs until it ends (exit 0 on SUCCEEDED)"},
+    {"jobs", tr_cli_cmd_jobs, "jobs [--active]", "list jobs"},
+    {"job", tr_cli_cmd_job, "job ID", "one job: state, reason, groups, per-worker placement and exit codes"},
+    {"logs", tr_cli_cmd_logs, "logs ID [-f] [--worker NAME]", "print a job's logs; -f follows until it ends"},
+    {"stop", tr_cli_cmd_stop, "stop ID [--no-wait]", "stop a job and wait until none of its workers runs"},
     {NULL, NULL, NULL, NULL},
 };
 

@@ -6,24 +6,10 @@
 #include <string.h>
 
 #include "rpc.h"
+#include "client_int.h"
 #include "troupe/client.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
-
-struct troupe_client {
-    tr_rpc_client *rpc;
-    char url[512];
-    uint32_t timeout_ms;
-};
-
-static troupe_status finish(troupe_error *err, const tr_err *e, int rv)
-{
-    if (err != NULL) {
-        err->code = rv;
-        tr_strlcpy(err->message, rv == TROUPE_OK ? "" : e->msg, sizeof(err->message));
-    }
-    return (troupe_status)rv;
-}
 
 TROUPE_API troupe_status troupe_client_open(troupe_client **out, const troupe_client_opts *opts,
                                             troupe_error *err)
@@ -49,7 +35,7 @@ TROUPE_API troupe_status troupe_client_open(troupe_client **out, const troupe_cl
     }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        return finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+        return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     tr_strlcpy(c->url, o.head_url, sizeof(c->url));
     c->timeout_ms = o.timeout_ms ? o.timeout_ms : 10000;
@@ -58,10 +44,10 @@ TROUPE_API troupe_status troupe_client_open(troupe_client **out, const troupe_cl
     rv = tr_rpc_client_open(&ro, &c->rpc, &e);
     if (rv != TROUPE_OK) {
         free(c);
-        return finish(err, &e, rv);
+        return tr_client_finish(err, &e, rv);
     }
     *out = c;
-    return finish(err, &e, TROUPE_OK);
+    return tr_client_finish(err, &e, TROUPE_OK);
 }
 
 TROUPE_API void troupe_client_close(troupe_client *c)
@@ -102,7 +88,7 @@ TROUPE_API troupe_status troupe_ping(troupe_client *c, const void *data, size_t 
     if (rep != NULL) {
         protobuf_c_message_free_unpacked(rep, NULL);
     }
-    return finish(err, &e, rv);
+    return tr_client_finish(err, &e, rv);
 }
 
 typedef struct node_list_impl {
@@ -170,7 +156,7 @@ TROUPE_API troupe_status troupe_list_nodes(troupe_client *c, int include_dead, t
     *out = NULL;
     l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        return finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+        return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     req.include_dead = include_dead != 0;
     rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/ListNodes", &req.base,
@@ -178,7 +164,7 @@ TROUPE_API troupe_status troupe_list_nodes(troupe_client *c, int include_dead, t
                             c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
     if (rv != TROUPE_OK) {
         troupe_node_list_free(&l->pub);
-        return finish(err, &e, rv);
+        return tr_client_finish(err, &e, rv);
     }
     for (size_t i = 0; i < l->msg->n_nodes; i++) {
         ng += l->msg->nodes[i]->n_gpus;
@@ -189,7 +175,7 @@ TROUPE_API troupe_status troupe_list_nodes(troupe_client *c, int include_dead, t
     l->labels = calloc(nl + 1, sizeof(*l->labels));
     if (l->nodes == NULL || l->gpus == NULL || l->labels == NULL) {
         troupe_node_list_free(&l->pub);
-        return finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+        return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     for (size_t i = 0; i < l->msg->n_nodes; i++) {
         fill_node(&l->nodes[i], l->msg->nodes[i], l->gpus + gi, l->labels + li);
@@ -199,7 +185,7 @@ TROUPE_API troupe_status troupe_list_nodes(troupe_client *c, int include_dead, t
     l->pub.count = l->msg->n_nodes;
     l->pub.nodes = l->nodes;
     *out = &l->pub;
-    return finish(err, &e, TROUPE_OK);
+    return tr_client_finish(err, &e, TROUPE_OK);
 }
 
 TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *out, troupe_error *err)
@@ -214,7 +200,7 @@ TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *ou
                             &troupe__v1__get_cluster_reply__descriptor, (ProtobufCMessage **)&rep, c->timeout_ms,
                             TR_RPC_IDEMPOTENT, &e);
     if (rv != TROUPE_OK) {
-        return finish(err, &e, rv);
+        return tr_client_finish(err, &e, rv);
     }
     out->nodes_alive = rep->nodes_alive;
     out->nodes_suspect = rep->nodes_suspect;
@@ -225,5 +211,5 @@ TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *ou
     out->head_started_ms = rep->head_started_ms;
     out->requests_served = rep->requests_served;
     troupe__v1__get_cluster_reply__free_unpacked(rep, NULL);
-    return finish(err, &e, TROUPE_OK);
+    return tr_client_finish(err, &e, TROUPE_OK);
 }

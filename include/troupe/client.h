@@ -117,6 +117,118 @@ typedef struct troupe_cluster {
 /* troupe_get_cluster fills *out with the cluster totals. Idempotent. */
 TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *out, troupe_error *err);
 
+/* ---- jobs ---------------------------------------------------------------- */
+
+typedef enum troupe_job_state {
+    TROUPE_JOB_UNKNOWN = 0,
+    TROUPE_JOB_PENDING = 1,
+    TROUPE_JOB_RUNNING = 2,
+    TROUPE_JOB_SUCCEEDED = 3,
+    TROUPE_JOB_FAILED = 4,
+    TROUPE_JOB_STOPPED = 5,
+} troupe_job_state;
+
+typedef enum troupe_worker_state {
+    TROUPE_WORKER_UNKNOWN = 0,
+    TROUPE_WORKER_PENDING = 1,
+    TROUPE_WORKER_RUNNING = 2,
+    TROUPE_WORKER_EXITED = 3,
+    TROUPE_WORKER_FAILED_TO_START = 4,
+    TROUPE_WORKER_LOST = 5,
+} troupe_worker_state;
+
+/* troupe_job_state_name / troupe_worker_state_name: static names. */
+TROUPE_API const char *troupe_job_state_name(int state);
+TROUPE_API const char *troupe_worker_state_name(int state);
+
+typedef struct troupe_worker {
+    const char *name;      /* "job7-policy-3" */
+    const char *group;
+    uint32_t rank, local_rank, local_world_size, node_rank;
+    uint64_t node_id;
+    const char *node_name;
+    size_t n_gpus;
+    const uint32_t *gpus;  /* GPU indices on its node (CUDA_VISIBLE_DEVICES) */
+    troupe_worker_state state;
+    int exit_code, signal; /* when EXITED */
+    uint32_t pid, attempt;
+    const char *message;
+    int64_t started_ms, ended_ms;
+} troupe_worker;
+
+typedef struct troupe_group {
+    const char *name;
+    const char *master_addr;
+    uint32_t master_port;
+    uint32_t world_size;
+} troupe_group;
+
+typedef struct troupe_job {
+    uint64_t id;
+    const char *name;
+    troupe_job_state state;
+    const char *reason;     /* why it is PENDING, or how it ended */
+    int64_t submitted_ms, started_ms, ended_ms;
+    uint32_t restarts, max_restarts;
+    uint32_t workers_total; /* sum of the groups' workers */
+    uint64_t version;       /* bumps on every change; see troupe_wait_job */
+    size_t n_workers;       /* placed workers (0 until placed; 0 in listings) */
+    const troupe_worker *workers;
+    size_t n_groups;
+    const troupe_group *groups;
+} troupe_job;
+
+typedef struct troupe_job_list {
+    size_t count;
+    const troupe_job *jobs;
+} troupe_job_list;
+
+/* troupe_submit_file parses a job YAML file (errors name file:line:col) and
+ * submits it. On OK *job_id is the new job's id. An impossible placement is
+ * FAILED_PRECONDITION with the numbers in err. Not retried (not idempotent). */
+TROUPE_API troupe_status troupe_submit_file(troupe_client *c, const char *path, uint64_t *job_id,
+                                            troupe_error *err);
+
+/* troupe_submit_yaml is troupe_submit_file for text in memory; name is used in
+ * messages and base_dir resolves a relative workdir (NULL = cwd). */
+TROUPE_API troupe_status troupe_submit_yaml(troupe_client *c, const char *text, size_t len, const char *name,
+                                            const char *base_dir, uint64_t *job_id, troupe_error *err);
+
+/* troupe_get_job fetches one job with its workers. Free *out with
+ * troupe_job_free. NOT_FOUND for an unknown id. Idempotent. */
+TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troupe_job **out, troupe_error *err);
+
+/* troupe_wait_job is troupe_get_job that waits (up to wait_ms) until the
+ * job's version differs from after_version: a change notification without
+ * polling. */
+TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint64_t after_version,
+                                         uint32_t wait_ms, troupe_job **out, troupe_error *err);
+
+/* troupe_job_free frees a job; NULL is a no-op. */
+TROUPE_API void troupe_job_free(troupe_job *job);
+
+/* troupe_list_jobs lists jobs (all, or only PENDING/RUNNING) in id order,
+ * without per-worker detail. Free with troupe_job_list_free. */
+TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, troupe_job_list **out,
+                                          troupe_error *err);
+TROUPE_API void troupe_job_list_free(troupe_job_list *list);
+
+/* troupe_stop_job stops a job: SIGTERM to its workers' process groups, then
+ * SIGKILL after the node's grace period. FAILED_PRECONDITION if it already
+ * ended. Returns at once; watch with troupe_wait_job until no worker runs. */
+TROUPE_API troupe_status troupe_stop_job(troupe_client *c, uint64_t job_id, troupe_error *err);
+
+/* troupe_read_logs returns whole log lines ("[worker] text\n") from offset
+ * (only `worker`'s lines when it is not NULL/empty). With wait_ms > 0 it waits
+ * for new output. *data is malloc'ed: free it with troupe_free. *done is set
+ * when the job has ended and everything was read. */
+TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, const char *worker, uint64_t offset,
+                                          uint32_t wait_ms, char **data, size_t *len, uint64_t *next_offset,
+                                          int *done, troupe_error *err);
+
+/* troupe_free frees memory libtroupe handed out as a plain buffer. */
+TROUPE_API void troupe_free(void *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -126,15 +126,22 @@ int tr_node_run(tr_node_agent *a, tr_err *err)
 {
     int64_t next = 0;
 
-    (void)err;
+    int rv;
+
     a->head_reachable = 1;
+    if ((rv = tr_node_workers_start(a, err)) != TROUPE_OK) {
+        return rv;
+    }
     while (!*a->stop) {
         int64_t now = tr_now_ms();
         if (now >= next) {
             heartbeat(a);
             next = now + a->heartbeat_ms;
         }
+        tr_node_workers_step(a);
         tr_sleep_ms(20);
     }
+    TR_LOG(TR_LOG_NOTICE, "stopping workers (grace %lld ms)", (long long)a->cfg.stop_grace_ms);
+    tr_node_workers_stop(a);
     return TROUPE_OK;
 }

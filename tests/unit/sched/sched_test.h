@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "sched.h"
+#include "sched/sched.h"
 
 /* Fail with the status name and message instead of "0x3 != 0x0". */
 #define assert_status(got, want, err)                                                                        \

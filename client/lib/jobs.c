@@ -1,0 +1,276 @@
+/* jobs.c - libtroupe's job calls. A troupe_job points into the decoded
+ * troupe.v1.Job it came from; both are freed together by troupe_job_free. */
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobspec.h"
+#include "rpc.h"
+#include "client_int.h"
+#include "troupe/client.h"
+#include "troupe/v1/troupe.pb-c.h"
+#include "util.h"
+
+TROUPE_API void troupe_free(void *p)
+{
+    free(p);
+}
+
+TROUPE_API const char *troupe_job_state_name(int s)
+{
+    static const char *const names[] = {"UNKNOWN", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"};
+    return (s >= 0 && s <= 5) ? names[s] : "UNKNOWN";
+}
+
+TROUPE_API const char *troupe_worker_state_name(int s)
+{
+    static const char *const names[] = {"UNKNOWN", "PENDING", "RUNNING", "EXITED", "FAILED_TO_START", "LOST"};
+    return (s >= 0 && s <= 5) ? names[s] : "UNKNOWN";
+}
+
+static troupe_status submit_spec(troupe_client *c, Troupe__V1__JobSpec *spec, uint64_t *job_id, tr_err *e)
+{
+    Troupe__V1__SubmitJobRequest req = TROUPE__V1__SUBMIT_JOB_REQUEST__INIT;
+    Troupe__V1__SubmitJobReply *rep = NULL;
+    int rv;
+
+    req.spec = spec;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/SubmitJob", &req.base, &troupe__v1__submit_job_reply__descriptor,
+                            (ProtobufCMessage **)&rep, c->timeout_ms, 0, e);
+    if (rv == TROUPE_OK) {
+        *job_id = rep->job_id;
+        troupe__v1__submit_job_reply__free_unpacked(rep, NULL);
+    }
+    return (troupe_status)rv;
+}
+
+TROUPE_API troupe_status troupe_submit_file(troupe_client *c, const char *path, uint64_t *job_id,
+                                            troupe_error *err)
+{
+    Troupe__V1__JobSpec *spec = NULL;
+    tr_err e;
+    int rv;
+
+    *job_id = 0;
+    if ((rv = tr_jobspec_load(path, &spec, &e)) == TROUPE_OK) {
+        rv = submit_spec(c, spec, job_id, &e);
+    }
+    tr_jobspec_free(spec);
+    return tr_client_finish(err, &e, rv);
+}
+
+TROUPE_API troupe_status troupe_submit_yaml(troupe_client *c, const char *text, size_t len, const char *name,
+                                            const char *base_dir, uint64_t *job_id, troupe_error *err)
+{
+    Troupe__V1__JobSpec *spec = NULL;
+    tr_err e;
+    int rv;
+
+    *job_id = 0;
+    if ((rv = tr_jobspec_parse(text, len, name ? name : "job", base_dir, &spec, &e)) == TROUPE_OK) {
+        rv = submit_spec(c, spec, job_id, &e);
+    }
+    tr_jobspec_free(spec);
+    return tr_client_finish(err, &e, rv);
+}
+
+typedef struct job_impl {
+    troupe_job pub; /* first: the public pointer is the impl pointer */
+    Troupe__V1__Job *msg;
+    troupe_worker *workers;
+    troupe_group *groups;
+} job_impl;
+
+/* fill_job points a public job at its message; workers/groups arrays are
+ * caller-provided (may be NULL when the message has none). */
+static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws, troupe_group *gs)
+{
+    d->id = j->id;
+    d->name = j->spec ? j->spec->name : "";
+    d->state = (troupe_job_state)j->state;
+    d->reason = j->reason;
+    d->submitted_ms = j->submitted_ms;
+    d->started_ms = j->started_ms;
+    d->ended_ms = j->ended_ms;
+    d->restarts = j->restarts;
+    d->max_restarts = j->spec ? j->spec->max_restarts : 0;
+    d->version = j->version;
+    for (size_t g = 0; j->spec != NULL && g < j->spec->n_groups; g++) {
+        d->workers_total += j->spec->groups[g]->workers;
+    }
+    d->n_workers = ws ? j->n_workers : 0;
+    d->workers = ws;
+    for (size_t i = 0; ws != NULL && i < j->n_workers; i++) {
+        const Troupe__V1__WorkerInfo *w = j->workers[i];
+        ws[i] = (troupe_worker){w->name, w->group, w->rank, w->local_rank, w->local_world_size, w->node_rank,
+                                w->node_id, w->node_name, w->n_gpus, w->gpus, (troupe_worker_state)w->state,
+                                w->exit_code, w->signal, w->pid, w->attempt, w->message, w->started_ms,
+                                w->ended_ms};
+    }
+    d->n_groups = gs ? j->n_groups : 0;
+    d->groups = gs;
+    for (size_t g = 0; gs != NULL && g < j->n_groups; g++) {
+        gs[g] = (troupe_group){j->groups[g]->name, j->groups[g]->master_addr, j->groups[g]->master_port,
+                               j->groups[g]->world_size};
+    }
+}
+
+TROUPE_API void troupe_job_free(troupe_job *job)
+{
+    job_impl *ji = (job_impl *)job;
+    if (ji == NULL) {
+        return;
+    }
+    if (ji->msg != NULL) {
+        troupe__v1__job__free_unpacked(ji->msg, NULL);
+    }
+    free(ji->workers);
+    free(ji->groups);
+    free(ji);
+}
+
+TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint64_t after_version,
+                                         uint32_t wait_ms, troupe_job **out, troupe_error *err)
+{
+    Troupe__V1__GetJobRequest req = TROUPE__V1__GET_JOB_REQUEST__INIT;
+    Troupe__V1__GetJobReply *rep = NULL;
+    job_impl *ji;
+    tr_err e;
+    int rv;
+
+    *out = NULL;
+    req.job_id = job_id;
+    req.after_version = after_version;
+    req.wait_ms = wait_ms;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetJob", &req.base, &troupe__v1__get_job_reply__descriptor,
+                            (ProtobufCMessage **)&rep, c->timeout_ms + wait_ms, TR_RPC_IDEMPOTENT, &e);
+    if (rv != TROUPE_OK) {
+        return tr_client_finish(err, &e, rv);
+    }
+    ji = calloc(1, sizeof(*ji));
+    if (ji == NULL || rep->job == NULL) {
+        troupe__v1__get_job_reply__free_unpacked(rep, NULL);
+        free(ji);
+        return tr_client_finish(err, &e, tr_err_set(&e, rep && rep->job ? TROUPE_RESOURCE_EXHAUSTED : TROUPE_DATA_LOSS,
+                                          "no job in the reply"));
+    }
+    ji->msg = rep->job;
+    rep->job = NULL;
+    troupe__v1__get_job_reply__free_unpacked(rep, NULL);
+    ji->workers = calloc(ji->msg->n_workers + 1, sizeof(*ji->workers));
+    ji->groups = calloc(ji->msg->n_groups + 1, sizeof(*ji->groups));
+    if (ji->workers == NULL || ji->groups == NULL) {
+        troupe_job_free(&ji->pub);
+        return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+    }
+    fill_job(&ji->pub, ji->msg, ji->workers, ji->groups);
+    *out = &ji->pub;
+    return tr_client_finish(err, &e, TROUPE_OK);
+}
+
+TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troupe_job **out, troupe_error *err)
+{
+    return troupe_wait_job(c, job_id, 0, 0, out, err);
+}
+
+typedef struct job_list_impl {
+    troupe_job_list pub;
+    Troupe__V1__ListJobsReply *msg;
+    troupe_job *jobs;
+} job_list_impl;
+
+TROUPE_API void troupe_job_list_free(troupe_job_list *list)
+{
+    job_list_impl *l = (job_list_impl *)list;
+    if (l == NULL) {
+        return;
+    }
+    if (l->msg != NULL) {
+        troupe__v1__list_jobs_reply__free_unpacked(l->msg, NULL);
+    }
+    free(l->jobs);
+    free(l);
+}
+
+TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, troupe_job_list **out,
+                                          troupe_error *err)
+{
+    Troupe__V1__ListJobsRequest req = TROUPE__V1__LIST_JOBS_REQUEST__INIT;
+    job_list_impl *l = calloc(1, sizeof(*l));
+    tr_err e;
+    int rv;
+
+    *out = NULL;
+    if (l == NULL) {
+        return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+    }
+    req.active_only = active_only != 0;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/ListJobs", &req.base, &troupe__v1__list_jobs_reply__descriptor,
+                            (ProtobufCMessage **)&l->msg, c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
+    if (rv == TROUPE_OK && (l->jobs = calloc(l->msg->n_jobs + 1, sizeof(*l->jobs))) == NULL) {
+        rv = tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (rv != TROUPE_OK) {
+        troupe_job_list_free(&l->pub);
+        return tr_client_finish(err, &e, rv);
+    }
+    for (size_t i = 0; i < l->msg->n_jobs; i++) {
+        fill_job(&l->jobs[i], l->msg->jobs[i], NULL, NULL);
+    }
+    l->pub.count = l->msg->n_jobs;
+    l->pub.jobs = l->jobs;
+    *out = &l->pub;
+    return tr_client_finish(err, &e, TROUPE_OK);
+}
+
+TROUPE_API troupe_status troupe_stop_job(troupe_client *c, uint64_t job_id, troupe_error *err)
+{
+    Troupe__V1__StopJobRequest req = TROUPE__V1__STOP_JOB_REQUEST__INIT;
+    Troupe__V1__StopJobReply *rep = NULL;
+    tr_err e;
+    int rv;
+
+    req.job_id = job_id;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/StopJob", &req.base, &troupe__v1__stop_job_reply__descriptor,
+                            (ProtobufCMessage **)&rep, c->timeout_ms, 0, &e);
+    if (rep != NULL) {
+        troupe__v1__stop_job_reply__free_unpacked(rep, NULL);
+    }
+    return tr_client_finish(err, &e, rv);
+}
+
+TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, const char *worker, uint64_t offset,
+                                          uint32_t wait_ms, char **data, size_t *len, uint64_t *next_offset,
+                                          int *done, troupe_error *err)
+{
+    Troupe__V1__GetLogsRequest req = TROUPE__V1__GET_LOGS_REQUEST__INIT;
+    Troupe__V1__GetLogsReply *rep = NULL;
+    tr_err e;
+    int rv;
+
+    *data = NULL;
+    *len = 0;
+    *next_offset = offset;
+    *done = 0;
+    req.job_id = job_id;
+    req.worker = (char *)(worker ? worker : "");
+    req.offset = offset;
+    req.wait_ms = wait_ms;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetLogs", &req.base, &troupe__v1__get_logs_reply__descriptor,
+                            (ProtobufCMessage **)&rep, c->timeout_ms + wait_ms, TR_RPC_IDEMPOTENT, &e);
+    if (rv != TROUPE_OK) {
+        return tr_client_finish(err, &e, rv);
+    }
+    *data = malloc(rep->data.len + 1);
+    if (*data == NULL) {
+        troupe__v1__get_logs_reply__free_unpacked(rep, NULL);
+        return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+    }
+    memcpy(*data, rep->data.data, rep->data.len);
+    (*data)[rep->data.len] = '\0';
+    *len = rep->data.len;
+    *next_offset = rep->next_offset;
+    *done = rep->done;
+    troupe__v1__get_logs_reply__free_unpacked(rep, NULL);
+    return tr_client_finish(err, &e, TROUPE_OK);
+}

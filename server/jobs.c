@@ -1,0 +1,959 @@
+/* jobs.c - the job lifecycle.
+ *
+ *   submit --> PENDING --(placed as a gang)--> RUNNING --> SUCCEEDED
+ *                 ^                               |    --> FAILED  (a worker failed, a node died,
+ *                 |                               |                 timeout, without restarts left)
+ *                 +--- restart after node death --+    --> STOPPED (troupe stop)
+ *
+ * Nodes learn what to run from their assignment set (jobs_sync.c): the
+ * workers of RUNNING jobs placed on them. Whenever that set changes the node's
+ * version bumps and its long poll is answered. Nodes report the complete list
+ * of workers they know with every sync, so the head can tell a worker that
+ * exited from one that never started or has vanished.
+ *
+ * GPUs are returned to the scheduler only when no worker of the job is still
+ * running anywhere (jobs_release_if_idle): a stopped job's processes must be
+ * gone before another job is given their GPUs. */
+#include "jobs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobspec.h"
+#include "log.h"
+#include "sched_restore.h"
+#include "util.h"
+
+void tr_jobs_set_str(char **field, const char *s)
+{
+    char *copy = strdup(s ? s : "");
+    if (copy == NULL) {
+        return;
+    }
+    if (*field != NULL && *field != protobuf_c_empty_string) {
+        free(*field);
+    }
+    *field = copy;
+}
+
+static const char *job_state_name(int s)
+{
+    static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"};
+    return (s >= 0 && s <= 5) ? names[s] : "UNKNOWN";
+}
+
+int tr_jobs_is_terminal(const tr_head_job *hj)
+{
+    return hj->j->state >= TROUPE__V1__JOB_STATE__JOB_SUCCEEDED;
+}
+
+tr_head_job *tr_jobs_find(tr_head *h, uint64_t id)
+{
+    size_t lo = 0, hi = h->n_jobs;
+    while (lo < hi) { /* jobs are appended in id order */
+        size_t mid = (lo + hi) / 2;
+        if (h->jobs[mid]->j->id < id) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return (lo < h->n_jobs && h->jobs[lo]->j->id == id) ? h->jobs[lo] : NULL;
+}
+
+/* build_sspec gives the scheduler its view of the spec. */
+static int build_sspec(tr_head_job *hj, tr_err *err)
+{
+    const Troupe__V1__JobSpec *sp = hj->j->spec;
+
+    hj->vnodes = calloc(sp->n_cluster_nodes + 1, sizeof(int));
+    hj->sel = calloc(sp->n_cluster_labels + 1, sizeof(tr_sched_label));
+    hj->groups = calloc(sp->n_groups + 1, sizeof(tr_sched_group_spec));
+    if (hj->vnodes == NULL || hj->sel == NULL || hj->groups == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    for (size_t i = 0; i < sp->n_cluster_nodes; i++) {
+        hj->vnodes[i] = (int)sp->cluster_nodes[i];
+    }
+    for (size_t i = 0; i < sp->n_cluster_labels; i++) {
+        hj->sel[i].key = sp->cluster_labels[i]->key;
+        hj->sel[i].value = sp->cluster_labels[i]->value;
+    }
+    for (size_t g = 0; g < sp->n_groups; g++) {
+        tr_sched_strategy st = TR_SCHED_PACK;
+        const Troupe__V1__GroupSpec *gs = sp->groups[g];
+        int rv = gs->strategy[0] ? tr_sched_strategy_parse(gs->strategy, &st, err) : TROUPE_OK;
+        if (rv != TROUPE_OK) {
+            return rv;
+        }
+        hj->groups[g].name = gs->name;
+        hj->groups[g].workers = (int)gs->workers;
+        hj->groups[g].gpus_per_worker = (int)gs->gpus;
+        hj->groups[g].strategy = (int)st;
+        hj->groups[g].cpus = gs->cpus;
+        hj->groups[g].memory_bytes = gs->memory_bytes;
+    }
+    hj->sspec.name = sp->name;
+    hj->sspec.vnodes = hj->vnodes;
+    hj->sspec.nvnodes = sp->n_cluster_nodes;
+    hj->sspec.selector = hj->sel;
+    hj->sspec.nselector = sp->n_cluster_labels;
+    hj->sspec.groups = hj->groups;
+    hj->sspec.ngroups = sp->n_groups;
+    return TROUPE_OK;
+}
+
+static void job_free(tr_head_job *hj)
+{
+    if (hj == NULL) {
+        return;
+    }
+    if (hj->j != NULL) {
+        troupe__v1__job__free_unpacked(hj->j, NULL);
+    }
+    free(hj->vnodes);
+    free(hj->sel);
+    free(hj->groups);
+    free(hj->issued);
+    free(hj);
+}
+
+static int jobs_append(tr_head *h, tr_head_job *hj)
+{
+    if (h->n_jobs == h->cap_jobs) {
+        size_t cap = h->cap_jobs ? h->cap_jobs * 2 : 64;
+        tr_head_job **p = realloc(h->jobs, cap * sizeof(*p));
+        if (p == NULL) {
+            return -1;
+        }
+        h->jobs = p;
+        h->cap_jobs = cap;
+    }
+    h->jobs[h->n_jobs++] = hj;
+    return 0;
+}
+
+/* job_wrap takes ownership of an unpacked Job and prepares its side state. */
+static int job_wrap(tr_head *h, Troupe__V1__Job *j, tr_head_job **out, tr_err *err)
+{
+    tr_head_job *hj = calloc(1, sizeof(*hj));
+    int rv;
+
+    if (hj == NULL) {
+        troupe__v1__job__free_unpacked(j, NULL);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    hj->j = j;
+    snprintf(hj->log_path, sizeof(hj->log_path), "%s/logs/job-%llu.log", h->cfg.state_dir,
+             (unsigned long long)j->id);
+    if ((rv = build_sspec(hj, err)) != TROUPE_OK) {
+        job_free(hj);
+        return rv;
+    }
+    if (j->spec->timeout_s > 0 && j->state == TROUPE__V1__JOB_STATE__JOB_RUNNING) {
+        int64_t left = (int64_t)j->spec->timeout_s * 1000 - (tr_wall_ms() - j->started_ms);
+        hj->deadline = tr_now_ms() + (left > 0 ? left : 0);
+    }
+    *out = hj;
+    return TROUPE_OK;
+}
+
+static int job_persist(tr_head *h, tr_head_job *hj, tr_err *err)
+{
+    size_t len = troupe__v1__job__get_packed_size(hj->j);
+    uint8_t *buf = malloc(len ? len : 1);
+    int rv;
+
+    if (buf == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    troupe__v1__job__pack(hj->j, buf);
+    rv = tr_store_put(h->store, "jobs", hj->j->id, (int)hj->j->state, buf, len, err);
+    free(buf);
+    return rv;
+}
+
+void tr_jobs_touch(tr_head *h, tr_head_job *hj)
+{
+    tr_err err;
+
+    hj->j->version++;
+    if (job_persist(h, hj, &err) != TROUPE_OK) {
+        TR_LOG(TR_LOG_ERR, "job not stored job=%llu: %s", (unsigned long long)hj->j->id, err.msg);
+    }
+    tr_jobs_answer_job_waiters(h, hj, 0);
+}
+
+void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len)
+{
+    FILE *f = fopen(hj->log_path, "a");
+    size_t start = 0;
+
+    if (f == NULL) {
+        TR_LOG(TR_LOG_ERR, "cannot append to %s: %s", hj->log_path, strerror(errno));
+        return;
+    }
+    /* One prefixed line per input line, so `troupe logs --worker` can filter. */
+    while (start < len) {
+        const char *nl = memchr(data + start, '\n', len - start);
+        size_t n = nl ? (size_t)(nl - (data + start)) : len - start;
+        int w = fprintf(f, "[%s] %.*s\n", worker, (int)n, data + start);
+        if (w > 0) {
+            hj->log_size += (uint64_t)w;
+        }
+        start += n + 1;
+    }
+    fclose(f);
+    (void)h;
+    tr_jobs_answer_log_waiters(h, hj, 0);
+}
+
+/* job_note writes a lifecycle line to the job log and the event history. */
+static void job_note(tr_head *h, tr_head_job *hj, const char *kind, const char *msg)
+{
+    tr_err err;
+    tr_jobs_log(h, hj, "troupe", msg, strlen(msg));
+    if (tr_store_event(h->store, kind, 0, hj->j->id, msg, &err) != TROUPE_OK) {
+        TR_LOG(TR_LOG_ERR, "event not stored job=%llu: %s", (unsigned long long)hj->j->id, err.msg);
+    }
+    TR_LOG(TR_LOG_INFO, "job=%llu name=%s %s: %s", (unsigned long long)hj->j->id, hj->j->spec->name, kind, msg);
+}
+
+void tr_jobs_node_bump(tr_head *h, uint64_t node_id)
+{
+    tr_head_node *hn = tr_head_node_find(h, node_id);
+    if (hn != NULL) {
+        hn->version++;
+        tr_jobs_answer_sync(h, hn);
+    }
+}
+
+static void bump_job_nodes(tr_head *h, tr_head_job *hj)
+{
+    for (size_t v = 0; v < hj->j->n_vnodes; v++) {
+        int seen = 0;
+        for (size_t u = 0; u < v; u++) {
+            seen |= hj->j->vnodes[u]->node_id == hj->j->vnodes[v]->node_id;
+        }
+        if (!seen) {
+            tr_jobs_node_bump(h, hj->j->vnodes[v]->node_id);
+        }
+    }
+}
+
+static int port_alloc(tr_head *h)
+{
+    for (int64_t i = 0; i < h->cfg.master_port_count; i++) {
+        if (!h->ports_used[i]) {
+            h->ports_used[i] = 1;
+            return (int)(h->cfg.master_port_base + i);
+        }
+    }
+    return -1;
+}
+
+static void port_mark(tr_head *h, uint32_t port, int used)
+{
+    int64_t i = (int64_t)port - h->cfg.master_port_base;
+    if (i >= 0 && i < h->cfg.master_port_count) {
+        h->ports_used[i] = (uint8_t)used;
+    }
+}
+
+/* clear_records drops the per-placement parts of a job record (workers,
+ * groups, vnodes), before a new placement. */
+static void clear_records(tr_head_job *hj)
+{
+    Troupe__V1__Job *j = hj->j;
+    for (size_t i = 0; i < j->n_workers; i++) {
+        troupe__v1__worker_info__free_unpacked(j->workers[i], NULL);
+    }
+    for (size_t i = 0; i < j->n_groups; i++) {
+        troupe__v1__group_info__free_unpacked(j->groups[i], NULL);
+    }
+    for (size_t i = 0; i < j->n_vnodes; i++) {
+        troupe__v1__vnode_info__free_unpacked(j->vnodes[i], NULL);
+    }
+    free(j->workers);
+    free(j->groups);
+    free(j->vnodes);
+    j->workers = NULL;
+    j->groups = NULL;
+    j->vnodes = NULL;
+    j->n_workers = j->n_groups = j->n_vnodes = 0;
+    free(hj->issued);
+    hj->issued = NULL;
+}
+
+static uint32_t *copy_gpus(const uint8_t *gpus, uint32_t n)
+{
+    uint32_t *out = malloc((n ? n : 1) * sizeof(uint32_t));
+    for (uint32_t k = 0; out != NULL && k < n; k++) {
+        out[k] = gpus[k];
+    }
+    return out;
+}
+
+static Troupe__V1__WorkerInfo *worker_record(tr_head *h, tr_head_job *hj, const tr_sched_worker *w)
+{
+    Troupe__V1__WorkerInfo *wi = malloc(sizeof(*wi));
+    const char *group = hj->j->spec->groups[w->group]->name;
+    tr_head_node *hn = tr_head_node_find(h, w->node_id);
+    char name[256];
+
+    if (wi == NULL) {
+        return NULL;
+    }
+    troupe__v1__worker_info__init(wi);
+    snprintf(name, sizeof(name), "job%llu-%s-%u", (unsigned long long)hj->j->id, group, w->rank);
+    tr_jobs_set_str(&wi->name, name);
+    tr_jobs_set_str(&wi->group, group);
+    tr_jobs_set_str(&wi->node_name, hn ? hn->n->name : "?");
+    wi->rank = w->rank;
+    wi->node_id = w->node_id;
+    wi->gpus = copy_gpus(w->gpus, w->ngpus);
+    wi->n_gpus = wi->gpus ? w->ngpus : 0;
+    wi->local_rank = w->local_rank;
+    wi->local_world_size = w->local_world_size;
+    wi->node_rank = w->node_rank;
+    wi->nnodes = w->nnodes;
+    wi->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
+    wi->attempt = hj->j->restarts;
+    return wi;
+}
+
+/* make_records turns a placement into the job's worker/group/vnode records,
+ * with a master address and port per group. */
+static int make_records(tr_head *h, tr_head_job *hj, const tr_sched_placement *pl, tr_err *err)
+{
+    Troupe__V1__Job *j = hj->j;
+    size_t nw = tr_sched_placement_nworkers(pl), nv = tr_sched_placement_nvnodes(pl);
+    const tr_sched_worker *w = tr_sched_placement_workers(pl);
+    const tr_sched_vnode *v = tr_sched_placement_vnodes(pl);
+
+    j->workers = calloc(nw + 1, sizeof(*j->workers));
+    j->vnodes = calloc(nv + 1, sizeof(*j->vnodes));
+    j->groups = calloc(j->spec->n_groups + 1, sizeof(*j->groups));
+    hj->issued = calloc(nw + 1, sizeof(*hj->issued));
+    if (!j->workers || !j->vnodes || !j->groups || !hj->issued) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    for (size_t i = 0; i < nw; i++) {
+        if ((j->workers[i] = worker_record(h, hj, &w[i])) == NULL) {
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        j->n_workers++;
+    }
+    for (size_t i = 0; i < nv; i++) {
+        Troupe__V1__VnodeInfo *vi = malloc(sizeof(*vi));
+        if (vi == NULL) {
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        troupe__v1__vnode_info__init(vi);
+        vi->node_id = v[i].node_id;
+        vi->gpus = copy_gpus(v[i].gpus, v[i].ngpus);
+        vi->n_gpus = vi->gpus ? v[i].ngpus : 0;
+        j->vnodes[j->n_vnodes++] = vi;
+    }
+    for (size_t g = 0; g < j->spec->n_groups; g++) {
+        size_t n = 0;
+        const tr_sched_worker *gw = tr_sched_placement_group(pl, g, &n);
+        tr_head_node *hn = (n > 0) ? tr_head_node_find(h, gw[0].node_id) : NULL;
+        Troupe__V1__GroupInfo *gi = malloc(sizeof(*gi));
+        int port = port_alloc(h);
+        if (gi == NULL || port < 0) {
+            free(gi);
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "no free master port in %lld..%lld",
+                              (long long)h->cfg.master_port_base,
+                              (long long)(h->cfg.master_port_base + h->cfg.master_port_count - 1));
+        }
+        troupe__v1__group_info__init(gi);
+        tr_jobs_set_str(&gi->name, j->spec->groups[g]->name);
+        tr_jobs_set_str(&gi->master_addr, hn ? hn->n->address : "127.0.0.1");
+        gi->master_port = (uint32_t)port;
+        gi->world_size = (uint32_t)n;
+        j->groups[j->n_groups++] = gi;
+    }
+    return TROUPE_OK;
+}
+
+static void release_ports(tr_head *h, tr_head_job *hj)
+{
+    for (size_t g = 0; g < hj->j->n_groups; g++) {
+        port_mark(h, hj->j->groups[g]->master_port, 0);
+    }
+}
+
+/* issue_all stamps each worker with its node's version after the bump that
+ * made the node see it. */
+static void issue_workers(tr_head *h, tr_head_job *hj, const char *group)
+{
+    bump_job_nodes(h, hj);
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        tr_head_node *hn = tr_head_node_find(h, hj->j->workers[i]->node_id);
+        if (group == NULL || strcmp(hj->j->workers[i]->group, group) == 0) {
+            hj->issued[i] = hn ? hn->version : 0;
+        }
+    }
+}
+
+static void job_start(tr_head *h, tr_head_job *hj, tr_sched_placement *pl)
+{
+    char msg[512];
+    size_t off = 0;
+    tr_err err;
+
+    clear_records(hj);
+    hj->pl = pl;
+    if (make_records(h, hj, pl, &err) != TROUPE_OK) {
+        /* Could not describe the placement: give it back and fail loudly. */
+        release_ports(h, hj);
+        tr_sched_release(h->sched, pl);
+        hj->pl = NULL;
+        clear_records(hj);
+        hj->j->state = TROUPE__V1__JOB_STATE__JOB_FAILED;
+        hj->j->ended_ms = tr_wall_ms();
+        tr_jobs_set_str(&hj->j->reason, err.msg);
+        tr_jobs_touch(h, hj);
+        return;
+    }
+    hj->j->state = TROUPE__V1__JOB_STATE__JOB_RUNNING;
+    hj->j->started_ms = tr_wall_ms();
+    hj->deadline = hj->j->spec->timeout_s ? tr_now_ms() + (int64_t)hj->j->spec->timeout_s * 1000 : 0;
+    off += (size_t)snprintf(msg, sizeof(msg), "placed %zu workers:", hj->j->n_workers);
+    for (size_t v = 0; v < hj->j->n_vnodes && off < sizeof(msg) - 64; v++) {
+        tr_head_node *hn = tr_head_node_find(h, hj->j->vnodes[v]->node_id);
+        off += (size_t)snprintf(msg + off, sizeof(msg) - off, " %s[%zu GPUs]", hn ? hn->n->name : "?",
+                                hj->j->vnodes[v]->n_gpus);
+    }
+    tr_jobs_set_str(&hj->j->reason, "running");
+    issue_workers(h, hj, NULL);
+    tr_jobs_touch(h, hj);
+    job_note(h, hj, "STARTED", msg);
+}
+
+/* release_if_idle returns the GPUs once no worker can still be running. */
+static void release_if_idle(tr_head *h, tr_head_job *hj)
+{
+    if (hj->pl == NULL || (!tr_jobs_is_terminal(hj) && !hj->requeue)) {
+        return;
+    }
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        int s = hj->j->workers[i]->state;
+        if (s == TROUPE__V1__WORKER_STATE__WORKER_RUNNING || s == TROUPE__V1__WORKER_STATE__WORKER_PENDING) {
+            return;
+        }
+    }
+    release_ports(h, hj);
+    tr_sched_release(h->sched, hj->pl);
+    hj->pl = NULL;
+    if (hj->requeue) {
+        hj->requeue = 0;
+        hj->j->state = TROUPE__V1__JOB_STATE__JOB_PENDING;
+        tr_jobs_touch(h, hj);
+    }
+    tr_jobs_answer_log_waiters(h, hj, 0);
+    tr_jobs_schedule(h);
+}
+
+static void job_finish(tr_head *h, tr_head_job *hj, int state, const char *reason)
+{
+    if (tr_jobs_is_terminal(hj)) {
+        return;
+    }
+    hj->j->state = (Troupe__V1__JobState)state;
+    hj->j->ended_ms = tr_wall_ms();
+    hj->requeue = 0;
+    tr_jobs_set_str(&hj->j->reason, reason);
+    /* Terminal jobs leave every node's assignment set: agents stop what runs. */
+    bump_job_nodes(h, hj);
+    tr_jobs_touch(h, hj);
+    job_note(h, hj, job_state_name(state), reason);
+    release_if_idle(h, hj);
+    tr_jobs_answer_log_waiters(h, hj, 0);
+}
+
+void tr_jobs_schedule(tr_head *h)
+{
+    tr_sched_pending *pend = NULL;
+    tr_sched_decision *dec = NULL;
+    tr_head_job **who = NULL;
+    size_t n = 0;
+    tr_err err;
+
+    for (size_t i = 0; i < h->n_jobs; i++) {
+        n += h->jobs[i]->j->state == TROUPE__V1__JOB_STATE__JOB_PENDING && h->jobs[i]->pl == NULL;
+    }
+    if (n == 0) {
+        return;
+    }
+    pend = calloc(n, sizeof(*pend));
+    dec = calloc(n, sizeof(*dec));
+    who = calloc(n, sizeof(*who));
+    if (pend == NULL || dec == NULL || who == NULL) {
+        TR_LOG(TR_LOG_ERR, "schedule: out of memory");
+        goto out;
+    }
+    n = 0;
+    for (size_t i = 0; i < h->n_jobs; i++) {
+        tr_head_job *hj = h->jobs[i];
+        if (hj->j->state == TROUPE__V1__JOB_STATE__JOB_PENDING && hj->pl == NULL) {
+            pend[n].job_id = hj->j->id;
+            pend[n].spec = &hj->sspec;
+            who[n++] = hj;
+        }
+    }
+    if (tr_sched_schedule(h->sched, pend, n, dec, &err) != TROUPE_OK) {
+        TR_LOG(TR_LOG_ERR, "schedule: %s", err.msg);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        tr_head_job *hj = who[i];
+        if (dec[i].status == TROUPE_OK) {
+            job_start(h, hj, dec[i].placement);
+        } else if (dec[i].status == TROUPE_RESOURCE_EXHAUSTED) {
+            if (strcmp(hj->j->reason, dec[i].why.msg) != 0) {
+                tr_jobs_set_str(&hj->j->reason, dec[i].why.msg);
+                tr_jobs_touch(h, hj);
+            }
+        } else {
+            job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, dec[i].why.msg);
+        }
+    }
+out:
+    free(pend);
+    free(dec);
+    free(who);
+}
+
+static void describe_end(const Troupe__V1__WorkerInfo *w, char *buf, size_t size)
+{
+    if (w->state == TROUPE__V1__WORKER_STATE__WORKER_FAILED_TO_START) {
+        snprintf(buf, size, "worker %s on node %s failed to start: %s", w->name, w->node_name, w->message);
+    } else if (w->state == TROUPE__V1__WORKER_STATE__WORKER_LOST) {
+        snprintf(buf, size, "worker %s was lost: %s", w->name, w->message);
+    } else if (w->signal != 0) {
+        snprintf(buf, size, "worker %s on node %s was killed by signal %d", w->name, w->node_name, w->signal);
+    } else {
+        snprintf(buf, size, "worker %s on node %s exited with code %d", w->name, w->node_name, w->exit_code);
+    }
+}
+
+static int worker_ok(const Troupe__V1__WorkerInfo *w)
+{
+    return w->state == TROUPE__V1__WORKER_STATE__WORKER_EXITED && w->exit_code == 0 && w->signal == 0;
+}
+
+/* restart_group gives every worker of a group a new attempt; agents stop the
+ * old attempt's processes and start the new ones. */
+static void restart_group(tr_head *h, tr_head_job *hj, const char *group, const char *why)
+{
+    char msg[700];
+
+    hj->j->restarts++;
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+        if (strcmp(w->group, group) != 0) {
+            continue;
+        }
+        w->attempt = hj->j->restarts;
+        w->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
+        w->exit_code = w->signal = 0;
+        w->pid = 0;
+        w->ended_ms = 0;
+        tr_jobs_set_str(&w->message, "");
+    }
+    snprintf(msg, sizeof(msg), "%s; restarting group %s (restart %u of %u)", why, group, hj->j->restarts,
+             hj->j->spec->max_restarts);
+    tr_jobs_set_str(&hj->j->reason, msg);
+    issue_workers(h, hj, group);
+    tr_jobs_touch(h, hj);
+    job_note(h, hj, "RESTARTING", msg);
+}
+
+/* tr_jobs_worker_ended decides what a worker's end means for its job. */
+void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx)
+{
+    const Troupe__V1__WorkerInfo *w = hj->j->workers[idx];
+    char why[600];
+
+    if (tr_jobs_is_terminal(hj) || hj->requeue) {
+        release_if_idle(h, hj);
+        return;
+    }
+    if (worker_ok(w)) {
+        for (size_t i = 0; i < hj->j->n_workers; i++) {
+            if (!worker_ok(hj->j->workers[i])) {
+                return;
+            }
+        }
+        snprintf(why, sizeof(why), "all %zu workers exited with code 0", hj->j->n_workers);
+        job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_SUCCEEDED, why);
+        return;
+    }
+    describe_end(w, why, sizeof(why));
+    if (hj->j->restarts < hj->j->spec->max_restarts) {
+        restart_group(h, hj, w->group, why);
+        return;
+    }
+    job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, why);
+}
+
+/* node_died marks the node's workers LOST and fails or requeues their jobs. */
+static void node_died(tr_head *h, const Troupe__V1__Node *n)
+{
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        tr_head_job *hj = h->jobs[k];
+        int hit = 0;
+        char why[600];
+        if (hj->pl == NULL) {
+            continue;
+        }
+        for (size_t i = 0; i < hj->j->n_workers; i++) {
+            Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+            int live = w->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING ||
+                       w->state == TROUPE__V1__WORKER_STATE__WORKER_PENDING;
+            if (w->node_id == n->id && live) {
+                w->state = TROUPE__V1__WORKER_STATE__WORKER_LOST;
+                w->ended_ms = tr_wall_ms();
+                tr_jobs_set_str(&w->message, "its node died");
+                hit = 1;
+            }
+        }
+        if (!hit) {
+            continue;
+        }
+        snprintf(why, sizeof(why), "node %s (id %llu) died: %s", n->name, (unsigned long long)n->id, n->reason);
+        if (!tr_jobs_is_terminal(hj) && !hj->requeue && hj->j->restarts < hj->j->spec->max_restarts) {
+            char msg[700];
+            hj->j->restarts++;
+            hj->requeue = 1;
+            hj->j->state = TROUPE__V1__JOB_STATE__JOB_PENDING;
+            snprintf(msg, sizeof(msg), "%s; placing the job again (restart %u of %u)", why, hj->j->restarts,
+                     hj->j->spec->max_restarts);
+            tr_jobs_set_str(&hj->j->reason, msg);
+            bump_job_nodes(h, hj);
+            tr_jobs_touch(h, hj);
+            job_note(h, hj, "RESTARTING", msg);
+            release_if_idle(h, hj);
+        } else if (!tr_jobs_is_terminal(hj)) {
+            job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, why);
+        } else {
+            tr_jobs_touch(h, hj);
+            release_if_idle(h, hj);
+        }
+    }
+}
+
+static int sched_state(int s)
+{
+    return s == TROUPE__V1__NODE_STATE__NODE_ALIVE ? TR_SCHED_ALIVE
+           : s == TROUPE__V1__NODE_STATE__NODE_DEAD ? TR_SCHED_DEAD
+                                                     : TR_SCHED_SUSPECT;
+}
+
+void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n)
+{
+    tr_sched_node_spec ns = {0};
+    tr_sched_label *lab = calloc(n->n_labels + 1, sizeof(*lab));
+    tr_err err;
+
+    if (lab == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < n->n_labels; i++) {
+        lab[i].key = n->labels[i]->key;
+        lab[i].value = n->labels[i]->value;
+    }
+    ns.id = n->id;
+    ns.name = n->name;
+    ns.gpus = (unsigned)n->n_gpus;
+    ns.labels = lab;
+    ns.nlabels = n->n_labels;
+    /* A node without GPUs can still register; it just never gets workers. */
+    if (n->n_gpus > 0 && tr_sched_node_add(h->sched, &ns, &err) != TROUPE_OK &&
+        err.code != TROUPE_ALREADY_EXISTS) {
+        TR_LOG(TR_LOG_WARNING, "scheduler refused node=%llu: %s", (unsigned long long)n->id, err.msg);
+    }
+    free(lab);
+    tr_jobs_node_state(h, n);
+}
+
+void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n)
+{
+    tr_err err;
+
+    if (n->n_gpus > 0 && tr_sched_node_set_state(h->sched, n->id, sched_state((int)n->state), &err) != TROUPE_OK &&
+        err.code != TROUPE_NOT_FOUND) {
+        TR_LOG(TR_LOG_DEBUG, "scheduler node state node=%llu: %s", (unsigned long long)n->id, err.msg);
+    }
+    if (n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
+        node_died(h, n);
+    }
+    tr_jobs_schedule(h);
+}
+
+uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id)
+{
+    tr_sched_node_info info;
+    return tr_sched_node_get(h->sched, node_id, &info, NULL) == TROUPE_OK ? info.free_gpus : 0;
+}
+
+int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err)
+{
+    Troupe__V1__Job tmpl = TROUPE__V1__JOB__INIT;
+    Troupe__V1__Job *j;
+    tr_head_job *hj = NULL;
+    size_t len;
+    uint8_t *buf;
+    int rv;
+
+    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK) {
+        return rv;
+    }
+    /* Deep-copy the spec into a fresh record through its wire form. */
+    tmpl.spec = (Troupe__V1__JobSpec *)spec;
+    tmpl.state = TROUPE__V1__JOB_STATE__JOB_PENDING;
+    tmpl.submitted_ms = tr_wall_ms();
+    tmpl.reason = "waiting to be placed";
+    len = troupe__v1__job__get_packed_size(&tmpl);
+    if ((buf = malloc(len ? len : 1)) == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    troupe__v1__job__pack(&tmpl, buf);
+    j = troupe__v1__job__unpack(NULL, len, buf);
+    free(buf);
+    if (j == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if ((rv = job_wrap(h, j, &hj, err)) != TROUPE_OK) {
+        return rv;
+    }
+    /* Infeasible on the alive cluster: refuse now, with the numbers. */
+    if ((rv = tr_sched_check(h->sched, &hj->sspec, err)) != TROUPE_OK ||
+        (rv = tr_store_new_id(h->store, "jobs", &hj->j->id, err)) != TROUPE_OK) {
+        job_free(hj);
+        return rv;
+    }
+    snprintf(hj->log_path, sizeof(hj->log_path), "%s/logs/job-%llu.log", h->cfg.state_dir,
+             (unsigned long long)hj->j->id);
+    if ((rv = job_persist(h, hj, err)) != TROUPE_OK) {
+        job_free(hj);
+        return rv;
+    }
+    if (jobs_append(h, hj) != 0) {
+        job_free(hj);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    *id = hj->j->id;
+    job_note(h, hj, "SUBMITTED", "submitted");
+    tr_jobs_schedule(h);
+    return TROUPE_OK;
+}
+
+int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err)
+{
+    if (tr_jobs_is_terminal(hj)) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "job %llu already ended: %s",
+                          (unsigned long long)hj->j->id, job_state_name((int)hj->j->state));
+    }
+    hj->j->stop_requested = 1;
+    job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_STOPPED,
+               hj->pl ? "stopped by user" : "stopped by user before it started");
+    return TROUPE_OK;
+}
+
+void tr_jobs_tick(tr_head *h)
+{
+    int64_t now = tr_now_ms();
+
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        tr_head_job *hj = h->jobs[k];
+        if (hj->j->state == TROUPE__V1__JOB_STATE__JOB_RUNNING && hj->deadline && now >= hj->deadline) {
+            char why[128];
+            snprintf(why, sizeof(why), "timed out after %u s (timeout_s); workers stopped",
+                     hj->j->spec->timeout_s);
+            job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, why);
+        }
+        if (hj->job_waiters || hj->log_waiters) {
+            tr_jobs_answer_job_waiters(h, hj, 0);
+            tr_jobs_answer_log_waiters(h, hj, 0);
+        }
+    }
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        if (h->nodes[i].sync_waiter != NULL && now >= h->nodes[i].sync_until) {
+            tr_jobs_answer_sync(h, &h->nodes[i]);
+        }
+    }
+}
+
+/* ---- recovery ----------------------------------------------------------- */
+
+static uint64_t mask_of(const uint32_t *gpus, size_t n)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        m |= (gpus[i] < 64) ? 1ull << gpus[i] : 0;
+    }
+    return m;
+}
+
+static size_t group_index(const Troupe__V1__JobSpec *sp, const char *name)
+{
+    for (size_t g = 0; g < sp->n_groups; g++) {
+        if (strcmp(sp->groups[g]->name, name) == 0) {
+            return g;
+        }
+    }
+    return 0;
+}
+
+/* restore_placement re-reserves the GPUs a stored job was running on. */
+static int restore_placement(tr_head *h, tr_head_job *hj, tr_err *err)
+{
+    Troupe__V1__Job *j = hj->j;
+    tr_sched_worker *w = calloc(j->n_workers + 1, sizeof(*w));
+    tr_sched_vnode *v = calloc(j->n_vnodes + 1, sizeof(*v));
+    int rv = TROUPE_RESOURCE_EXHAUSTED;
+
+    hj->issued = calloc(j->n_workers + 1, sizeof(*hj->issued));
+    if (w == NULL || v == NULL || hj->issued == NULL) {
+        tr_err_set(err, rv, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < j->n_vnodes; i++) {
+        v[i].node_id = j->vnodes[i]->node_id;
+        v[i].ngpus = (uint32_t)j->vnodes[i]->n_gpus;
+        v[i].gpu_mask = mask_of(j->vnodes[i]->gpus, j->vnodes[i]->n_gpus);
+        for (size_t k = 0; k < j->vnodes[i]->n_gpus && k < TR_SCHED_MAX_NODE_GPUS; k++) {
+            v[i].gpus[k] = (uint8_t)j->vnodes[i]->gpus[k];
+        }
+    }
+    for (size_t i = 0; i < j->n_workers; i++) {
+        const Troupe__V1__WorkerInfo *r = j->workers[i];
+        w[i].group = (uint32_t)group_index(j->spec, r->group);
+        w[i].rank = r->rank;
+        w[i].node_id = r->node_id;
+        w[i].node_rank = r->node_rank;
+        w[i].nnodes = r->nnodes;
+        w[i].local_rank = r->local_rank;
+        w[i].local_world_size = r->local_world_size;
+        w[i].ngpus = (uint32_t)r->n_gpus;
+        w[i].gpu_mask = mask_of(r->gpus, r->n_gpus);
+        for (size_t k = 0; k < r->n_gpus && k < TR_SCHED_MAX_NODE_GPUS; k++) {
+            w[i].gpus[k] = (uint8_t)r->gpus[k];
+        }
+        for (size_t k = 0; k < j->n_vnodes; k++) {
+            if (v[k].node_id == r->node_id && (v[k].gpu_mask & w[i].gpu_mask) == w[i].gpu_mask) {
+                w[i].vnode = (uint32_t)k;
+                break;
+            }
+        }
+    }
+    rv = tr_sched_restore(h->sched, j->id, &hj->sspec, w, j->n_workers, v, j->n_vnodes, err);
+    if (rv == TROUPE_OK) {
+        hj->pl = tr_sched_find(h->sched, j->id);
+        for (size_t g = 0; g < j->n_groups; g++) {
+            port_mark(h, j->groups[g]->master_port, 1);
+        }
+    }
+out:
+    free(w);
+    free(v);
+    return rv;
+}
+
+static int holds_gpus(const Troupe__V1__Job *j)
+{
+    for (size_t i = 0; i < j->n_workers; i++) {
+        int s = j->workers[i]->state;
+        if (s == TROUPE__V1__WORKER_STATE__WORKER_RUNNING || s == TROUPE__V1__WORKER_STATE__WORKER_PENDING) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int recover_job(void *arg, uint64_t id, int state, const uint8_t *data, size_t len)
+{
+    tr_head *h = arg;
+    Troupe__V1__Job *j = troupe__v1__job__unpack(NULL, len, data);
+    tr_head_job *hj = NULL;
+    FILE *f;
+    tr_err err;
+
+    (void)state;
+    if (j == NULL || j->spec == NULL) {
+        TR_LOG(TR_LOG_ERR, "store: job record %llu is unreadable; skipped", (unsigned long long)id);
+        if (j != NULL) {
+            troupe__v1__job__free_unpacked(j, NULL);
+        }
+        return TROUPE_OK;
+    }
+    if (job_wrap(h, j, &hj, &err) != TROUPE_OK) {
+        TR_LOG(TR_LOG_ERR, "job %llu not recovered: %s", (unsigned long long)id, err.msg);
+        return TROUPE_OK;
+    }
+    if ((f = fopen(hj->log_path, "r")) != NULL) {
+        fseek(f, 0, SEEK_END);
+        hj->log_size = (uint64_t)ftell(f);
+        fclose(f);
+    }
+    if (holds_gpus(j)) {
+        hj->requeue = j->state == TROUPE__V1__JOB_STATE__JOB_PENDING;
+        if (restore_placement(h, hj, &err) != TROUPE_OK) {
+            TR_LOG(TR_LOG_ERR, "job %llu: placement not restored: %s", (unsigned long long)id, err.msg);
+        }
+    }
+    if (jobs_append(h, hj) != 0) {
+        job_free(hj);
+        return TROUPE_RESOURCE_EXHAUSTED;
+    }
+    return TROUPE_OK;
+}
+
+int tr_jobs_init(tr_head *h, tr_err *err)
+{
+    char dir[4200];
+    size_t running = 0;
+    int rv;
+
+    if ((rv = tr_sched_open(&h->sched, err)) != TROUPE_OK) {
+        return rv;
+    }
+    h->ports_used = calloc((size_t)h->cfg.master_port_count + 1, 1);
+    snprintf(dir, sizeof(dir), "%s/logs", h->cfg.state_dir);
+    if (h->ports_used == NULL || tr_mkdir_p(dir) != 0) {
+        return tr_err_set(err, TROUPE_INTERNAL, "cannot prepare %s: %s", dir, strerror(errno));
+    }
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        tr_jobs_node_added(h, h->nodes[i].n);
+    }
+    if ((rv = tr_store_scan(h->store, "jobs", recover_job, h, err)) != TROUPE_OK) {
+        return rv;
+    }
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        running += h->jobs[k]->pl != NULL;
+    }
+    if (h->n_jobs > 0) {
+        TR_LOG(TR_LOG_NOTICE, "recovered jobs=%zu holding_gpus=%zu", h->n_jobs, running);
+    }
+    tr_jobs_schedule(h);
+    return TROUPE_OK;
+}
+
+void tr_jobs_fini(tr_head *h)
+{
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        job_free(h->jobs[k]);
+    }
+    free(h->jobs);
+    h->jobs = NULL;
+    h->n_jobs = h->cap_jobs = 0;
+    tr_sched_close(h->sched);
+    h->sched = NULL;
+    free(h->ports_used);
+    h->ports_used = NULL;
+}

@@ -1,0 +1,71 @@
+/* jobs.h - troupe-head's jobs: lifecycle, placement, node assignments.
+ *
+ * A job's durable record is its troupe.v1.Job message (owned, unpacked; the
+ * same bytes go to SQLite). Everything here runs under h->mu. */
+#ifndef TR_JOBS_H
+#define TR_JOBS_H
+
+#include "head.h"
+#include "sched/sched.h"
+
+typedef struct tr_head_wait {
+    tr_rpc_call *call;
+    uint64_t after_version; /* GetJob: answer when the version moves past this */
+    uint64_t offset;        /* GetLogs */
+    uint32_t max_bytes;
+    char worker[96];
+    int64_t until;          /* tr_now_ms() when to answer anyway */
+    struct tr_head_wait *next;
+} tr_head_wait;
+
+typedef struct tr_head_job {
+    Troupe__V1__Job *j;
+    tr_sched_placement *pl; /* while GPUs are held; owned by h->sched */
+    /* The scheduler's view of j->spec (arrays owned here). */
+    tr_sched_job_spec sspec;
+    int *vnodes;
+    tr_sched_label *sel;
+    tr_sched_group_spec *groups;
+    uint64_t *issued;       /* per worker: its node's version when assigned */
+    int64_t deadline;       /* tr_now_ms() timeout; 0 = none */
+    int requeue;            /* back to PENDING once the GPUs are released */
+    char log_path[4200];
+    uint64_t log_size;
+    tr_head_wait *job_waiters;
+    tr_head_wait *log_waiters;
+} tr_head_job;
+
+int tr_jobs_init(tr_head *h, tr_err *err);  /* scheduler, recovery */
+void tr_jobs_fini(tr_head *h);
+void tr_jobs_tick(tr_head *h);              /* timeouts, waiter expiry; under h->mu */
+
+/* Registry hooks (nodes.c), under h->mu. */
+void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n);
+void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n);
+uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
+
+/* Internals shared by jobs*.c. */
+tr_head_job *tr_jobs_find(tr_head *h, uint64_t id);
+int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
+int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err);
+void tr_jobs_touch(tr_head *h, tr_head_job *hj); /* version++, persist, wake waiters */
+void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len);
+void tr_jobs_schedule(tr_head *h);
+void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req);
+int tr_jobs_is_terminal(const tr_head_job *hj);
+void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all);
+void tr_jobs_answer_log_waiters(tr_head *h, tr_head_job *hj, int all);
+void tr_jobs_node_bump(tr_head *h, uint64_t node_id);
+void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn);
+void tr_jobs_set_str(char **field, const char *s);
+void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);
+
+/* RPC handlers (jobs_rpc.c, jobs_sync.c). */
+void tr_head_submit_job(tr_rpc_call *call, void *user);
+void tr_head_get_job(tr_rpc_call *call, void *user);
+void tr_head_list_jobs(tr_rpc_call *call, void *user);
+void tr_head_stop_job(tr_rpc_call *call, void *user);
+void tr_head_get_logs(tr_rpc_call *call, void *user);
+void tr_head_node_sync(tr_rpc_call *call, void *user);
+
+#endif

@@ -1,0 +1,361 @@
+/* jobs_sync.c - the head side of NodeSync: what each node should run, and
+ * what it says it runs.
+ *
+ * An agent keeps one long poll open (wait_ms > 0) carrying the assignment
+ * version it has applied; the head answers when the node's version moves (a
+ * job started, stopped or restarted there) or when the poll's time is up.
+ * Reports come with every sync and list every worker the agent knows, so a
+ * worker the head placed there but the agent does not list (after it applied
+ * the version that carried it) is known to be gone. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "log.h"
+#include "util.h"
+
+/* A bump arena for one reply: every string and array of the assignment
+ * message is allocated here and freed at once after the reply is packed. */
+typedef struct arena {
+    void **blocks;
+    size_t n, cap;
+    int oom;
+} arena;
+
+static void *arena_alloc(arena *a, size_t size)
+{
+    void *p;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        void **b = realloc(a->blocks, cap * sizeof(*b));
+        if (b == NULL) {
+            a->oom = 1;
+            return NULL;
+        }
+        a->blocks = b;
+        a->cap = cap;
+    }
+    p = calloc(1, size ? size : 1);
+    if (p == NULL) {
+        a->oom = 1;
+        return NULL;
+    }
+    a->blocks[a->n++] = p;
+    return p;
+}
+
+static char *arena_printf(arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *arena_printf(arena *a, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *s;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    s = arena_alloc(a, (size_t)n + 1);
+    if (s != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(s, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+static void arena_free(arena *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        free(a->blocks[i]);
+    }
+    free(a->blocks);
+}
+
+static void env_add(arena *a, Troupe__V1__EnvVar **env, size_t *n, const char *k, const char *v)
+{
+    Troupe__V1__EnvVar *e;
+    for (size_t i = 0; i < *n; i++) { /* later layers override earlier ones */
+        if (strcmp(env[i]->key, k) == 0) {
+            env[i]->value = (char *)v;
+            return;
+        }
+    }
+    if ((e = arena_alloc(a, sizeof(*e))) == NULL) {
+        return;
+    }
+    troupe__v1__env_var__init(e);
+    e->key = (char *)k;
+    e->value = (char *)v;
+    env[(*n)++] = e;
+}
+
+static const char *gpu_list(arena *a, const Troupe__V1__WorkerInfo *w)
+{
+    char *s = arena_alloc(a, w->n_gpus * 4 + 1);
+    size_t off = 0;
+    for (size_t k = 0; s != NULL && k < w->n_gpus; k++) {
+        off += (size_t)sprintf(s + off, "%s%u", k ? "," : "", w->gpus[k]);
+    }
+    return s ? s : "";
+}
+
+/* worker_env layers: safe defaults < job env < group env < troupe's own. */
+static void worker_env(tr_head *h, arena *a, const tr_head_job *hj, const Troupe__V1__WorkerInfo *w,
+                       Troupe__V1__WorkerAssignment *wa)
+{
+    const Troupe__V1__JobSpec *sp = hj->j->spec;
+    const Troupe__V1__GroupSpec *gs = NULL;
+    const Troupe__V1__GroupInfo *gi = NULL;
+    size_t cap = 32 + sp->n_env;
+
+    for (size_t g = 0; g < sp->n_groups; g++) {
+        if (strcmp(sp->groups[g]->name, w->group) == 0) {
+            gs = sp->groups[g];
+            gi = g < hj->j->n_groups ? hj->j->groups[g] : NULL;
+        }
+    }
+    cap += gs ? gs->n_env : 0;
+    if ((wa->env = arena_alloc(a, cap * sizeof(*wa->env))) == NULL) {
+        return;
+    }
+    env_add(a, wa->env, &wa->n_env, "NCCL_NVLS_ENABLE", "0");
+    for (size_t i = 0; i < sp->n_env; i++) {
+        env_add(a, wa->env, &wa->n_env, sp->env[i]->key, sp->env[i]->value);
+    }
+    for (size_t i = 0; gs != NULL && i < gs->n_env; i++) {
+        env_add(a, wa->env, &wa->n_env, gs->env[i]->key, gs->env[i]->value);
+    }
+    env_add(a, wa->env, &wa->n_env, "TROUPE_HEAD", h->cfg.advertise ? h->cfg.advertise : h->cfg.listen);
+    env_add(a, wa->env, &wa->n_env, "TROUPE_JOB", arena_printf(a, "%llu", (unsigned long long)hj->j->id));
+    env_add(a, wa->env, &wa->n_env, "TROUPE_JOB_NAME", sp->name);
+    env_add(a, wa->env, &wa->n_env, "TROUPE_GROUP", w->group);
+    env_add(a, wa->env, &wa->n_env, "TROUPE_WORKER", w->name);
+    env_add(a, wa->env, &wa->n_env, "TROUPE_ATTEMPT", arena_printf(a, "%u", w->attempt));
+    env_add(a, wa->env, &wa->n_env, "RANK", arena_printf(a, "%u", w->rank));
+    env_add(a, wa->env, &wa->n_env, "WORLD_SIZE", arena_printf(a, "%u", gi ? gi->world_size : 1));
+    env_add(a, wa->env, &wa->n_env, "LOCAL_RANK", arena_printf(a, "%u", w->local_rank));
+    env_add(a, wa->env, &wa->n_env, "LOCAL_WORLD_SIZE", arena_printf(a, "%u", w->local_world_size));
+    env_add(a, wa->env, &wa->n_env, "NODE_RANK", arena_printf(a, "%u", w->node_rank));
+    env_add(a, wa->env, &wa->n_env, "MASTER_ADDR", gi ? gi->master_addr : "127.0.0.1");
+    env_add(a, wa->env, &wa->n_env, "MASTER_PORT", arena_printf(a, "%u", gi ? gi->master_port : 0));
+    env_add(a, wa->env, &wa->n_env, "CUDA_VISIBLE_DEVICES", gpu_list(a, w));
+    if (sp->profile != NULL && sp->profile->steps[0]) {
+        env_add(a, wa->env, &wa->n_env, "TROUPE_PROFILE_STEPS", sp->profile->steps);
+        env_add(a, wa->env, &wa->n_env, "TROUPE_PROFILE_WORKERS", sp->profile->workers);
+    }
+}
+
+static int wanted(const tr_head_job *hj)
+{
+    return hj->j->state == TROUPE__V1__JOB_STATE__JOB_RUNNING && !hj->j->stop_requested && !hj->requeue;
+}
+
+static int worker_live(const Troupe__V1__WorkerInfo *w)
+{
+    return w->state == TROUPE__V1__WORKER_STATE__WORKER_PENDING ||
+           w->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING;
+}
+
+/* build_set fills rep with every worker this node should be running. */
+static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSyncReply *rep)
+{
+    size_t n = 0;
+
+    rep->version = hn->version;
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        for (size_t i = 0; wanted(h->jobs[k]) && i < h->jobs[k]->j->n_workers; i++) {
+            n += h->jobs[k]->j->workers[i]->node_id == hn->n->id && worker_live(h->jobs[k]->j->workers[i]);
+        }
+    }
+    if (n == 0 || (rep->workers = arena_alloc(a, n * sizeof(*rep->workers))) == NULL) {
+        return;
+    }
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        const tr_head_job *hj = h->jobs[k];
+        const Troupe__V1__GroupSpec *gs;
+        for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
+            const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+            Troupe__V1__WorkerAssignment *wa;
+            if (w->node_id != hn->n->id || !worker_live(w) || (wa = arena_alloc(a, sizeof(*wa))) == NULL) {
+                continue;
+            }
+            troupe__v1__worker_assignment__init(wa);
+            gs = hj->j->spec->groups[0];
+            for (size_t g = 0; g < hj->j->spec->n_groups; g++) {
+                if (strcmp(hj->j->spec->groups[g]->name, w->group) == 0) {
+                    gs = hj->j->spec->groups[g];
+                }
+            }
+            wa->job_id = hj->j->id;
+            wa->name = w->name;
+            wa->attempt = w->attempt;
+            wa->command = gs->command;
+            wa->n_command = gs->n_command;
+            wa->workdir = hj->j->spec->workdir;
+            wa->gpus = w->gpus;
+            wa->n_gpus = w->n_gpus;
+            worker_env(h, a, hj, w, wa);
+            rep->workers[rep->n_workers++] = wa;
+        }
+    }
+}
+
+static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
+{
+    Troupe__V1__NodeSyncReply rep = TROUPE__V1__NODE_SYNC_REPLY__INIT;
+    arena a = {0};
+
+    build_set(h, hn, &a, &rep);
+    if (a.oom) {
+        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory building assignments");
+    } else {
+        tr_rpc_reply(call, &rep.base);
+    }
+    arena_free(&a);
+}
+
+void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
+{
+    tr_rpc_call *call = hn->sync_waiter;
+    if (call == NULL) {
+        return;
+    }
+    hn->sync_waiter = NULL;
+    reply_set(h, hn, call);
+    tr_rpc_call_release(call);
+}
+
+static void on_sync_expire(tr_rpc_call *call, void *arg)
+{
+    tr_head *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        if (h->nodes[i].sync_waiter == call) {
+            h->nodes[i].sync_waiter = NULL;
+            tr_rpc_call_release(call);
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+static const Troupe__V1__WorkerReport *find_report(const Troupe__V1__NodeSyncRequest *req, uint64_t job,
+                                                   const char *name)
+{
+    for (size_t r = 0; r < req->n_reports; r++) {
+        if (req->reports[r]->job_id == job && strcmp(req->reports[r]->name, name) == 0) {
+            return req->reports[r];
+        }
+    }
+    return NULL;
+}
+
+/* apply_one merges what the agent says about one worker; returns 1 when the
+ * worker just ended. */
+static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, const Troupe__V1__WorkerReport *r)
+{
+    if (r->log.len > 0) {
+        tr_jobs_log(h, hj, w->name, (const char *)r->log.data, r->log.len);
+    }
+    if (r->attempt != w->attempt || !worker_live(w)) {
+        return 0; /* an old attempt still winding down, or already settled */
+    }
+    switch (r->state) {
+    case TROUPE__V1__WORKER_STATE__WORKER_RUNNING:
+        if (w->state == TROUPE__V1__WORKER_STATE__WORKER_PENDING) {
+            w->state = TROUPE__V1__WORKER_STATE__WORKER_RUNNING;
+            w->pid = r->pid;
+            w->started_ms = tr_wall_ms();
+            tr_jobs_touch(h, hj);
+        }
+        return 0;
+    case TROUPE__V1__WORKER_STATE__WORKER_EXITED:
+    case TROUPE__V1__WORKER_STATE__WORKER_FAILED_TO_START:
+        w->state = r->state;
+        w->exit_code = r->exit_code;
+        w->signal = r->signal;
+        w->pid = r->pid;
+        w->ended_ms = tr_wall_ms();
+        tr_jobs_set_str(&w->message, r->message);
+        tr_jobs_touch(h, hj);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* mark_absent settles a worker its node no longer has. */
+static void mark_absent(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w)
+{
+    int gone_as_asked = tr_jobs_is_terminal(hj) || hj->requeue;
+    w->state = gone_as_asked ? TROUPE__V1__WORKER_STATE__WORKER_EXITED : TROUPE__V1__WORKER_STATE__WORKER_LOST;
+    w->ended_ms = tr_wall_ms();
+    tr_jobs_set_str(&w->message, gone_as_asked ? "stopped" : "not running on its node (was its agent restarted?)");
+    tr_jobs_touch(h, hj);
+}
+
+void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req)
+{
+    for (size_t k = 0; k < h->n_jobs; k++) {
+        tr_head_job *hj = h->jobs[k];
+        if (hj->issued == NULL) {
+            continue;
+        }
+        for (size_t i = 0; i < hj->j->n_workers; i++) {
+            Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+            const Troupe__V1__WorkerReport *r;
+            int ended = 0;
+            if (w->node_id != hn->n->id) {
+                continue;
+            }
+            r = find_report(req, hj->j->id, w->name);
+            if (r != NULL) {
+                ended = apply_one(h, hj, w, r);
+            } else if (worker_live(w) && req->version >= hj->issued[i]) {
+                mark_absent(h, hj, w);
+                ended = 1;
+            }
+            if (ended) {
+                tr_jobs_worker_ended(h, hj, i);
+            }
+        }
+    }
+}
+
+void tr_head_node_sync(tr_rpc_call *call, void *user)
+{
+    tr_head *h = user;
+    Troupe__V1__NodeSyncRequest *req =
+        (Troupe__V1__NodeSyncRequest *)tr_rpc_unpack(call, &troupe__v1__node_sync_request__descriptor);
+    tr_head_node *hn;
+
+    if (req == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&h->mu);
+    hn = tr_head_node_find(h, req->node_id);
+    if (hn == NULL || hn->n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
+        pthread_mutex_unlock(&h->mu);
+        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is %s; register again",
+                           (unsigned long long)req->node_id, hn ? "DEAD" : "unknown");
+        goto out;
+    }
+    hn->seen_mono = tr_now_ms(); /* a sync is as good as a heartbeat */
+    if (req->wait_ms == 0) {
+        /* Only report calls carry the agent's complete worker list; a long
+         * poll carries none and must not read as "no workers". */
+        tr_jobs_apply_reports(h, hn, req);
+    }
+    if (req->wait_ms > 0 && req->version == hn->version) {
+        tr_jobs_answer_sync(h, hn); /* a newer poll supersedes an older one */
+        tr_rpc_defer(call, on_sync_expire, h);
+        hn->sync_waiter = call;
+        hn->sync_until = tr_now_ms() + (req->wait_ms < 60000 ? req->wait_ms : 60000);
+    } else {
+        reply_set(h, hn, call);
+    }
+    pthread_mutex_unlock(&h->mu);
+out:
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
