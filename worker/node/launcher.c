@@ -44,24 +44,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "launcher_shim.h"
 #include "log.h"
 #include "util.h"
 
 extern char **environ;
 
-/* TR_EXEC_PARENT_ENV carries the agent's pid to the shim, which removes it
- * before exec: the shim compares it with getppid() to notice an agent that
- * died before PR_SET_PDEATHSIG took effect (getppid() == 1 is not enough
- * under a subreaper, and wrong when the agent itself is pid 1). */
-#define TR_EXEC_PARENT_ENV "TROUPE_EXEC_WORKER_PARENT"
-#define TR_SHIM_PREFIX "troupe-node: "
-#define TR_CANNOT_START "cannot start "
 #define TR_CLOSE_WAIT_MS 2000
 
 typedef struct tr_worker {
@@ -92,50 +85,6 @@ struct tr_launcher {
     size_t n, cap;
     int changes; /* phase changes since the last tr_launcher_poll */
 };
-
-/* ---- the shim (runs in the child, in place of troupe-node's main) ---- */
-
-/* parent_gone says whether the agent died before the death signal was armed;
- * want is the pid the launcher put in TR_EXEC_PARENT_ENV, or -1 without it. */
-static int parent_gone(long want)
-{
-    pid_t pp = getppid();
-    return want > 0 ? (long)pp != want : pp == 1;
-}
-
-int tr_launcher_exec_worker(int argc, char **argv)
-{
-    const char *dir, *cmd, *env;
-    long want = -1;
-
-    if (argc < 5 || strcmp(argv[1], "--exec-worker") != 0 || strcmp(argv[3], "--") != 0) {
-        fprintf(stderr, TR_SHIM_PREFIX "usage: troupe-node --exec-worker DIR -- CMD [ARGS...]\n");
-        return 127;
-    }
-    dir = argv[2];
-    cmd = argv[4];
-    env = getenv(TR_EXEC_PARENT_ENV);
-    if (env != NULL) {
-        want = strtol(env, NULL, 10);
-        unsetenv(TR_EXEC_PARENT_ENV); /* the worker must not see it */
-    }
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
-        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': PR_SET_PDEATHSIG: %s\n", cmd, strerror(errno));
-        return 127;
-    }
-    if (parent_gone(want)) {
-        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': the agent exited first\n", cmd);
-        return 127;
-    }
-    if (dir[0] != '\0' && chdir(dir) != 0) {
-        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': cannot change to directory '%s': %s\n", cmd, dir,
-                strerror(errno));
-        return 127;
-    }
-    execvp(cmd, argv + 4);
-    fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': %s\n", cmd, strerror(errno));
-    return 127;
-}
 
 /* ---- small helpers ---- */
 
@@ -415,7 +364,7 @@ static void describe_exit(tr_worker *w, int st)
     w->phase = TR_WORKER_EXITED;
     if (WIFEXITED(st)) {
         w->exit_code = WEXITSTATUS(st);
-        if (w->exit_code == 127 && !w->stopping && shim_failure(w, w->message, sizeof(w->message))) {
+        if (w->exit_code == TR_SHIM_EXIT && !w->stopping && shim_failure(w, w->message, sizeof(w->message))) {
             w->phase = TR_WORKER_FAILED_TO_START;
             return;
         }
@@ -427,7 +376,8 @@ static void describe_exit(tr_worker *w, int st)
     if (w->stopping && w->signal == SIGTERM) {
         snprintf(w->message, sizeof(w->message), "stopped (SIGTERM)");
     } else if (w->escalated && w->signal == SIGKILL) {
-        snprintf(w->message, sizeof(w->message), "stopped: SIGKILL after %lld ms grace", (long long)w->grace_ms);
+        snprintf(w->message, sizeof(w->message), "stopped: SIGKILL after %lld ms grace",
+                 (long long)w->grace_ms);
     } else if (w->stopping && w->signal == SIGKILL) {
         snprintf(w->message, sizeof(w->message), "stopped (SIGKILL)");
     } else {
@@ -465,8 +415,8 @@ static void reap_one(tr_launcher *l, tr_worker *w)
 ended:
     w->ended_ms = tr_wall_ms();
     l->changes++;
-    TR_LOG(TR_LOG_INFO, "worker ended job=%llu worker=%s attempt=%u pid=%d: %s", (unsigned long long)w->job_id,
-           w->name, w->attempt, (int)w->pid, w->message);
+    TR_LOG(TR_LOG_INFO, "worker ended job=%llu worker=%s attempt=%u pid=%d: %s",
+           (unsigned long long)w->job_id, w->name, w->attempt, (int)w->pid, w->message);
 }
 
 /* ---- the API ---- */
@@ -479,8 +429,9 @@ int tr_launcher_open(const char *log_dir, const char *self_exe, int64_t grace_ms
 
     *out = NULL;
     if (log_dir == NULL || log_dir[0] == '\0' || self_exe == NULL || self_exe[0] == '\0' || grace_ms < 0) {
-        rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT, "launcher: need a log directory, the troupe-node path "
-                                                      "and a grace period >= 0");
+        rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                        "launcher: need a log directory, the troupe-node path "
+                        "and a grace period >= 0");
         goto out;
     }
     if (access(self_exe, X_OK) != 0) {
@@ -553,8 +504,8 @@ static int check_spec(const tr_worker_spec *s, tr_err *err)
     }
     for (size_t i = 0; s->env != NULL && s->env[i] != NULL; i++) {
         if (strchr(s->env[i], '=') == NULL || s->env[i][0] == '=') {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "worker %s: environment entry '%s' is not KEY=VALUE",
-                              s->name, s->env[i]);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                              "worker %s: environment entry '%s' is not KEY=VALUE", s->name, s->env[i]);
         }
     }
     return TROUPE_OK;
@@ -758,7 +709,8 @@ int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_
         goto out; /* removed by hand: nothing more to say */
     }
     if (fd < 0 || fstat(fd, &st) != 0) {
-        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "worker %s log '%s': %s", w->name, w->log_path, strerror(errno));
+        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "worker %s log '%s': %s", w->name, w->log_path,
+                        strerror(errno));
         goto out;
     }
     if (max == 0 || st.st_size <= w->log_off) {
@@ -774,7 +726,8 @@ int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_
         got = pread(fd, p, want, w->log_off);
     } while (got < 0 && errno == EINTR);
     if (got < 0) {
-        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "worker %s log '%s': %s", w->name, w->log_path, strerror(errno));
+        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "worker %s log '%s': %s", w->name, w->log_path,
+                        strerror(errno));
         goto out;
     }
     n = take_len(p, (size_t)got, max, !is_live(w));
@@ -801,8 +754,8 @@ int tr_launcher_forget(tr_launcher *l, const char *name, uint32_t attempt, tr_er
         return tr_err_set(err, TROUPE_NOT_FOUND, "no worker %s attempt %u", name ? name : "", attempt);
     }
     if (is_live(l->w[i])) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "worker %s attempt %u is still running; stop it first",
-                          name, attempt);
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                          "worker %s attempt %u is still running; stop it first", name, attempt);
     }
     worker_free(l->w[i]);
     memmove(&l->w[i], &l->w[i + 1], (l->n - (size_t)i - 1) * sizeof(*l->w));

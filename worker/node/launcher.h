@@ -8,10 +8,24 @@
  * command, so workers die with a killed agent instead of lingering.
  *
  * Stopping sends SIGTERM to the whole process group, then SIGKILL after the
- * grace period. Exits are collected with waitpid and reported with exit code
- * or signal.
+ * grace period. Exits are collected with waitpid (per pid, never -1) and
+ * reported with exit code or signal; when a group's leader has exited, what is
+ * left of its group is SIGKILLed (a shell's background children do not
+ * outlive the worker).
  *
- * Not thread-safe: the agent's main loop owns the launcher. */
+ * A command that cannot be started (not on PATH, not executable, bad workdir)
+ * makes the shim print "troupe-node: cannot start 'CMD': REASON" to the log
+ * and exit 127; the launcher reports that exit as FAILED_TO_START with message
+ * "cannot start 'CMD': REASON", while a command that ran and exited 127 by
+ * itself (sh's "not found") stays EXITED with code 127.
+ *
+ * The worker's environment is the agent's, with spec->env overriding and
+ * adding keys (the agent's own environment is not changed), plus
+ * NCCL_NVLS_ENABLE=0 when neither sets it.
+ *
+ * Not thread-safe: the agent's main loop owns the launcher. Call start from a
+ * thread that lives as long as the agent: Linux delivers PR_SET_PDEATHSIG when
+ * the spawning *thread* exits. */
 #ifndef TR_LAUNCHER_H
 #define TR_LAUNCHER_H
 
@@ -45,15 +59,21 @@ typedef struct tr_worker_status {
     uint32_t attempt;
     tr_worker_phase phase;
     pid_t pid;
-    int exit_code;           /* when EXITED by exit() */
+    int exit_code;           /* when EXITED by exit(); 127 for a shim start failure, -1 when no
+                                process was spawned (log file or posix_spawn failed; pid 0) */
     int signal;              /* when EXITED by a signal (0 otherwise) */
-    const char *message;     /* e.g. "exited with code 3", "killed by SIGKILL after 10000 ms grace" */
-    const char *log_path;
+    const char *message;     /* "exited with code 3", "killed by signal SIGSEGV", "stopped (SIGTERM)",
+                                "stopped (SIGKILL)" (grace 0), "stopped: SIGKILL after 10000 ms grace",
+                                "cannot start 'nosuchcmd': No such file or directory" */
+    const char *log_path;    /* message and log_path: borrowed, valid until tr_launcher_forget */
     int64_t started_ms, ended_ms;
 } tr_worker_status;
 
-/* tr_launcher_open: logs go to log_dir/<name>.<attempt>.log; self_exe is the
- * path of the troupe-node binary used as the shim ("/proc/self/exe" works). */
+/* tr_launcher_open: logs go to log_dir/<name>.<attempt>.log (created 0644,
+ * appended to; log_dir is created at each start if missing); self_exe is the
+ * path of the troupe-node binary used as the shim ("/proc/self/exe" works).
+ * INVALID_ARGUMENT for missing paths or grace_ms < 0, FAILED_PRECONDITION when
+ * self_exe is not executable. */
 int tr_launcher_open(const char *log_dir, const char *self_exe, int64_t grace_ms, tr_launcher **out,
                      tr_err *err);
 
@@ -62,19 +82,23 @@ int tr_launcher_open(const char *log_dir, const char *self_exe, int64_t grace_ms
 void tr_launcher_close(tr_launcher *l);
 
 /* tr_launcher_start spawns a worker. A spawn failure (missing command or
- * workdir) is not an error of this call: the worker is recorded as
- * FAILED_TO_START with a message and OK is returned. ALREADY_EXISTS when the
- * same (name, attempt) is known. */
+ * workdir, detected when the shim exits; an unusable log directory or a
+ * posix_spawn error, recorded at once) is not an error of this call: the
+ * worker is recorded as FAILED_TO_START with a message and OK is returned.
+ * ALREADY_EXISTS when the same (name, attempt) is known; INVALID_ARGUMENT for
+ * an empty name or one with '/', an empty argv, an env entry without '='. */
 int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err);
 
 /* tr_launcher_stop begins stopping (name, attempt): SIGTERM now, SIGKILL
- * after the grace period (driven by tr_launcher_poll). NOT_FOUND if unknown;
- * OK and nothing done if already exited. */
+ * after the grace period (driven by tr_launcher_poll); grace 0 sends SIGKILL
+ * at once. NOT_FOUND if unknown; OK and nothing done if already stopping,
+ * exited or failed to start. */
 int tr_launcher_stop(tr_launcher *l, const char *name, uint32_t attempt, tr_err *err);
 
 /* tr_launcher_poll reaps exited workers (waitpid WNOHANG), escalates overdue
  * stops to SIGKILL, and returns how many workers changed phase since the last
- * poll. Call it every few tens of milliseconds. */
+ * poll (a start, a stop and an exit count one each). Call it every few tens of
+ * milliseconds. */
 int tr_launcher_poll(tr_launcher *l);
 
 /* tr_launcher_count / tr_launcher_get enumerate known workers (index order is
@@ -87,7 +111,10 @@ long tr_launcher_find(const tr_launcher *l, const char *name, uint32_t attempt);
 
 /* tr_launcher_read_log returns new complete lines of a worker's log since the
  * last call (at most max bytes; a partial last line waits unless the worker
- * has exited). *buf is malloc'ed (free it); *len 0 when nothing new. */
+ * has exited; a single line longer than max comes out in max-byte pieces).
+ * Only this attempt's output is returned, not older text of a reused log file.
+ * *buf is malloc'ed and NUL-terminated (free it); *buf NULL and *len 0 when
+ * nothing new. NOT_FOUND for a bad index. */
 int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_t *len, tr_err *err);
 
 /* tr_launcher_forget drops an EXITED/FAILED_TO_START record (the head has it).

@@ -42,37 +42,37 @@ static tr_err terr;
 
 /* The helpers print the status name and the launcher's message on failure,
  * not cmocka's bare "0x3 != 0x0". */
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        if (rv_ != TROUPE_OK) {                                                                    \
-            fail_msg("%s failed: %s: %s", #expr, troupe_strerror(rv_), terr.msg);                  \
-        }                                                                                          \
+#define OK(expr)                                                                                             \
+    do {                                                                                                     \
+        int rv_ = (expr);                                                                                    \
+        if (rv_ != TROUPE_OK) {                                                                              \
+            fail_msg("%s failed: %s: %s", #expr, troupe_strerror(rv_), terr.msg);                            \
+        }                                                                                                    \
     } while (0)
 
-#define STATUS(expr, code)                                                                         \
-    do {                                                                                           \
-        int rv_ = (expr);                                                                          \
-        if (rv_ != (code)) {                                                                       \
-            fail_msg("%s: expected %s, got %s (\"%s\")", #expr, troupe_strerror(code),             \
-                     troupe_strerror(rv_), terr.msg);                                              \
-        }                                                                                          \
+#define STATUS(expr, code)                                                                                   \
+    do {                                                                                                     \
+        int rv_ = (expr);                                                                                    \
+        if (rv_ != (code)) {                                                                                 \
+            fail_msg("%s: expected %s, got %s (\"%s\")", #expr, troupe_strerror(code), troupe_strerror(rv_), \
+                     terr.msg);                                                                              \
+        }                                                                                                    \
     } while (0)
 
-#define CONTAINS(hay, needle)                                                                      \
-    do {                                                                                           \
-        const char *h_ = (hay);                                                                    \
-        if (h_ == NULL || strstr(h_, (needle)) == NULL) {                                          \
-            fail_msg("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", (needle));              \
-        }                                                                                          \
+#define CONTAINS(hay, needle)                                                                                \
+    do {                                                                                                     \
+        const char *h_ = (hay);                                                                              \
+        if (h_ == NULL || strstr(h_, (needle)) == NULL) {                                                    \
+            fail_msg("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", (needle));                        \
+        }                                                                                                    \
     } while (0)
 
-#define LACKS(hay, needle)                                                                         \
-    do {                                                                                           \
-        const char *h_ = (hay);                                                                    \
-        if (h_ != NULL && strstr(h_, (needle)) != NULL) {                                          \
-            fail_msg("\"%s\" should not contain \"%s\"", h_, (needle));                            \
-        }                                                                                          \
+#define LACKS(hay, needle)                                                                                   \
+    do {                                                                                                     \
+        const char *h_ = (hay);                                                                              \
+        if (h_ != NULL && strstr(h_, (needle)) != NULL) {                                                    \
+            fail_msg("\"%s\" should not contain \"%s\"", h_, (needle));                                      \
+        }                                                                                                    \
     } while (0)
 
 /* ---- fixture: a temp dir, logs below it (not yet created), a launcher ---- */
@@ -186,7 +186,8 @@ static char *wait_log(fx *f, const char *name, uint32_t attempt, const char *nee
             return acc;
         }
         if (tr_now_ms() > deadline) {
-            fail_msg("log of %s lacks \"%s\" after %lld ms: \"%s\"", name, needle, (long long)timeout_ms, acc);
+            fail_msg("log of %s lacks \"%s\" after %lld ms: \"%s\"", name, needle, (long long)timeout_ms,
+                     acc);
         }
         tr_launcher_poll(f->l);
         tr_sleep_ms(5);
@@ -208,7 +209,8 @@ static void wait_size(const char *path, off_t size)
 }
 
 /* group_gone reaps our orphans of group pgid and says whether nothing of the
- * group is left, waiting at most timeout_ms. */
+ * group is left, waiting at most timeout_ms (after which it kills the rest,
+ * so that a failing case leaves no sleepers behind). */
 static int group_gone(pid_t pgid, int64_t timeout_ms)
 {
     int64_t deadline = tr_now_ms() + timeout_ms;
@@ -219,6 +221,10 @@ static int group_gone(pid_t pgid, int64_t timeout_ms)
             return 1;
         }
         if (tr_now_ms() > deadline) {
+            kill(-pgid, SIGKILL); /* failing: leave nothing behind */
+            tr_sleep_ms(50);
+            while (waitpid(-pgid, NULL, WNOHANG) > 0) {
+            }
             return 0;
         }
         tr_sleep_ms(5);
@@ -324,7 +330,8 @@ static void command_not_found(void **state)
     assert_int_equal(st.exit_code, 127);
     assert_string_equal(st.message, "cannot start 'troupe-no-such-command': No such file or directory");
     log = read_all(&f, "nf", 0);
-    assert_string_equal(log, "troupe-node: cannot start 'troupe-no-such-command': No such file or directory\n");
+    assert_string_equal(log,
+                        "troupe-node: cannot start 'troupe-no-such-command': No such file or directory\n");
     free(log);
     /* A worker that ran and exited 127 by itself is not a start failure. */
     start(&f, "sh127", 0, sh127, NULL, NULL);
@@ -400,7 +407,7 @@ static void environment(void **state)
     CONTAINS(nl, "\nTROUPE_TEST_ADDED=yes\n");
     CONTAINS(nl, "\nTROUPE_TEST_TWICE=second\n");
     LACKS(nl, "TROUPE_TEST_TWICE=first");
-    CONTAINS(nl, "\nPATH=");                 /* inherited */
+    CONTAINS(nl, "\nPATH=");                /* inherited */
     CONTAINS(nl, "\nNCCL_NVLS_ENABLE=0\n"); /* house default when unset */
     LACKS(nl, "TROUPE_EXEC_WORKER_PARENT"); /* the shim's own, removed */
     /* The agent's environment is untouched. */
@@ -699,10 +706,10 @@ static void read_log_max(void **state)
     fx_open(&f, 2000);
     i = start(&f, "m", 0, argv, NULL, NULL);
     wait_size(get(&f, "m", 0).log_path, 15);
-    read_next(&f, i, 5, "ab\n");   /* whole lines within max */
-    read_next(&f, i, 5, "cdefg");  /* a line longer than max goes out in pieces */
+    read_next(&f, i, 5, "ab\n");  /* whole lines within max */
+    read_next(&f, i, 5, "cdefg"); /* a line longer than max goes out in pieces */
     read_next(&f, i, 5, "hijk\n");
-    read_next(&f, i, 5, "");       /* "xy" is partial and the worker runs */
+    read_next(&f, i, 5, ""); /* "xy" is partial and the worker runs */
     read_next(&f, i, 0, "");
     OK(tr_launcher_stop(f.l, "m", 0, &terr));
     wait_end(&f, "m", 0, 2000);
