@@ -359,7 +359,7 @@ static int shim_failure(const tr_worker *w, char *msg, size_t size)
 static void describe_exit(tr_worker *w, int st)
 {
     char sn[32];
-    const char *by = w->stopping ? "stopped (SIGTERM), " : "";
+    const char *by = !w->stopping ? "" : w->grace_ms > 0 ? "stopped (SIGTERM), " : "stopped (SIGKILL), ";
 
     w->phase = TR_WORKER_EXITED;
     if (WIFEXITED(st)) {
