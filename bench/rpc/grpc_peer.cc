@@ -28,7 +28,8 @@
 
 #include "echo.grpc.pb.h"
 
-namespace {
+namespace
+{
 
 constexpr uint64_t kMagic = 0x31434552504752ull; // "RGPREC1", see servers.c
 constexpr int kCallTimeoutMs = 10000;
@@ -41,7 +42,8 @@ uint64_t NowNs()
     return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
 }
 
-class EchoService final : public benchrpc::Echo::Service {
+class EchoService final : public benchrpc::Echo::Service
+{
     grpc::Status Echo(grpc::ServerContext *, const benchrpc::EchoMsg *req, benchrpc::EchoMsg *rep) override
     {
         *rep = *req;

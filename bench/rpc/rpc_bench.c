@@ -43,23 +43,22 @@ typedef struct server {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: troupe-bench-rpc [--build DIR] [--json FILE] [options]\n"
-            "\n"
-            "Unary RPC round trips over tcp loopback: troupe (troupe-head, Head/Ping), raw nng\n"
-            "REQ/REP and gRPC C++, servers in their own processes. Prints a table, writes JSON.\n"
-            "\n"
-            "  --build DIR         build tree holding server/troupe-head and bench/rpc/*\n"
-            "                      (default: two levels above this program)\n"
-            "  --head PATH, --nng-echo PATH, --grpc-peer PATH   override single programs\n"
-            "  --systems LIST      of troupe,troupe-shared,nng,grpc (default troupe,nng,grpc)\n"
-            "  --clients LIST      concurrent clients (default 1,16,64)\n"
-            "  --sizes LIST        bytes of echoed data (default 64)\n"
-            "  --rounds N          measure each cell N times, interleaved, pooled (default 3)\n"
-            "  --warmup-ms N       per cell and round, not measured (default 500)\n"
-            "  --duration-ms N     measured window per cell and round (default 1000)\n"
-            "  --contexts N        server contexts, troupe-head and nng echo (default 64)\n"
-            "  --json FILE         write the cells and goal checks as JSON\n");
+    fprintf(out, "usage: troupe-bench-rpc [--build DIR] [--json FILE] [options]\n"
+                 "\n"
+                 "Unary RPC round trips over tcp loopback: troupe (troupe-head, Head/Ping), raw nng\n"
+                 "REQ/REP and gRPC C++, servers in their own processes. Prints a table, writes JSON.\n"
+                 "\n"
+                 "  --build DIR         build tree holding server/troupe-head and bench/rpc/*\n"
+                 "                      (default: two levels above this program)\n"
+                 "  --head PATH, --nng-echo PATH, --grpc-peer PATH   override single programs\n"
+                 "  --systems LIST      of troupe,troupe-shared,nng,grpc (default troupe,nng,grpc)\n"
+                 "  --clients LIST      concurrent clients (default 1,16,64)\n"
+                 "  --sizes LIST        bytes of echoed data (default 64)\n"
+                 "  --rounds N          measure each cell N times, interleaved, pooled (default 3)\n"
+                 "  --warmup-ms N       per cell and round, not measured (default 500)\n"
+                 "  --duration-ms N     measured window per cell and round (default 1000)\n"
+                 "  --contexts N        server contexts, troupe-head and nng echo (default 64)\n"
+                 "  --json FILE         write the cells and goal checks as JSON\n");
 }
 
 /* parse_list reads "1,16,64" into v; returns the count or -1. */
@@ -134,9 +133,15 @@ static int parse_args(int argc, char **argv, opts *o)
     long v[MAX_LIST];
     const char *build = NULL;
 
-    *o = (opts){.nclients = 3, .clients = {1, 16, 64}, .nsizes = 1, .sizes = {64},
+    *o = (opts){.nclients = 3,
+                .clients = {1, 16, 64},
+                .nsizes = 1,
+                .sizes = {64},
                 .systems = {[RB_TROUPE] = 1, [RB_NNG] = 1, [RB_GRPC] = 1},
-                .warmup_ms = 500, .duration_ms = 1000, .rounds = 3, .contexts = 64};
+                .warmup_ms = 500,
+                .duration_ms = 1000,
+                .rounds = 3,
+                .contexts = 64};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--build") == 0 && i + 1 < argc) {
             build = argv[++i];
@@ -229,8 +234,8 @@ static uint8_t *make_payload(size_t n, size_t *len)
 static int start_server(const opts *o, rb_system sys, const char *tmpdir, server *s)
 {
     char listen[64], ctx[16], state[PATH_MAX], port[16];
-    char *head[] = {(char *)o->head, "--state-dir", state, "--listen", listen, "--contexts", ctx,
-                    "--log-level", "warning", "--sync-full", "false", NULL};
+    char *head[] = {(char *)o->head, "--state-dir", state,         "--listen", listen, "--contexts", ctx,
+                    "--log-level",   "warning",     "--sync-full", "false",    NULL};
     char *nng[] = {(char *)o->nng_echo, listen, ctx, NULL};
     char *grpc[] = {(char *)o->grpc_peer, "serve", port, NULL};
     char *const *argv = sys == RB_NNG ? nng : sys == RB_GRPC ? grpc : head;
@@ -269,8 +274,8 @@ static void run_round(const opts *o, const char *tmpdir, plan *p, int round)
     size_t before = p->samples.n;
     int rv;
 
-    fprintf(stderr, "  round %d %-14s clients=%-3d data=%-5zu ", round + 1, rb_system_name(c->sys), c->clients,
-            c->data_len);
+    fprintf(stderr, "  round %d %-14s clients=%-3d data=%-5zu ", round + 1, rb_system_name(c->sys),
+            c->clients, c->data_len);
     if (p->srv->pid == 0) {
         snprintf(c->note, sizeof(c->note), "server not running");
         rv = -1;
@@ -304,11 +309,17 @@ static size_t plan_cells(const opts *o, const server *srv, uint8_t **payloads, r
                 if (!o->systems[s]) {
                     continue;
                 }
-                cells[n] = (rb_cell){.sys = (rb_system)s, .clients = o->clients[ci], .data_len = o->sizes[si],
+                cells[n] = (rb_cell){.sys = (rb_system)s,
+                                     .clients = o->clients[ci],
+                                     .data_len = o->sizes[si],
                                      .frame_len = len};
                 plans[n] = (plan){.cell = &cells[n], .srv = sv};
-                plans[n].ld = (rb_load){.sys = (rb_system)s, .url = sv->url, .clients = o->clients[ci],
-                                        .payload = payloads[si], .len = len, .warmup_ms = o->warmup_ms,
+                plans[n].ld = (rb_load){.sys = (rb_system)s,
+                                        .url = sv->url,
+                                        .clients = o->clients[ci],
+                                        .payload = payloads[si],
+                                        .len = len,
+                                        .warmup_ms = o->warmup_ms,
                                         .duration_ms = o->duration_ms};
                 n++;
             }
@@ -345,12 +356,13 @@ static size_t run_all(const opts *o, const server *srv, const char *tmpdir, rb_c
 
 static void settings_json(const opts *o, char *buf, size_t size)
 {
-    snprintf(buf, size,
-             "{\"rounds\": %d, \"warmup_ms\": %d, \"duration_ms\": %d, \"server_contexts\": %d, "
-             "\"transport\": \"tcp loopback\", "
-             "\"troupe_method\": \"troupe.v1.Head/Ping\", \"troupe_clients\": \"one tr_rpc_client per thread\", "
-             "\"nng_clients\": \"one req0 socket per thread\", \"grpc_clients\": \"one channel+stub per thread\"}",
-             o->rounds, o->warmup_ms, o->duration_ms, o->contexts);
+    snprintf(
+        buf, size,
+        "{\"rounds\": %d, \"warmup_ms\": %d, \"duration_ms\": %d, \"server_contexts\": %d, "
+        "\"transport\": \"tcp loopback\", "
+        "\"troupe_method\": \"troupe.v1.Head/Ping\", \"troupe_clients\": \"one tr_rpc_client per thread\", "
+        "\"nng_clients\": \"one req0 socket per thread\", \"grpc_clients\": \"one channel+stub per thread\"}",
+        o->rounds, o->warmup_ms, o->duration_ms, o->contexts);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -30,11 +30,11 @@ const char *rb_system_name(rb_system s);
 typedef struct rb_cell {
     rb_system sys;
     int clients;
-    size_t data_len;   /* bytes in the echoed data field */
-    size_t frame_len;  /* the packed PingRequest/EchoMsg those bytes make */
-    int ran;           /* 0: skipped or failed (reason in note) */
-    uint64_t calls;    /* answered calls that started in the window */
-    uint64_t errors;   /* failed or wrong answers in the window */
+    size_t data_len;  /* bytes in the echoed data field */
+    size_t frame_len; /* the packed PingRequest/EchoMsg those bytes make */
+    int ran;          /* 0: skipped or failed (reason in note) */
+    uint64_t calls;   /* answered calls that started in the window */
+    uint64_t errors;  /* failed or wrong answers in the window */
     double window_s;
     double p50_us, p99_us, calls_per_s;
     char note[160];
@@ -43,7 +43,7 @@ typedef struct rb_cell {
 /* What one load run needs; the payload is borrowed for the run. */
 typedef struct rb_load {
     rb_system sys;
-    const char *url;      /* tcp://127.0.0.1:PORT */
+    const char *url; /* tcp://127.0.0.1:PORT */
     int clients;
     const uint8_t *payload;
     size_t len;
