@@ -84,3 +84,20 @@ is_state() { [ "$(node_state "$1")" = "$2" ]; }
 node_state() { cli -o json nodes | jqr --arg n "$1" '[.nodes[] | select(.name==$n)] | last | .state'; }
 node_id() { cli -o json nodes | jqr --arg n "$1" '[.nodes[] | select(.name==$n)] | last | .id'; }
 nodes_alive() { [ "$(cli -o json nodes --alive | jqr .count)" = "$1" ]; }
+
+# --- jobs ---------------------------------------------------------------
+job_state() { cli -o json job "$1" | jqr .state; }
+is_job_state() { [ "$(job_state "$1")" = "$2" ]; }
+# start_cluster: head + three agents of 4, 8 and 16 simulated GPUs.
+start_cluster() {
+    start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 "$@"
+    start_node na 4xH100:80GB --labels gpu=H100 --stop-grace-ms 1000
+    start_node nb 8xH200:141GB --labels gpu=H200 --stop-grace-ms 1000
+    start_node nc 16xH200:141GB --labels gpu=H200 --stop-grace-ms 1000
+    wait_for 10 "3 nodes ALIVE" nodes_alive 3
+}
+# submit FILE: submit without waiting, print the job id.
+submit() { cli submit --no-wait "$1"; }
+# alive PID: the process exists and is not a zombie (an exited process that
+# its parent, possibly a pid 1 that never reaps, has not collected).
+alive() { [ -r "/proc/$1/stat" ] && ! awk '{ exit ($3 == "Z") ? 0 : 1 }' "/proc/$1/stat" 2>/dev/null; }

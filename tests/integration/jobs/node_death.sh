@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# kill -9 of a node agent fails its job (or restarts it elsewhere when
+# max_restarts allows); its workers die with it.
+source "$(dirname "$0")/../lib.sh"
+start_cluster
+mkdir -p "$T/pids"
+cat >"$T/j.yaml" <<YAML
+name: on-nc
+cluster: {nodes: [16]}
+groups: [{name: g, workers: 2, resources: {gpu: 8}, command: [sh, -c, 'echo \$\$ > $T/pids/\$TROUPE_WORKER.\$TROUPE_ATTEMPT; sleep 300']}]
+YAML
+id=$(submit "$T/j.yaml")
+wait_for 10 "workers started" bash -c "[ \$(ls $T/pids | wc -l) = 2 ]"
+pids=$(cat "$T"/pids/*)
+kill -9 "$NODE_PID_nc"
+wait_for 10 "job FAILED" is_job_state "$id" FAILED
+cli -o json job "$id" | jqr .reason | grep -q "node nc (id .*) died" || fail "reason: $(cli -o json job "$id" | jqr .reason)"
+pass "agent killed -> job FAILED: $(cli -o json job "$id" | jqr .reason)"
+all_gone() { for p in $pids; do if alive "$p"; then return 1; fi; done; }
+wait_for 5 "orphaned workers gone" all_gone
+pass "its workers died with the agent (PR_SET_PDEATHSIG)"
+
+# With a restart allowed and a replacement node, the job is placed again.
+start_node nd 16xH200:141GB --stop-grace-ms 1000
+wait_for 10 "nd ALIVE" nodes_alive 3
+rm -f "$T"/pids/*
+sed -e 's/name: on-nc/name: moves/' -e 's/sleep 300/sleep 2/' "$T/j.yaml" >"$T/k.yaml"
+echo "restart: {max_restarts: 1}" >>"$T/k.yaml"
+id2=$(submit "$T/k.yaml")
+wait_for 10 "workers started" bash -c "[ \$(ls $T/pids | wc -l) = 2 ]"
+node=$(cli -o json job "$id2" | jqr '.workers[0].node')
+[ "$node" = nd ] || fail "expected placement on nd, got $node"
+start_node ne 16xH200:141GB --stop-grace-ms 1000
+wait_for 10 "ne ALIVE" nodes_alive 4
+kill -9 "$NODE_PID_nd"
+wait_for 20 "job SUCCEEDED after moving" is_job_state "$id2" SUCCEEDED
+j=$(cli -o json job "$id2")
+[ "$(jqr .restarts <<<"$j")" = 1 ] && [ "$(jqr '.workers[0].node' <<<"$j")" = ne ] || fail "restart: $j"
+pass "max_restarts 1: job re-placed on ne after nd died, SUCCEEDED"
