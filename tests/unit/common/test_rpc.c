@@ -267,7 +267,9 @@ static int call_data(tr_rpc_client *c, const char *method, const char *data, uin
     if (rv == TROUPE_OK) {
         Troupe__V1__PingReply *r = (Troupe__V1__PingReply *)rep;
         size_t n = r->data.len < outsz - 1 ? r->data.len : outsz - 1;
-        memcpy(out, r->data.data, n);
+        if (n > 0) { /* data.data is NULL when empty */
+            memcpy(out, r->data.data, n);
+        }
         out[n] = '\0';
         protobuf_c_message_free_unpacked(rep, NULL);
     }
