@@ -36,6 +36,11 @@ typedef struct cu_backend {
     size_t esz; /* sizeof(T) */
     int flash;  /* use the flash attention kernels */
     int gelu_epi; /* GELU / dGELU in the cuBLASLt epilogues */
+    /* CUDA graphs of the last pass shape, one for forward-only passes and one
+     * for forward+backward (index: backward), see tr_cu_pass */
+    int use_graphs;
+    cudaGraphExec_t graph_exec[2];
+    int graph_key[2][6], eager_key[2][6], have_eager_key[2];
     size_t offs[TR_NUM_PARAM_TENSORS + 1];
     void *params; /* T, canonical layout; == master in fp32 mode */
     float *master, *grads, *m, *v;

@@ -7,6 +7,8 @@
  * makes gradient accumulation across micro-batches exact to fp32. */
 #include <nvtx3/nvToolsExt.h>
 
+#include <string.h>
+
 #include "cu_backend.h"
 
 #define TR_CU(call) TR_CU_TRY(call)
@@ -238,7 +240,69 @@ out:
     return rv;
 }
 
-int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
+static int pass_any(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
 {
     return cb->bf16 ? pass<bf16>(cb, B, Tn, dloss, backward, err) : pass<float>(cb, B, Tn, dloss, backward, err);
+}
+
+/* capture_pass records one pass into a graph and instantiates it. Any
+ * failure leaves graph_exec NULL with the error cleared: the caller falls
+ * back to eager launches, which then report a real error if there is one. */
+static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, const int key[6])
+{
+    tr_err cerr = {0, ""};
+    cudaGraph_t graph = NULL;
+    if (cudaStreamBeginCapture(cb->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    int rv = pass_any(cb, B, Tn, dloss, backward, &cerr);
+    cudaError_t e = cudaStreamEndCapture(cb->s, &graph);
+    if (rv == TROUPE_OK && e == cudaSuccess) {
+        e = cudaGraphInstantiate(&cb->graph_exec[backward], graph, 0);
+    }
+    if (graph != NULL) {
+        cudaGraphDestroy(graph);
+    }
+    if (rv != TROUPE_OK || e != cudaSuccess) {
+        TR_LOG(TR_LOG_WARNING, "cuda backend: graph capture failed (%s%s), launching eagerly", cerr.msg,
+               e != cudaSuccess ? cudaGetErrorString(e) : "");
+        cudaGetLastError();
+        cb->graph_exec[backward] = NULL;
+        cb->use_graphs = 0;
+        return;
+    }
+    memcpy(cb->graph_key[backward], key, sizeof(cb->graph_key[backward]));
+}
+
+/* A training step launches ~300 kernels and matmuls of a few microseconds of
+ * launch latency each; replaying them as one CUDA graph removes most of the
+ * gaps between them. The first pass of a shape runs eagerly (it also builds
+ * and tunes the matmul plans, which allocate and synchronise and so cannot be
+ * captured); the second captures a graph, and later passes of the same shape
+ * replay it. Everything a pass reads comes from fixed device buffers, except
+ * dloss, which is part of the key. */
+int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
+{
+    int rv = TROUPE_OK, key[6] = {B, Tn, backward, cb->flash, cb->gelu_epi, 0};
+    memcpy(&key[5], &dloss, sizeof(float));
+    cudaGraphExec_t *ge = &cb->graph_exec[backward];
+    if (*ge != NULL && (!cb->use_graphs || memcmp(key, cb->graph_key[backward], sizeof(key)) != 0)) {
+        cudaGraphExecDestroy(*ge);
+        *ge = NULL;
+    }
+    if (cb->use_graphs && *ge == NULL && cb->have_eager_key[backward] &&
+        memcmp(key, cb->eager_key[backward], sizeof(key)) == 0) {
+        capture_pass(cb, B, Tn, dloss, backward, key);
+    }
+    if (cb->use_graphs && *ge != NULL) {
+        TR_CU_TRY(cudaGraphLaunch(*ge, cb->s));
+        cb->have_fb = cb->have_fb || backward;
+        goto out;
+    }
+    TR_TRY(pass_any(cb, B, Tn, dloss, backward, err));
+    memcpy(cb->eager_key[backward], key, sizeof(key));
+    cb->have_eager_key[backward] = 1;
+out:
+    return rv;
 }

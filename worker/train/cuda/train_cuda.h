@@ -49,10 +49,12 @@ typedef enum tr_cuda_option {
      * applies); 0: reference kernels that store the T x T probabilities
      * (allocated on first use). */
     TR_CUDA_OPT_FLASH_ATTENTION = 0,
-    /* 1: GELU and its gradient in the cuBLASLt epilogues of the MLP matmuls
-     * (the default in bf16); 0: separate elementwise kernels (the default in
-     * fp32, where the fp32 parity test can force 1 to check the epilogue). */
+    /* 1: GELU and its gradient in the cuBLASLt epilogues of the MLP matmuls;
+     * 0 (the default, faster on the H200): separate elementwise kernels. */
     TR_CUDA_OPT_GELU_EPILOGUE = 1,
+    /* 1 (the default): replay a forward(+backward) of an unchanged shape as
+     * one captured CUDA graph from its second call on; 0: launch eagerly. */
+    TR_CUDA_OPT_CUDA_GRAPHS = 2,
 } tr_cuda_option;
 
 /* tr_cuda_set_option sets opt to value on a CUDA backend. Returns
