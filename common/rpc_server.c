@@ -351,6 +351,12 @@ static void on_received(tr_rpc_call *call)
     pthread_mutex_lock(&srv->mu);
     pending = call->pending;
     call->pending = NULL;
+    /* A deferred call retires after its reply (its owner holds a reference),
+     * even one answered before the handler returned: replace it either way so
+     * the number of receiving contexts stays constant. */
+    if (call->deferred && !srv->stopping && call_open(srv) != 0) {
+        TR_LOG(TR_LOG_ERR, "rpc: cannot open a replacement context; capacity reduced");
+    }
     if (pending != NULL) {
         start_send(call, pending);
     } else if (call->deferred && !call->answered) {
@@ -358,9 +364,6 @@ static void on_received(tr_rpc_call *call)
         call->next = srv->deferred;
         srv->deferred = call;
         pthread_cond_signal(&srv->cv);
-        if (!srv->stopping && call_open(srv) != 0) {
-            TR_LOG(TR_LOG_ERR, "rpc: cannot open a replacement context; capacity reduced");
-        }
     } else {
         pthread_mutex_unlock(&srv->mu);
         TR_LOG(TR_LOG_ERR, "rpc: handler for %s returned without replying", tr_rpc_call_method(call));
@@ -503,7 +506,9 @@ static void *sweeper_main(void *arg)
             call_free(c);
         }
         pthread_mutex_lock(&srv->mu);
-        if (!srv->stopping && srv->graveyard == NULL) {
+        /* Sleep even with retired calls still referenced: a release signals
+         * the condition, so they are freed promptly without spinning. */
+        if (!srv->stopping) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 20 * 1000000L; /* deadline resolution: 20 ms */

@@ -72,5 +72,14 @@ int tr_mkdir_p(const char *path)
     if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
         return -1;
     }
+    /* EEXIST also covers a plain file of that name, which is no directory. */
+    struct stat st;
+    if (stat(buf, &st) != 0) {
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
     return 0;
 }

@@ -99,7 +99,19 @@ int tr_head_start(tr_head *h, tr_err *err)
     }
     snprintf(epoch, sizeof(epoch), "%lld", (long long)h->started_ms);
     if ((rv = tr_store_meta_set(h->store, "started_ms", epoch, err)) != TROUPE_OK ||
-        (rv = tr_head_nodes_recover(h, err)) != TROUPE_OK || (rv = tr_jobs_init(h, err)) != TROUPE_OK) {
+        (rv = tr_store_get_next_id(h->store, "nodes", &h->next_id[TR_ID_NODES], err)) != TROUPE_OK ||
+        (rv = tr_store_get_next_id(h->store, "jobs", &h->next_id[TR_ID_JOBS], err)) != TROUPE_OK ||
+        (rv = tr_head_commit_start(h, err)) != TROUPE_OK) {
+        goto fail;
+    }
+    /* Recovery may already start jobs (and mark them for the writer). */
+    pthread_mutex_lock(&h->mu);
+    rv = tr_head_nodes_recover(h, err);
+    if (rv == TROUPE_OK) {
+        rv = tr_jobs_init(h, err);
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (rv != TROUPE_OK) {
         goto fail;
     }
     so.url = h->cfg.listen;
@@ -121,6 +133,7 @@ int tr_head_start(tr_head *h, tr_err *err)
            (long long)h->cfg.heartbeat_ms);
     return TROUPE_OK;
 fail:
+    tr_head_commit_stop(h);
     tr_jobs_fini(h);
     tr_head_nodes_free(h);
     tr_store_close(h->store);
@@ -137,6 +150,7 @@ void tr_head_stop(tr_head *h)
     pthread_join(h->reaper, NULL);
     tr_rpc_server_stop(h->srv);
     h->srv = NULL;
+    tr_head_commit_stop(h); /* everything changed so far reaches the disk */
     tr_jobs_fini(h);
     tr_head_nodes_free(h);
     tr_store_close(h->store);

@@ -44,6 +44,13 @@ typedef struct tr_head_node {
 
 struct tr_head_job;
 struct tr_sched;
+struct tr_head;
+struct tr_commit_waiter;
+struct tr_head_ev;
+
+/* Called under h->mu once the batch holding a change is on disk; must answer
+ * the call (commit.c). */
+typedef void (*tr_commit_fn)(struct tr_head *h, tr_rpc_call *call, uint64_t arg);
 
 typedef struct tr_head {
     tr_head_config cfg;
@@ -61,7 +68,30 @@ typedef struct tr_head {
     uint8_t *ports_used;       /* master port band, one byte per port */
     int stopping;
     pthread_t reaper;
+
+    /* Group commit (commit.c): what changed since the last batch. */
+    pthread_t committer;
+    pthread_cond_t commit_cv;
+    int commit_started, commit_stop;
+    uint64_t *dirty_jobs, *dirty_nodes;
+    size_t n_dirty_jobs, cap_dirty_jobs, n_dirty_nodes, cap_dirty_nodes;
+    struct tr_head_ev *events, **events_tail;
+    struct tr_commit_waiter *waiters, **waiters_tail;
+    uint64_t next_id[2]; /* TR_ID_NODES, TR_ID_JOBS: never reused */
+    int ids_dirty;
+    uint64_t batches, batched_records;
 } tr_head;
+
+enum { TR_ID_NODES = 0, TR_ID_JOBS = 1 };
+
+/* Group commit (commit.c); all under h->mu except start/stop. */
+int tr_head_commit_start(tr_head *h, tr_err *err);
+void tr_head_commit_stop(tr_head *h); /* writes what is left, then stops */
+void tr_head_dirty_job(tr_head *h, uint64_t id);
+void tr_head_dirty_node(tr_head *h, uint64_t id);
+void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, const char *msg);
+uint64_t tr_head_new_id(tr_head *h, int table);
+void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg);
 
 /* tr_head_start opens the store, recovers state, starts the RPC server and
  * the liveness reaper. */

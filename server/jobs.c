@@ -160,29 +160,10 @@ static int job_wrap(tr_head *h, Troupe__V1__Job *j, tr_head_job **out, tr_err *e
     return TROUPE_OK;
 }
 
-static int job_persist(tr_head *h, tr_head_job *hj, tr_err *err)
-{
-    size_t len = troupe__v1__job__get_packed_size(hj->j);
-    uint8_t *buf = malloc(len ? len : 1);
-    int rv;
-
-    if (buf == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    troupe__v1__job__pack(hj->j, buf);
-    rv = tr_store_put(h->store, "jobs", hj->j->id, (int)hj->j->state, buf, len, err);
-    free(buf);
-    return rv;
-}
-
 void tr_jobs_touch(tr_head *h, tr_head_job *hj)
 {
-    tr_err err;
-
     hj->j->version++;
-    if (job_persist(h, hj, &err) != TROUPE_OK) {
-        TR_LOG(TR_LOG_ERR, "job not stored job=%llu: %s", (unsigned long long)hj->j->id, err.msg);
-    }
+    tr_head_dirty_job(h, hj->j->id);
     tr_jobs_answer_job_waiters(h, hj, 0);
 }
 
@@ -213,11 +194,8 @@ void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *da
 /* job_note writes a lifecycle line to the job log and the event history. */
 static void job_note(tr_head *h, tr_head_job *hj, const char *kind, const char *msg)
 {
-    tr_err err;
     tr_jobs_log(h, hj, "troupe", msg, strlen(msg));
-    if (tr_store_event(h->store, kind, 0, hj->j->id, msg, &err) != TROUPE_OK) {
-        TR_LOG(TR_LOG_ERR, "event not stored job=%llu: %s", (unsigned long long)hj->j->id, err.msg);
-    }
+    tr_head_event(h, kind, 0, hj->j->id, msg);
     TR_LOG(TR_LOG_INFO, "job=%llu name=%s %s: %s", (unsigned long long)hj->j->id, hj->j->spec->name, kind, msg);
 }
 
@@ -732,17 +710,14 @@ int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr
         return rv;
     }
     /* Infeasible on the alive cluster: refuse now, with the numbers. */
-    if ((rv = tr_sched_check(h->sched, &hj->sspec, err)) != TROUPE_OK ||
-        (rv = tr_store_new_id(h->store, "jobs", &hj->j->id, err)) != TROUPE_OK) {
+    if ((rv = tr_sched_check(h->sched, &hj->sspec, err)) != TROUPE_OK) {
         job_free(hj);
         return rv;
     }
+    hj->j->id = tr_head_new_id(h, TR_ID_JOBS);
     snprintf(hj->log_path, sizeof(hj->log_path), "%s/logs/job-%llu.log", h->cfg.state_dir,
              (unsigned long long)hj->j->id);
-    if ((rv = job_persist(h, hj, err)) != TROUPE_OK) {
-        job_free(hj);
-        return rv;
-    }
+    tr_head_dirty_job(h, hj->j->id);
     if (jobs_append(h, hj) != 0) {
         job_free(hj);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");

@@ -15,13 +15,31 @@
 
 #define LOG_CHUNK_MAX (256u * 1024u)
 
+static void reply_submitted(tr_head *h, tr_rpc_call *call, uint64_t id)
+{
+    Troupe__V1__SubmitJobReply rep = TROUPE__V1__SUBMIT_JOB_REPLY__INIT;
+    tr_head_job *hj = tr_jobs_find(h, id);
+    rep.job_id = id;
+    rep.state = hj ? hj->j->state : TROUPE__V1__JOB_STATE__JOB_STATE_UNSPECIFIED;
+    rep.reason = hj ? hj->j->reason : "";
+    tr_rpc_reply(call, &rep.base);
+}
+
+static void reply_stopped(tr_head *h, tr_rpc_call *call, uint64_t id)
+{
+    Troupe__V1__StopJobReply rep = TROUPE__V1__STOP_JOB_REPLY__INIT;
+    tr_head_job *hj = tr_jobs_find(h, id);
+    rep.state = hj ? hj->j->state : TROUPE__V1__JOB_STATE__JOB_STATE_UNSPECIFIED;
+    rep.reason = hj ? hj->j->reason : "";
+    tr_rpc_reply(call, &rep.base);
+}
+
 void tr_head_submit_job(tr_rpc_call *call, void *user)
 {
     tr_head *h = user;
     Troupe__V1__SubmitJobRequest *req =
         (Troupe__V1__SubmitJobRequest *)tr_rpc_unpack(call, &troupe__v1__submit_job_request__descriptor);
-    Troupe__V1__SubmitJobReply rep = TROUPE__V1__SUBMIT_JOB_REPLY__INIT;
-    tr_head_job *hj;
+    uint64_t id = 0;
     tr_err err;
     int rv;
 
@@ -33,11 +51,9 @@ void tr_head_submit_job(tr_rpc_call *call, void *user)
         goto out;
     }
     pthread_mutex_lock(&h->mu);
-    rv = tr_jobs_submit(h, req->spec, &rep.job_id, &err);
-    if (rv == TROUPE_OK && (hj = tr_jobs_find(h, rep.job_id)) != NULL) {
-        rep.state = hj->j->state;
-        rep.reason = hj->j->reason;
-        tr_rpc_reply(call, &rep.base);
+    rv = tr_jobs_submit(h, req->spec, &id, &err);
+    if (rv == TROUPE_OK) {
+        tr_head_after_commit(h, call, reply_submitted, id); /* acknowledged once on disk */
     }
     pthread_mutex_unlock(&h->mu);
     if (rv != TROUPE_OK) {
@@ -190,7 +206,6 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
     tr_head *h = user;
     Troupe__V1__StopJobRequest *req =
         (Troupe__V1__StopJobRequest *)tr_rpc_unpack(call, &troupe__v1__stop_job_request__descriptor);
-    Troupe__V1__StopJobReply rep = TROUPE__V1__STOP_JOB_REPLY__INIT;
     tr_head_job *hj;
     tr_err err;
 
@@ -204,9 +219,7 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
     } else if (tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else {
-        rep.state = hj->j->state;
-        rep.reason = hj->j->reason;
-        tr_rpc_reply(call, &rep.base);
+        tr_head_after_commit(h, call, reply_stopped, hj->j->id);
     }
     pthread_mutex_unlock(&h->mu);
     protobuf_c_message_free_unpacked(&req->base, NULL);

@@ -216,6 +216,17 @@ static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
     arena_free(&a);
 }
 
+static void reply_set_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
+{
+    tr_head_node *hn = tr_head_node_find(h, node_id);
+    if (hn == NULL) {
+        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is unknown; register again",
+                           (unsigned long long)node_id);
+        return;
+    }
+    reply_set(h, hn, call);
+}
+
 void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
 {
     tr_rpc_call *call = hn->sync_waiter;
@@ -352,6 +363,10 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
         hn->sync_until = tr_now_ms() + (req->wait_ms < 60000 ? req->wait_ms : 60000);
+    } else if (req->wait_ms == 0) {
+        /* The agent forgets settled workers once this is answered, so answer
+         * only when what it reported is on disk. */
+        tr_head_after_commit(h, call, reply_set_later, hn->n->id);
     } else {
         reply_set(h, hn, call);
     }

@@ -57,21 +57,6 @@ static Troupe__V1__Node *node_copy(const Troupe__V1__Node *src)
     return dst;
 }
 
-static int node_persist(tr_head *h, const Troupe__V1__Node *n, tr_err *err)
-{
-    size_t len = troupe__v1__node__get_packed_size(n);
-    uint8_t *buf = malloc(len ? len : 1);
-    int rv;
-
-    if (buf == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    troupe__v1__node__pack(n, buf);
-    rv = tr_store_put(h->store, "nodes", n->id, (int)n->state, buf, len, err);
-    free(buf);
-    return rv;
-}
-
 static void node_set_reason(Troupe__V1__Node *n, const char *reason)
 {
     char *copy = strdup(reason);
@@ -88,16 +73,12 @@ static void node_set_reason(Troupe__V1__Node *n, const char *reason)
 /* node_transition moves a node to a new state, commits it, logs it. */
 static void node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason)
 {
-    tr_err err;
     int old = (int)hn->n->state;
 
     hn->n->state = (Troupe__V1__NodeState)state;
     node_set_reason(hn->n, reason);
-    if (node_persist(h, hn->n, &err) != TROUPE_OK ||
-        tr_store_event(h->store, state_name(state), hn->n->id, 0, reason, &err) != TROUPE_OK) {
-        TR_LOG(TR_LOG_ERR, "node state change not stored node=%llu: %s", (unsigned long long)hn->n->id,
-               err.msg);
-    }
+    tr_head_dirty_node(h, hn->n->id);
+    tr_head_event(h, state_name(state), hn->n->id, 0, reason);
     TR_LOG(state == TROUPE__V1__NODE_STATE__NODE_ALIVE ? TR_LOG_INFO : TR_LOG_WARNING,
            "node state node=%llu name=%s from=%s to=%s reason=\"%s\"", (unsigned long long)hn->n->id,
            hn->n->name, state_name(old), state_name(state), reason);
@@ -237,7 +218,6 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     Troupe__V1__Node tmpl = TROUPE__V1__NODE__INIT;
     tr_head_node *old = r->node_id ? tr_head_node_find(h, r->node_id) : NULL;
     Troupe__V1__Node *n;
-    int rv;
 
     tmpl.name = (char *)((r->name && r->name[0]) ? r->name : r->hostname);
     tmpl.hostname = r->hostname;
@@ -255,18 +235,15 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
         tmpl.id = old->n->id;
         tmpl.registered_ms = old->n->registered_ms;
         tmpl.reason = "registered again";
-    } else if ((rv = tr_store_new_id(h->store, "nodes", &tmpl.id, err)) != TROUPE_OK) {
-        return rv;
+    } else {
+        tmpl.id = tr_head_new_id(h, TR_ID_NODES);
     }
     n = node_copy(&tmpl);
     if (n == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
-    if ((rv = node_persist(h, n, err)) != TROUPE_OK ||
-        (rv = tr_store_event(h->store, "REGISTERED", n->id, 0, tmpl.reason, err)) != TROUPE_OK) {
-        troupe__v1__node__free_unpacked(n, NULL);
-        return rv;
-    }
+    tr_head_dirty_node(h, n->id);
+    tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);
     if (tmpl.id == (old ? old->n->id : 0)) {
         troupe__v1__node__free_unpacked(old->n, NULL);
         old->n = n;
@@ -283,12 +260,22 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     return TROUPE_OK;
 }
 
+/* reply_registered answers a registration once it is on disk. */
+static void reply_registered(tr_head *h, tr_rpc_call *call, uint64_t node_id)
+{
+    Troupe__V1__RegisterNodeReply rep = TROUPE__V1__REGISTER_NODE_REPLY__INIT;
+    rep.node_id = node_id;
+    rep.heartbeat_ms = (uint32_t)h->cfg.heartbeat_ms;
+    rep.head_started_ms = h->started_ms;
+    tr_rpc_reply(call, &rep.base);
+}
+
 void tr_head_register_node(tr_rpc_call *call, void *user)
 {
     tr_head *h = user;
     Troupe__V1__RegisterNodeRequest *r =
         (Troupe__V1__RegisterNodeRequest *)tr_rpc_unpack(call, &troupe__v1__register_node_request__descriptor);
-    Troupe__V1__RegisterNodeReply rep = TROUPE__V1__REGISTER_NODE_REPLY__INIT;
+    uint64_t node_id = 0;
     tr_err err;
     int rv;
 
@@ -301,15 +288,14 @@ void tr_head_register_node(tr_rpc_call *call, void *user)
         goto out;
     }
     pthread_mutex_lock(&h->mu);
-    rv = do_register(h, r, &rep.node_id, &err);
+    rv = do_register(h, r, &node_id, &err);
+    if (rv == TROUPE_OK) {
+        tr_head_after_commit(h, call, reply_registered, node_id);
+    }
     pthread_mutex_unlock(&h->mu);
     if (rv != TROUPE_OK) {
         tr_rpc_reply_error(call, rv, "%s", err.msg);
-        goto out;
     }
-    rep.heartbeat_ms = (uint32_t)h->cfg.heartbeat_ms;
-    rep.head_started_ms = h->started_ms;
-    tr_rpc_reply(call, &rep.base);
 out:
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }

@@ -91,30 +91,39 @@ int tr_store_commit(tr_store *st, tr_err *err)
     return exec(st, "COMMIT;", "commit", err);
 }
 
-int tr_store_new_id(tr_store *st, const char *table, uint64_t *id, tr_err *err)
+void tr_store_rollback(tr_store *st)
+{
+    sqlite3_exec(st->db, "ROLLBACK;", NULL, NULL, NULL);
+}
+
+int tr_store_get_next_id(tr_store *st, const char *table, uint64_t *next, tr_err *err)
 {
     sqlite3_stmt *s = NULL;
-    int rc, rv = TROUPE_OK;
+    int rc = sqlite3_prepare_v2(st->db, "SELECT next FROM ids WHERE tbl = ?1;", -1, &s, NULL);
 
-    /* One counter row per table: ids grow forever, even past deleted rows. */
-    rc = sqlite3_prepare_v2(st->db,
-                            "INSERT INTO ids(tbl, next) VALUES(?1, 2) ON CONFLICT(tbl) DO UPDATE SET "
-                            "next = next + 1 RETURNING next - 1;",
-                            -1, &s, NULL);
     if (rc != SQLITE_OK) {
-        return from_sqlite(st, rc, "prepare id", err);
+        return from_sqlite(st, rc, "prepare next id", err);
     }
     sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
     rc = sqlite3_step(s);
-    if (rc != SQLITE_ROW) {
-        rv = from_sqlite(st, rc, "new id", err);
-        goto out;
-    }
-    *id = (uint64_t)sqlite3_column_int64(s, 0);
-    rc = sqlite3_step(s);
-out:
+    *next = (rc == SQLITE_ROW) ? (uint64_t)sqlite3_column_int64(s, 0) : 1;
     sqlite3_finalize(s);
-    return rv;
+    return (rc == SQLITE_ROW || rc == SQLITE_DONE) ? TROUPE_OK : from_sqlite(st, rc, "next id", err);
+}
+
+int tr_store_set_next_id(tr_store *st, const char *table, uint64_t next, tr_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, "INSERT OR REPLACE INTO ids(tbl, next) VALUES(?1, ?2);", -1, &s, NULL);
+
+    if (rc != SQLITE_OK) {
+        return from_sqlite(st, rc, "prepare set id", err);
+    }
+    sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (sqlite3_int64)next);
+    rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? TROUPE_OK : from_sqlite(st, rc, "set id", err);
 }
 
 int tr_store_put(tr_store *st, const char *table, uint64_t id, int state, const uint8_t *data, size_t len,

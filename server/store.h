@@ -22,9 +22,6 @@ int tr_store_open(const char *dir, int sync_full, tr_store **out, tr_err *err);
 /* tr_store_close closes the database; NULL is a no-op. */
 void tr_store_close(tr_store *st);
 
-/* tr_store_new_id reserves a never-reused id in table ("nodes", "jobs"). */
-int tr_store_new_id(tr_store *st, const char *table, uint64_t *id, tr_err *err);
-
 /* tr_store_put writes (insert or replace) one record. */
 int tr_store_put(tr_store *st, const char *table, uint64_t id, int state, const uint8_t *data, size_t len,
                  tr_err *err);
@@ -42,6 +39,14 @@ int tr_store_event(tr_store *st, const char *kind, uint64_t node_id, uint64_t jo
 /* tr_store_begin/commit group several writes into one transaction (one fsync). */
 int tr_store_begin(tr_store *st, tr_err *err);
 int tr_store_commit(tr_store *st, tr_err *err);
+
+/* tr_store_rollback abandons a transaction (errors ignored). */
+void tr_store_rollback(tr_store *st);
+
+/* tr_store_get_next_id / set_next_id: the never-reused id counter of a table
+ * (1 when none was stored). */
+int tr_store_get_next_id(tr_store *st, const char *table, uint64_t *next, tr_err *err);
+int tr_store_set_next_id(tr_store *st, const char *table, uint64_t next, tr_err *err);
 
 /* tr_store_meta_get/set: small key/value settings (e.g. head epoch). */
 int tr_store_meta_set(tr_store *st, const char *key, const char *value, tr_err *err);

@@ -36,7 +36,8 @@ static int parse_mem(const char *s, uint64_t *out)
     double v = strtod(s, &end);
     double mul;
 
-    if (end == s || v <= 0) {
+    /* Written so that NaN fails too: it compares false with everything. */
+    if (end == s || !(v > 0)) {
         return -1;
     }
     if (strcasecmp(end, "GB") == 0) {
@@ -48,6 +49,10 @@ static int parse_mem(const char *s, uint64_t *out)
     } else if (strcasecmp(end, "MIB") == 0) {
         mul = 1048576.0;
     } else {
+        return -1;
+    }
+    /* Beyond 1 PB per GPU is a typo, and would overflow 64 bits soon after. */
+    if (!(v * mul <= 1e15)) {
         return -1;
     }
     *out = (uint64_t)(v * mul);
