@@ -95,7 +95,9 @@ int tr_rpc_reply_error(tr_rpc_call *call, int code, const char *fmt, ...)
  * tr_rpc_call_release. If the deadline passes first the server answers
  * DEADLINE_EXCEEDED; on_expire (may be NULL) is then called, from the sweeper
  * thread and without server locks held, so the owner can forget the call (it
- * must still release its reference). */
+ * must still release its reference). At tr_rpc_server_stop, deferred calls are
+ * answered UNAVAILABLE and on_expire runs for each: release there, because
+ * the call is freed when stop returns. */
 void tr_rpc_defer(tr_rpc_call *call, void (*on_expire)(tr_rpc_call *call, void *arg), void *arg);
 
 /* tr_rpc_call_release drops a reference taken by tr_rpc_defer. */

@@ -221,7 +221,9 @@ static int attempt(tr_rpc_client *c, const char *method, const uint8_t *payload,
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    memcpy(*reply_payload, r->payload.data, r->payload.len);
+    if (r->payload.len > 0) { /* an all-defaults reply has no payload bytes at all */
+        memcpy(*reply_payload, r->payload.data, r->payload.len);
+    }
 out:
     if (r != NULL) {
         troupe__v1__reply__free_unpacked(r, NULL);
