@@ -223,17 +223,20 @@ out:
     return rv;
 }
 
+/* The phase events are recorded as external event nodes, so that they are
+ * real event records inside a captured graph too (a plain record during
+ * capture only orders work and is never signalled). */
 template <typename T> static int pass(cu_backend *cb, int B, int Tn, float dloss, int bwd, tr_err *err)
 {
     int rv = TROUPE_OK;
     if (bwd) {
-        TR_CU(cudaEventRecord(cb->ev[0], cb->s));
+        TR_CU(cudaEventRecordWithFlags(cb->ev[0], cb->s, cudaEventRecordExternal));
     }
     TR_TRY(forward<T>(cb, B, Tn, dloss, bwd, err));
     if (bwd) {
-        TR_CU(cudaEventRecord(cb->ev[1], cb->s));
+        TR_CU(cudaEventRecordWithFlags(cb->ev[1], cb->s, cudaEventRecordExternal));
         TR_TRY(backward<T>(cb, B, Tn, err));
-        TR_CU(cudaEventRecord(cb->ev[2], cb->s));
+        TR_CU(cudaEventRecordWithFlags(cb->ev[2], cb->s, cudaEventRecordExternal));
         cb->have_fb = 1;
     }
 out:
