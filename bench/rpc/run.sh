@@ -6,7 +6,7 @@
 # Build first, e.g.
 #   cmake -S . -B build-bench -G Ninja -DTROUPE_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release
 #   cmake --build build-bench --target troupe-bench-rpc
-# The defaults measure 64 B and 4 KiB echoes at 1, 16 and 64 clients (about 2.5 min).
+# The defaults measure 64 B and 4 KiB echoes at 1, 16 and 64 clients (about 1.5 min on the 2-core VM).
 # Without the gRPC peer (no g++/grpc++ at build time) it measures troupe and nng only.
 set -eu
 
