@@ -6,9 +6,13 @@
 # Stages: tests (gpu.train.* cases), memcheck (compute-sanitizer on the small
 # case), ours (troupe-bench-train 124M and 350M), torch (PyTorch eager and
 # compiled), profile (ncu per-kernel times of one step), summary (table of ours vs PyTorch from the JSON files).
-# Logs and JSON go to $OUT (or ./bench-out).
+# Logs and JSON are written to a work folder; at the end the summary, the
+# test verdicts and a tarball of everything are copied to $OUT (the device
+# tool returns at most 8 files), or everything stays in ./bench-out.
 set -u
-out=${OUT:-bench-out}
+final=${OUT:-}
+out=${OUT:+/tmp/tr-bench}
+out=${out:-bench-out}
 mkdir -p "$out"
 bin=.device/bin
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -34,13 +38,20 @@ stage_memcheck() {
 stage_ours() {
     timeout 150 "$bin/troupe-bench-train" --model 124M --batch "${OURS_B124:-16,32,64}" --json "$out/ours_124M.json" \
         2>&1 | tee "$out/ours_124M.log"
+    if [ -n "${OURS_RECOMPUTE:-}" ]; then
+        timeout 100 "$bin/troupe-bench-train" --model "${OURS_RECOMPUTE%%:*}" --batch "${OURS_RECOMPUTE#*:}" \
+            --recompute 1 --no-ceiling --json "$out/ours_rc.json" 2>&1 | tee "$out/ours_rc.log"
+    fi
     timeout 150 "$bin/troupe-bench-train" --model 350M --batch "${OURS_B350:-16,32}" --no-ceiling \
         --json "$out/ours_350M.json" 2>&1 | tee "$out/ours_350M.log"
 }
 
 stage_torch() {
     for m in 124M 350M; do
-        timeout 280 python3 bench/train/torch_gpt2.py --model $m --batch "${TORCH_B:-16}" --modes eager,compile \
+        local bl=${TORCH_B:-16}
+        [ $m = 124M ] && bl=${TORCH_B124:-$bl}
+        [ $m = 350M ] && bl=${TORCH_B350:-$bl}
+        timeout 280 python3 bench/train/torch_gpt2.py --model $m --batch "$bl" --modes eager,compile \
             --json "$out/torch_$m.json" 2>&1 | grep -v Warning | tee "$out/torch_$m.log" | tail -5
     done
 }
@@ -65,4 +76,10 @@ for s in "$@"; do
     echo "=== $s"
     "stage_$s" || status=1
 done
+if [ -n "$final" ]; then
+    tar -czf "$final/logs.tgz" -C "$out" .
+    for f in summary.txt summary.json tests.txt profile.txt; do
+        [ -f "$out/$f" ] && cp "$out/$f" "$final/"
+    done
+fi
 exit $status

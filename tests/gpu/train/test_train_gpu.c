@@ -239,7 +239,8 @@ static void learns(int steps)
     free(p);
 }
 
-/* A small run of everything once, for compute-sanitizer. */
+/* A small run of every op (eager and graph-replayed passes, partial tiles),
+ * for compute-sanitizer. */
 static void smoke(tr_precision prec)
 {
     tr_err err = {0};
@@ -254,8 +255,10 @@ static void smoke(tr_precision prec)
     random_tokens(tg, 160, 200, 2);
     OK_OR_DIE(g->ops->set_params(g, p, &err));
     OK_OR_DIE(g->ops->zero_grads(g, &err));
-    OK_OR_DIE(g->ops->forward_backward(g, in, tg, 2, 80, 1.0f, &loss, &err));
-    OK_OR_DIE(g->ops->forward_loss(g, in, tg, 2, 77, &loss, &err));
+    for (int i = 0; i < 3; i++) { /* eager, then captured into a CUDA graph, then replayed */
+        OK_OR_DIE(g->ops->forward_backward(g, in, tg, 2, 80, 0.5f, &loss, &err));
+        OK_OR_DIE(g->ops->forward_loss(g, in, tg, 2, 77, &loss, &err));
+    }
     OK_OR_DIE(g->ops->grad_norm(g, &norm, &err));
     tr_adamw opt = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
     OK_OR_DIE(g->ops->adamw_update(g, &opt, &err));

@@ -37,6 +37,9 @@ template <typename T> cudaError_t tr_cu_gelu_bwd(T *d, const T *inp, size_t n, c
 
 /* dbias[OC] (fp32) += column sums of dout[N][OC]. */
 template <typename T> cudaError_t tr_cu_bias_grad(float *dbias, const T *dout, int N, int OC, cudaStream_t s);
+/* Fused GELU backward and bias gradient: d[N][OC] *= gelu'(pre) in place,
+ * and dbias += the column sums of the result (one pass instead of two). */
+template <typename T> cudaError_t tr_cu_gelu_bwd_bias(float *dbias, T *d, const T *pre, int N, int OC, cudaStream_t s);
 
 /* Fused softmax + cross-entropy (+ backward): for each of N rows of Vp logits
  * writes losses[row]; with write_grad overwrites the logits in place with

@@ -374,7 +374,8 @@ template <typename T> cudaError_t tr_cu_gelu_bwd(T *d, const T *inp, size_t n, c
 /* Block (32 x 8): lanes take consecutive 16-byte column groups, the 8 warps
  * and grid.y split the rows; partial sums meet in shared memory, then one
  * atomic per column per block. */
-template <typename T> __global__ void bias_grad_kernel(float *dbias, const T *dout, int N, int OC, int rows_per_y)
+template <typename T>
+__global__ void bias_grad_kernel(float *dbias, T *dout, const T *pre, int N, int OC, int rows_per_y)
 {
     constexpr int V = Vec<T>::N;
     __shared__ float sh[8][32 * V];
@@ -389,6 +390,14 @@ template <typename T> __global__ void bias_grad_kernel(float *dbias, const T *do
 #pragma unroll 4
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
             Vec<T> d = Vec<T>::load(dout + (size_t)r * OC + c);
+            if (pre != nullptr) { /* fused GELU backward: d *= gelu'(pre), written back */
+                Vec<T> x = Vec<T>::load(pre + (size_t)r * OC + c);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    d.e[k] = tr_from_f<T>(tr_to_f(d.e[k]) * gelu_grad_f(tr_to_f(x.e[k])));
+                }
+                d.store(dout + (size_t)r * OC + c);
+            }
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 acc[k] += tr_to_f(d.e[k]);
@@ -413,13 +422,24 @@ template <typename T> __global__ void bias_grad_kernel(float *dbias, const T *do
     }
 }
 
-template <typename T> cudaError_t tr_cu_bias_grad(float *dbias, const T *dout, int N, int OC, cudaStream_t s)
+template <typename T>
+static cudaError_t bias_grad_launch(float *dbias, T *dout, const T *pre, int N, int OC, cudaStream_t s)
 {
     int gx = (int)tr_cdiv(OC, 32 * Vec<T>::N);
     int gy = (int)tr_cdiv(264, gx); /* about two blocks per SM in all */
     int rows = (int)tr_cdiv(N, gy);
-    bias_grad_kernel<<<dim3(gx, gy), dim3(32, 8), 0, s>>>(dbias, dout, N, OC, rows);
+    bias_grad_kernel<<<dim3(gx, gy), dim3(32, 8), 0, s>>>(dbias, dout, pre, N, OC, rows);
     return cudaGetLastError();
+}
+
+template <typename T> cudaError_t tr_cu_bias_grad(float *dbias, const T *dout, int N, int OC, cudaStream_t s)
+{
+    return bias_grad_launch(dbias, (T *)dout, (const T *)nullptr, N, OC, s);
+}
+
+template <typename T> cudaError_t tr_cu_gelu_bwd_bias(float *dbias, T *d, const T *pre, int N, int OC, cudaStream_t s)
+{
+    return bias_grad_launch(dbias, d, pre, N, OC, s);
 }
 
 /* ---- fused classifier ---------------------------------------------------- */
@@ -666,6 +686,7 @@ cudaError_t tr_cu_fill_random(bf16 *dst, size_t n, uint32_t seed, cudaStream_t s
     template cudaError_t tr_cu_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);                                \
     template cudaError_t tr_cu_gelu_bwd<T>(T *, const T *, size_t, cudaStream_t);                                \
     template cudaError_t tr_cu_bias_grad<T>(float *, const T *, int, int, cudaStream_t);                         \
+    template cudaError_t tr_cu_gelu_bwd_bias<T>(float *, T *, const T *, int, int, cudaStream_t);                \
     template cudaError_t tr_cu_classifier<T>(T *, float *, const int32_t *, int, int, int, float, int, cudaStream_t); \
     template cudaError_t tr_cu_adamw<T>(T *, float *, const float *, float *, float *, size_t,                   \
                                         const tr_cu_adamw_args *, cudaStream_t);                                \

@@ -181,11 +181,12 @@ template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn,
     if (cb->gelu_epi) {
         TR_TRY(linear_dinp_dgelu<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), (const T *)ly->fch, BT, 4 * C,
                                     C, err));
+        TR_CU(tr_cu_bias_grad(G(cb, TR_P_FCB, l, 4 * C), (const T *)d4, BT, 4 * C, cb->s));
     } else {
         TR_TRY(linear_dinp<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), BT, 4 * C, C, err));
-        TR_CU(tr_cu_gelu_bwd(d4, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
+        TR_CU(tr_cu_gelu_bwd_bias(G(cb, TR_P_FCB, l, 4 * C), d4, (const T *)ly->fch, BT, 4 * C, cb->s));
     }
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCW, l, 4 * C * C), G(cb, TR_P_FCB, l, 4 * C), (T *)ly->ln2, d4, BT, C, 4 * C, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCW, l, 4 * C * C), NULL, (T *)ly->ln2, d4, BT, C, 4 * C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, d4, P<T>(cb, TR_P_FCW, l, 4 * C * C), BT, C, 4 * C, err));
     TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN2W, l, C), G(cb, TR_P_LN2B, l, C), dbtc, (const T *)ly->res2,
                        P<T>(cb, TR_P_LN2W, l, C), ly->ln2_mean, ly->ln2_rstd, BT, C, cb->s));
