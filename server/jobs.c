@@ -704,7 +704,9 @@ int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr
     j = troupe__v1__job__unpack(NULL, len, buf);
     free(buf);
     if (j == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        /* protobuf-c keeps unknown fields it cannot write back readably
+         * (e.g. field number 0); such a spec cannot be stored either. */
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "job spec carries malformed unknown fields");
     }
     if ((rv = job_wrap(h, j, &hj, err)) != TROUPE_OK) {
         return rv;

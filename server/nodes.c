@@ -240,7 +240,8 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     }
     n = node_copy(&tmpl);
     if (n == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        /* Out of memory, or unknown fields protobuf-c cannot write back. */
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "registration could not be stored (malformed fields?)");
     }
     tr_head_dirty_node(h, n->id);
     tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);

@@ -266,7 +266,9 @@ TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, con
         troupe__v1__get_logs_reply__free_unpacked(rep, NULL);
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
-    memcpy(*data, rep->data.data, rep->data.len);
+    if (rep->data.len > 0) { /* no bytes at all when there is no new output */
+        memcpy(*data, rep->data.data, rep->data.len);
+    }
     (*data)[rep->data.len] = '\0';
     *len = rep->data.len;
     *next_offset = rep->next_offset;

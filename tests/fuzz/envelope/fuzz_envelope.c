@@ -68,6 +68,35 @@ static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
     return buf;
 }
 
+/* has_unknown_fields reports unknown fields in m or any message inside it. */
+static int has_unknown_fields(const ProtobufCMessage *m)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+
+    if (m->n_unknown_fields > 0) {
+        return 1;
+    }
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const char *base = (const char *)m + f->offset;
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE) {
+            continue;
+        }
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+            ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)base;
+            for (size_t k = 0; k < n; k++) {
+                if (has_unknown_fields(arr[k])) {
+                    return 1;
+                }
+            }
+        } else if (*(ProtobufCMessage *const *)base != NULL && has_unknown_fields(*(ProtobufCMessage *const *)base)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void check_payload(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n)
 {
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, n, p);
@@ -81,7 +110,16 @@ static void check_payload(const ProtobufCMessageDescriptor *d, const uint8_t *p,
     CHECK(protobuf_c_message_check(m));
     b1 = pack(m, &n1);
     m2 = protobuf_c_message_unpack(d, NULL, n1, b1);
-    CHECK(m2 != NULL);
+    if (m2 == NULL) {
+        /* protobuf-c 1.4.1 accepts some unknown fields (e.g. field number 0)
+         * that it then writes back in a form it refuses to read. The head
+         * answers INVALID_ARGUMENT when its copy fails; here, only such a
+         * message may fail the round trip. */
+        CHECK(has_unknown_fields(m));
+        free(b1);
+        protobuf_c_message_free_unpacked(m, NULL);
+        return;
+    }
     b2 = pack(m2, &n2);
     CHECK(n1 == n2 && memcmp(b1, b2, n1) == 0);
     free(b2);
