@@ -6,6 +6,7 @@
  * why only idempotent calls get our own retries on top: a non-idempotent call
  * is tried once, within its deadline. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,22 @@
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
 
+/* A REQ context with its aio, kept between calls: opening and closing a
+ * context and allocating an aio for every call cost about as much as the
+ * envelope codec (callgrind), so finished slots go back to a free list. */
+typedef struct slot {
+    nng_ctx ctx;
+    nng_aio *aio;
+    struct slot *next;
+} slot;
+
 struct tr_rpc_client {
     nng_socket sock;
     char *url;
     char *token;
     atomic_uint_least64_t next_id;
+    pthread_mutex_t mu; /* guards idle */
+    slot *idle;
 };
 
 int tr_rpc_from_nng(int rv, const char *what, tr_err *err)
@@ -73,6 +85,7 @@ int tr_rpc_client_open(const tr_rpc_client_opts *opts, tr_rpc_client **out, tr_e
     c->url = strdup(opts->url);
     c->token = strdup(opts->token ? opts->token : "");
     atomic_init(&c->next_id, ((uint64_t)tr_wall_ms() << 20) ^ (uint64_t)(uintptr_t)c);
+    pthread_mutex_init(&c->mu, NULL);
     if (c->url == NULL || c->token == NULL) {
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
         goto fail;
@@ -116,18 +129,73 @@ void tr_rpc_client_close(tr_rpc_client *c)
     if (c == NULL) {
         return;
     }
+    while (c->idle != NULL) {
+        slot *sl = c->idle;
+        c->idle = sl->next;
+        nng_aio_free(sl->aio);
+        nng_ctx_close(sl->ctx);
+        free(sl);
+    }
     nng_close(c->sock);
+    pthread_mutex_destroy(&c->mu);
     free(c->url);
     free(c->token);
     free(c);
 }
 
-/* exchange sends one framed request on a fresh context and waits for the
+/* slot_get takes an idle context or opens one. */
+static int slot_get(tr_rpc_client *c, slot **out, tr_err *err)
+{
+    slot *sl;
+    int rv;
+
+    pthread_mutex_lock(&c->mu);
+    sl = c->idle;
+    if (sl != NULL) {
+        c->idle = sl->next;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (sl != NULL) {
+        *out = sl;
+        return TROUPE_OK;
+    }
+    if ((sl = calloc(1, sizeof(*sl))) == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if ((rv = nng_ctx_open(&sl->ctx, c->sock)) != 0) {
+        free(sl);
+        return tr_rpc_from_nng(rv, "open context", err);
+    }
+    if ((rv = nng_aio_alloc(&sl->aio, NULL, NULL)) != 0) {
+        nng_ctx_close(sl->ctx);
+        free(sl);
+        return tr_rpc_from_nng(rv, "alloc aio", err);
+    }
+    *out = sl;
+    return TROUPE_OK;
+}
+
+/* slot_put keeps a slot whose exchange completed; one that failed may still
+ * hold a request in nng, so it is closed instead. */
+static void slot_put(tr_rpc_client *c, slot *sl, int ok)
+{
+    if (!ok) {
+        nng_aio_free(sl->aio);
+        nng_ctx_close(sl->ctx);
+        free(sl);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    sl->next = c->idle;
+    c->idle = sl;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* exchange sends one framed request on an idle context and waits for the
  * reply frame until deadline. */
 static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadline, tr_err *err)
 {
-    nng_ctx ctx;
-    nng_aio *aio = NULL;
+    slot *sl = NULL;
     int64_t left = deadline - tr_now_ms();
     int rv;
 
@@ -136,44 +204,35 @@ static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadl
         nng_msg_free(req);
         return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "deadline exceeded before sending to %s", c->url);
     }
-    if ((rv = nng_ctx_open(&ctx, c->sock)) != 0) {
+    if ((rv = slot_get(c, &sl, err)) != TROUPE_OK) {
         nng_msg_free(req);
-        return tr_rpc_from_nng(rv, "open context", err);
+        return rv;
     }
-    if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
-        nng_msg_free(req);
-        rv = tr_rpc_from_nng(rv, "alloc aio", err);
-        goto out;
-    }
-    nng_aio_set_timeout(aio, (nng_duration)left);
-    nng_aio_set_msg(aio, req);
-    nng_ctx_send(ctx, aio);
-    nng_aio_wait(aio);
-    if ((rv = nng_aio_result(aio)) != 0) {
+    nng_aio_set_timeout(sl->aio, (nng_duration)left);
+    nng_aio_set_msg(sl->aio, req);
+    nng_ctx_send(sl->ctx, sl->aio);
+    nng_aio_wait(sl->aio);
+    if ((rv = nng_aio_result(sl->aio)) != 0) {
         nng_msg_free(req);
         goto nng_fail;
     }
     left = deadline - tr_now_ms();
-    nng_aio_set_timeout(aio, (nng_duration)(left > 0 ? left : 1));
-    nng_ctx_recv(ctx, aio);
-    nng_aio_wait(aio);
-    if ((rv = nng_aio_result(aio)) != 0) {
+    nng_aio_set_timeout(sl->aio, (nng_duration)(left > 0 ? left : 1));
+    nng_ctx_recv(sl->ctx, sl->aio);
+    nng_aio_wait(sl->aio);
+    if ((rv = nng_aio_result(sl->aio)) != 0) {
         goto nng_fail;
     }
-    *rep = nng_aio_get_msg(aio);
-    rv = TROUPE_OK;
-    goto out;
+    *rep = nng_aio_get_msg(sl->aio);
+    slot_put(c, sl, 1);
+    return TROUPE_OK;
 nng_fail:
+    slot_put(c, sl, 0);
     if (rv == NNG_ETIMEDOUT) {
-        rv = tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "no reply from %s before the deadline (is it running?)",
-                        c->url);
-    } else {
-        rv = tr_rpc_from_nng(rv, c->url, err);
+        return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "no reply from %s before the deadline (is it running?)",
+                          c->url);
     }
-out:
-    nng_aio_free(aio);
-    nng_ctx_close(ctx);
-    return rv;
+    return tr_rpc_from_nng(rv, c->url, err);
 }
 
 static int attempt(tr_rpc_client *c, const char *method, const uint8_t *payload, size_t len,
