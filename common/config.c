@@ -69,12 +69,12 @@ static int set_value(const tr_cfg_desc *d, void *obj, const char *v, const char 
         errno = 0;
         x = strtoll(v, &end, 0);
         if (errno != 0 || end == v || *end != '\0') {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: %s: expected an integer, got '%s'",
-                              where, d->name, v);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: %s: expected an integer, got '%s'", where,
+                              d->name, v);
         }
         if (out_of_bounds(d, (double)x)) {
-            return tr_err_set(err, TROUPE_OUT_OF_RANGE, "%s: %s: %lld is out of range [%.0f, %.0f]",
-                              where, d->name, x, d->min, d->max);
+            return tr_err_set(err, TROUPE_OUT_OF_RANGE, "%s: %s: %lld is out of range [%.0f, %.0f]", where,
+                              d->name, x, d->min, d->max);
         }
         *TR_CFG_FIELD(obj, d, int64_t) = (int64_t)x;
         return TROUPE_OK;
@@ -84,12 +84,12 @@ static int set_value(const tr_cfg_desc *d, void *obj, const char *v, const char 
         errno = 0;
         x = strtod(v, &end);
         if (errno != 0 || end == v || *end != '\0' || !isfinite(x)) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: %s: expected a number, got '%s'",
-                              where, d->name, v);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: %s: expected a number, got '%s'", where,
+                              d->name, v);
         }
         if (out_of_bounds(d, x)) {
-            return tr_err_set(err, TROUPE_OUT_OF_RANGE, "%s: %s: %g is out of range [%g, %g]",
-                              where, d->name, x, d->min, d->max);
+            return tr_err_set(err, TROUPE_OUT_OF_RANGE, "%s: %s: %g is out of range [%g, %g]", where, d->name,
+                              x, d->min, d->max);
         }
         *TR_CFG_FIELD(obj, d, double) = x;
         return TROUPE_OK;
@@ -97,8 +97,8 @@ static int set_value(const tr_cfg_desc *d, void *obj, const char *v, const char 
     case TR_CFG_BOOL: {
         int b;
         if (parse_bool(v, &b) != 0) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                              "%s: %s: expected true or false, got '%s'", where, d->name, v);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: %s: expected true or false, got '%s'", where,
+                              d->name, v);
         }
         *TR_CFG_FIELD(obj, d, int) = b;
         return TROUPE_OK;
@@ -128,8 +128,8 @@ int tr_cfg_defaults(const tr_cfg_desc *table, void *obj, tr_err *err)
     return TROUPE_OK;
 }
 
-int tr_cfg_set(const tr_cfg_desc *table, void *obj, const char *key, const char *value,
-               const char *origin, tr_err *err)
+int tr_cfg_set(const tr_cfg_desc *table, void *obj, const char *key, const char *value, const char *origin,
+               tr_err *err)
 {
     const tr_cfg_desc *d = tr_cfg_find(table, key);
     if (d == NULL) {
@@ -171,8 +171,7 @@ static int walk_mapping(walk *w, yaml_node_t *node, const char *prefix)
 
         if (k == NULL || v == NULL || k->type != YAML_SCALAR_NODE) {
             return tr_err_set(w->err, TROUPE_INVALID_ARGUMENT, "%s:%zu:%zu: keys must be plain names",
-                              w->name, (k ? k->start_mark.line : 0) + 1,
-                              (k ? k->start_mark.column : 0) + 1);
+                              w->name, (k ? k->start_mark.line : 0) + 1, (k ? k->start_mark.column : 0) + 1);
         }
         snprintf(key, sizeof(key), "%s%s%s", prefix, prefix[0] ? "." : "",
                  (const char *)k->data.scalar.value);
@@ -197,8 +196,8 @@ static int walk_node(walk *w, yaml_node_t *node, const char *key)
              node->start_mark.column + 1);
     if (node->type == YAML_MAPPING_NODE) {
         if (key[0] != '\0' && !has_section(w->table, key)) {
-            return tr_err_set(w->err, TROUPE_INVALID_ARGUMENT, "%s: %s: expected a single value, not a mapping",
-                              where, key);
+            return tr_err_set(w->err, TROUPE_INVALID_ARGUMENT,
+                              "%s: %s: expected a single value, not a mapping", where, key);
         }
         return walk_mapping(w, node, key);
     }
@@ -214,8 +213,8 @@ static int walk_node(walk *w, yaml_node_t *node, const char *key)
     return set_value(d, w->obj, (const char *)node->data.scalar.value, where, w->err);
 }
 
-int tr_cfg_load_string(const tr_cfg_desc *table, void *obj, const char *name, const char *text,
-                       size_t len, tr_err *err)
+int tr_cfg_load_string(const tr_cfg_desc *table, void *obj, const char *name, const char *text, size_t len,
+                       tr_err *err)
 {
     yaml_parser_t parser;
     yaml_document_t doc;

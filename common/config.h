@@ -33,13 +33,13 @@ enum {
 };
 
 typedef struct tr_cfg_desc {
-    const char *name;  /* dotted key, e.g. "heartbeat_ms" or "model.layers" */
+    const char *name; /* dotted key, e.g. "heartbeat_ms" or "model.layers" */
     tr_cfg_type type;
-    size_t offset;     /* offsetof(struct, field) */
-    const char *def;   /* default as text, parsed like a file value; NULL = unset */
-    double min, max;   /* inclusive bounds for INT/DOUBLE; ignored when min > max */
+    size_t offset;   /* offsetof(struct, field) */
+    const char *def; /* default as text, parsed like a file value; NULL = unset */
+    double min, max; /* inclusive bounds for INT/DOUBLE; ignored when min > max */
     unsigned flags;
-    const char *help;  /* one line, shown by --help and tr_cfg_print */
+    const char *help; /* one line, shown by --help and tr_cfg_print */
 } tr_cfg_desc;
 
 /* TR_CFG_UNBOUNDED: min/max pair meaning "no bounds". */
@@ -53,8 +53,8 @@ int tr_cfg_load_file(const tr_cfg_desc *table, void *obj, const char *path, tr_e
 
 /* tr_cfg_load_string is tr_cfg_load_file for text in memory; name is used in
  * error messages in place of a file name. */
-int tr_cfg_load_string(const tr_cfg_desc *table, void *obj, const char *name, const char *text,
-                       size_t len, tr_err *err);
+int tr_cfg_load_string(const tr_cfg_desc *table, void *obj, const char *name, const char *text, size_t len,
+                       tr_err *err);
 
 /* tr_cfg_load_env applies PREFIX_KEY variables ("TROUPE_HEARTBEAT_MS" for
  * prefix "TROUPE" and key "heartbeat_ms"; dots become underscores). */
@@ -62,8 +62,8 @@ int tr_cfg_load_env(const tr_cfg_desc *table, void *obj, const char *prefix, tr_
 
 /* tr_cfg_set parses value for key (as from a flag); origin names the source in
  * errors ("--heartbeat-ms"). Returns NOT_FOUND for an unknown key. */
-int tr_cfg_set(const tr_cfg_desc *table, void *obj, const char *key, const char *value,
-               const char *origin, tr_err *err);
+int tr_cfg_set(const tr_cfg_desc *table, void *obj, const char *key, const char *value, const char *origin,
+               tr_err *err);
 
 /* tr_cfg_find returns the descriptor for key, or NULL. */
 const tr_cfg_desc *tr_cfg_find(const tr_cfg_desc *table, const char *key);

@@ -13,8 +13,8 @@
 #define TR_ERR_MSG_MAX 512
 
 typedef struct tr_err {
-    int code;                  /* troupe_status */
-    char msg[TR_ERR_MSG_MAX];  /* NUL-terminated, possibly empty */
+    int code;                 /* troupe_status */
+    char msg[TR_ERR_MSG_MAX]; /* NUL-terminated, possibly empty */
 } tr_err;
 
 /* tr_err_set records code and a printf-style message in err (err may be NULL)

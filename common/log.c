@@ -38,8 +38,8 @@ void tr_log_write(int level, const char *fmt, ...)
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ldZ %s[%d] %s: ", ts.tv_nsec / 1000000L,
-                          log_prog, (int)getpid(), level_name(level));
+    n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ldZ %s[%d] %s: ", ts.tv_nsec / 1000000L, log_prog,
+                          (int)getpid(), level_name(level));
     va_start(ap, fmt);
     if (n < sizeof(line)) {
         int w = vsnprintf(line + n, sizeof(line) - n, fmt, ap);

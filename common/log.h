@@ -17,11 +17,11 @@ enum {
 
 extern int tr_log_level;
 
-#define TR_LOG(lvl, ...)                      \
-    do {                                      \
-        if ((lvl) <= tr_log_level) {          \
-            tr_log_write((lvl), __VA_ARGS__); \
-        }                                     \
+#define TR_LOG(lvl, ...)                                                                                     \
+    do {                                                                                                     \
+        if ((lvl) <= tr_log_level) {                                                                         \
+            tr_log_write((lvl), __VA_ARGS__);                                                                \
+        }                                                                                                    \
     } while (0)
 
 /* tr_log_init sets the program name shown on each line and the level. */

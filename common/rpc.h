@@ -54,7 +54,7 @@ typedef struct tr_rpc_server_opts {
     uint32_t default_timeout_ms; /* for requests that carry none; 0 = 30000 */
     uint32_t max_timeout_ms;     /* clamp on request deadlines; 0 = 24 h */
     const tr_rpc_method *methods;
-    void *user;                  /* passed to handlers */
+    void *user; /* passed to handlers */
 } tr_rpc_server_opts;
 
 /* tr_rpc_server_start listens on opts->url and starts serving. On success *out
@@ -147,8 +147,8 @@ int tr_rpc_client_call(tr_rpc_client *c, const char *method, const ProtobufCMess
 /* tr_rpc_client_call_raw is tr_rpc_client_call with payload bytes instead of
  * messages (benchmarks, fuzz corpora). *reply_payload is malloc'ed (free()). */
 int tr_rpc_client_call_raw(tr_rpc_client *c, const char *method, const uint8_t *payload, size_t len,
-                           uint8_t **reply_payload, size_t *reply_len, uint32_t timeout_ms,
-                           unsigned flags, tr_err *err);
+                           uint8_t **reply_payload, size_t *reply_len, uint32_t timeout_ms, unsigned flags,
+                           tr_err *err);
 
 /* ---- envelope codec (pure; used by both sides and by the fuzzer) ---------- */
 

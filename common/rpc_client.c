@@ -94,7 +94,8 @@ int tr_rpc_client_open(const tr_rpc_client_opts *opts, tr_rpc_client **out, tr_e
         rv = tr_rpc_from_nng(rv, "open REQ socket", err);
         goto fail;
     }
-    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, opts->max_frame ? opts->max_frame : TR_RPC_DEFAULT_MAX_FRAME);
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ,
+                        opts->max_frame ? opts->max_frame : TR_RPC_DEFAULT_MAX_FRAME);
     /* Reconnect fast after a head restart, and do not let nng re-send on its
      * own timer: deadlines and retries are ours. */
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
@@ -229,8 +230,8 @@ static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadl
 nng_fail:
     slot_put(c, sl, 0);
     if (rv == NNG_ETIMEDOUT) {
-        return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "no reply from %s before the deadline (is it running?)",
-                          c->url);
+        return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED,
+                          "no reply from %s before the deadline (is it running?)", c->url);
     }
     return tr_rpc_from_nng(rv, c->url, err);
 }

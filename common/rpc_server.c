@@ -43,8 +43,8 @@ struct tr_rpc_call {
     tr_envelope env;
     int64_t deadline;
     int answered;
-    int deferred; /* retire after the reply is sent */
-    int refs;     /* owner references from tr_rpc_defer */
+    int deferred;     /* retire after the reply is sent */
+    int refs;         /* owner references from tr_rpc_defer */
     nng_msg *pending; /* reply stored while the handler runs */
     void (*on_expire)(tr_rpc_call *, void *);
     void *expire_arg;
@@ -420,11 +420,8 @@ static void call_cb(void *arg)
         }
         on_received(call);
         return;
-    case ST_SEND:
-        on_sent(call, rv);
-        return;
-    default:
-        return;
+    case ST_SEND: on_sent(call, rv); return;
+    default: return;
     }
 }
 

@@ -212,8 +212,8 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
 {
     int rv = tr_store_begin(h->store, err);
     for (size_t i = 0; rv == TROUPE_OK && i < b->n; i++) {
-        rv = tr_store_put(h->store, b->recs[i].table, b->recs[i].id, b->recs[i].state, b->recs[i].buf, b->recs[i].len,
-                          err);
+        rv = tr_store_put(h->store, b->recs[i].table, b->recs[i].id, b->recs[i].state, b->recs[i].buf,
+                          b->recs[i].len, err);
     }
     for (const tr_head_ev *e = b->events; rv == TROUPE_OK && e != NULL; e = e->next) {
         rv = tr_store_event(h->store, e->kind, e->node, e->job, e->msg, err);
@@ -255,7 +255,8 @@ static void answer(tr_head *h, batch *b, int rv, const tr_err *err)
         if (rv == TROUPE_OK) {
             w->fn(h, w->call, w->arg);
         } else {
-            tr_rpc_reply_error(w->call, TROUPE_UNAVAILABLE, "state store failed, change not saved: %s", err->msg);
+            tr_rpc_reply_error(w->call, TROUPE_UNAVAILABLE, "state store failed, change not saved: %s",
+                               err->msg);
         }
         tr_rpc_call_release(w->call);
         free(w);

@@ -33,7 +33,8 @@ const tr_cfg_desc tr_head_config_table[] = {
      "URL workers use to reach the head (TROUPE_HEAD in their environment); default: listen"},
     {"master_port_base", TR_CFG_INT, F(master_port_base), "29500", 1024, 65000, 0,
      "first port of the MASTER_PORT band (one port per running worker group)"},
-    {"master_port_count", TR_CFG_INT, F(master_port_count), "500", 1, 20000, 0, "size of the MASTER_PORT band"},
+    {"master_port_count", TR_CFG_INT, F(master_port_count), "500", 1, 20000, 0,
+     "size of the MASTER_PORT band"},
     {NULL, 0, 0, NULL, 0, 0, 0, NULL},
 };
 #undef F
@@ -129,8 +130,8 @@ int tr_head_start(tr_head *h, tr_err *err)
         goto fail;
     }
     TR_LOG(TR_LOG_NOTICE, "troupe-head %s listening url=%s state_dir=%s auth=%s heartbeat_ms=%lld",
-           TROUPE_VERSION, h->cfg.listen, h->cfg.state_dir, (h->cfg.token && h->cfg.token[0]) ? "token" : "none",
-           (long long)h->cfg.heartbeat_ms);
+           TROUPE_VERSION, h->cfg.listen, h->cfg.state_dir,
+           (h->cfg.token && h->cfg.token[0]) ? "token" : "none", (long long)h->cfg.heartbeat_ms);
     return TROUPE_OK;
 fail:
     tr_head_commit_stop(h);

@@ -27,7 +27,7 @@ typedef struct tr_head_config {
     int64_t contexts;
     int sync_full;
     char *log_level;
-    char *advertise;            /* URL workers use to reach the head */
+    char *advertise; /* URL workers use to reach the head */
     int64_t master_port_base;
     int64_t master_port_count;
 } tr_head_config;
@@ -35,11 +35,11 @@ typedef struct tr_head_config {
 extern const tr_cfg_desc tr_head_config_table[];
 
 typedef struct tr_head_node {
-    Troupe__V1__Node *n; /* owned, an unpacked message (malloc allocator) */
-    int64_t seen_mono;   /* tr_now_ms() of the last heartbeat */
-    uint64_t version;    /* assignment version: bumps when its worker set changes */
+    Troupe__V1__Node *n;      /* owned, an unpacked message (malloc allocator) */
+    int64_t seen_mono;        /* tr_now_ms() of the last heartbeat */
+    uint64_t version;         /* assignment version: bumps when its worker set changes */
     tr_rpc_call *sync_waiter; /* a deferred NodeSync long poll, or NULL */
-    int64_t sync_until;  /* tr_now_ms() when to answer the long poll anyway */
+    int64_t sync_until;       /* tr_now_ms() when to answer the long poll anyway */
 } tr_head_node;
 
 struct tr_head_job;
@@ -65,7 +65,7 @@ typedef struct tr_head {
     struct tr_sched *sched;
     struct tr_head_job **jobs; /* in id order */
     size_t n_jobs, cap_jobs;
-    uint8_t *ports_used;       /* master port band, one byte per port */
+    uint8_t *ports_used; /* master port band, one byte per port */
     int stopping;
     pthread_t reaper;
 

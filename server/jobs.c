@@ -40,7 +40,8 @@ void tr_jobs_set_str(char **field, const char *s)
 
 static const char *job_state_name(int s)
 {
-    static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"};
+    static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
+                                        "SUCCEEDED",   "FAILED",  "STOPPED"};
     return (s >= 0 && s <= 5) ? names[s] : "UNKNOWN";
 }
 
@@ -196,7 +197,8 @@ static void job_note(tr_head *h, tr_head_job *hj, const char *kind, const char *
 {
     tr_jobs_log(h, hj, "troupe", msg, strlen(msg));
     tr_head_event(h, kind, 0, hj->j->id, msg);
-    TR_LOG(TR_LOG_INFO, "job=%llu name=%s %s: %s", (unsigned long long)hj->j->id, hj->j->spec->name, kind, msg);
+    TR_LOG(TR_LOG_INFO, "job=%llu name=%s %s: %s", (unsigned long long)hj->j->id, hj->j->spec->name, kind,
+           msg);
 }
 
 void tr_jobs_node_bump(tr_head *h, uint64_t node_id)
@@ -603,7 +605,8 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
         if (!hit) {
             continue;
         }
-        snprintf(why, sizeof(why), "node %s (id %llu) died: %s", n->name, (unsigned long long)n->id, n->reason);
+        snprintf(why, sizeof(why), "node %s (id %llu) died: %s", n->name, (unsigned long long)n->id,
+                 n->reason);
         if (!tr_jobs_is_terminal(hj) && !hj->requeue && hj->j->restarts < hj->j->spec->max_restarts) {
             char msg[700];
             hj->j->restarts++;
@@ -627,9 +630,9 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
 
 static int sched_state(int s)
 {
-    return s == TROUPE__V1__NODE_STATE__NODE_ALIVE ? TR_SCHED_ALIVE
+    return s == TROUPE__V1__NODE_STATE__NODE_ALIVE  ? TR_SCHED_ALIVE
            : s == TROUPE__V1__NODE_STATE__NODE_DEAD ? TR_SCHED_DEAD
-                                                     : TR_SCHED_SUSPECT;
+                                                    : TR_SCHED_SUSPECT;
 }
 
 void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n)
@@ -663,7 +666,8 @@ void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n)
 {
     tr_err err;
 
-    if (n->n_gpus > 0 && tr_sched_node_set_state(h->sched, n->id, sched_state((int)n->state), &err) != TROUPE_OK &&
+    if (n->n_gpus > 0 &&
+        tr_sched_node_set_state(h->sched, n->id, sched_state((int)n->state), &err) != TROUPE_OK &&
         err.code != TROUPE_NOT_FOUND) {
         TR_LOG(TR_LOG_DEBUG, "scheduler node state node=%llu: %s", (unsigned long long)n->id, err.msg);
     }

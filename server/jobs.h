@@ -14,7 +14,7 @@ typedef struct tr_head_wait {
     uint64_t offset;        /* GetLogs */
     uint32_t max_bytes;
     char worker[96];
-    int64_t until;          /* tr_now_ms() when to answer anyway */
+    int64_t until; /* tr_now_ms() when to answer anyway */
     struct tr_head_wait *next;
 } tr_head_wait;
 
@@ -26,18 +26,18 @@ typedef struct tr_head_job {
     int *vnodes;
     tr_sched_label *sel;
     tr_sched_group_spec *groups;
-    uint64_t *issued;       /* per worker: its node's version when assigned */
-    int64_t deadline;       /* tr_now_ms() timeout; 0 = none */
-    int requeue;            /* back to PENDING once the GPUs are released */
+    uint64_t *issued; /* per worker: its node's version when assigned */
+    int64_t deadline; /* tr_now_ms() timeout; 0 = none */
+    int requeue;      /* back to PENDING once the GPUs are released */
     char log_path[4200];
     uint64_t log_size;
     tr_head_wait *job_waiters;
     tr_head_wait *log_waiters;
 } tr_head_job;
 
-int tr_jobs_init(tr_head *h, tr_err *err);  /* scheduler, recovery */
+int tr_jobs_init(tr_head *h, tr_err *err); /* scheduler, recovery */
 void tr_jobs_fini(tr_head *h);
-void tr_jobs_tick(tr_head *h);              /* timeouts, waiter expiry; under h->mu */
+void tr_jobs_tick(tr_head *h); /* timeouts, waiter expiry; under h->mu */
 
 /* Registry hooks (nodes.c), under h->mu. */
 void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n);

@@ -151,7 +151,8 @@ void tr_head_get_job(tr_rpc_call *call, void *user)
     pthread_mutex_lock(&h->mu);
     hj = tr_jobs_find(h, req->job_id);
     if (hj == NULL) {
-        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)req->job_id);
+        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
+                           (unsigned long long)req->job_id);
     } else if (req->wait_ms > 0 && hj->j->version == req->after_version) {
         tr_head_wait *w = park(h, call, &hj->job_waiters, req->wait_ms);
         if (w != NULL) {
@@ -215,7 +216,8 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
     pthread_mutex_lock(&h->mu);
     hj = tr_jobs_find(h, req->job_id);
     if (hj == NULL) {
-        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)req->job_id);
+        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
+                           (unsigned long long)req->job_id);
     } else if (tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else {
@@ -333,7 +335,8 @@ void tr_head_get_logs(tr_rpc_call *call, void *user)
     pthread_mutex_lock(&h->mu);
     hj = tr_jobs_find(h, req->job_id);
     if (hj == NULL) {
-        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)req->job_id);
+        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
+                           (unsigned long long)req->job_id);
     } else if (!try_logs(call, hj, req->offset, req->max_bytes, req->worker, req->wait_ms == 0)) {
         tr_head_wait *w = park(h, call, &hj->log_waiters, req->wait_ms);
         if (w != NULL) {

@@ -264,7 +264,8 @@ static const Troupe__V1__WorkerReport *find_report(const Troupe__V1__NodeSyncReq
 
 /* apply_one merges what the agent says about one worker; returns 1 when the
  * worker just ended. */
-static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, const Troupe__V1__WorkerReport *r)
+static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w,
+                     const Troupe__V1__WorkerReport *r)
 {
     if (r->log.len > 0) {
         tr_jobs_log(h, hj, w->name, (const char *)r->log.data, r->log.len);
@@ -291,8 +292,7 @@ static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, con
         tr_jobs_set_str(&w->message, r->message);
         tr_jobs_touch(h, hj);
         return 1;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -300,9 +300,11 @@ static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, con
 static void mark_absent(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w)
 {
     int gone_as_asked = tr_jobs_is_terminal(hj) || hj->requeue;
-    w->state = gone_as_asked ? TROUPE__V1__WORKER_STATE__WORKER_EXITED : TROUPE__V1__WORKER_STATE__WORKER_LOST;
+    w->state =
+        gone_as_asked ? TROUPE__V1__WORKER_STATE__WORKER_EXITED : TROUPE__V1__WORKER_STATE__WORKER_LOST;
     w->ended_ms = tr_wall_ms();
-    tr_jobs_set_str(&w->message, gone_as_asked ? "stopped" : "not running on its node (was its agent restarted?)");
+    tr_jobs_set_str(&w->message,
+                    gone_as_asked ? "stopped" : "not running on its node (was its agent restarted?)");
     tr_jobs_touch(h, hj);
 }
 

@@ -9,15 +9,14 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: troupe-head --state-dir DIR [--listen URL] [--config head.yaml] [--check-config]\n"
-            "\n"
-            "Runs the troupe head: node registry and liveness, jobs, RPC on URL.\n"
-            "Settings come from defaults < --config file < TROUPE_* environment < flags.\n"
-            "\n"
-            "  --config FILE            YAML file of the settings below (unknown keys are errors)\n"
-            "  --check-config           load and validate, print the effective settings, exit\n"
-            "  --help, --version\n");
+    fprintf(out, "usage: troupe-head --state-dir DIR [--listen URL] [--config head.yaml] [--check-config]\n"
+                 "\n"
+                 "Runs the troupe head: node registry and liveness, jobs, RPC on URL.\n"
+                 "Settings come from defaults < --config file < TROUPE_* environment < flags.\n"
+                 "\n"
+                 "  --config FILE            YAML file of the settings below (unknown keys are errors)\n"
+                 "  --check-config           load and validate, print the effective settings, exit\n"
+                 "  --help, --version\n");
     tr_cfg_usage(tr_head_config_table, out);
     fprintf(out, "\nEnvironment: TROUPE_<SETTING>, e.g. TROUPE_TOKEN, TROUPE_HEARTBEAT_MS.\n");
 }

@@ -183,8 +183,8 @@ static int validate_registration(const Troupe__V1__RegisterNodeRequest *r, tr_er
     for (size_t i = 0; i < r->n_gpus; i++) {
         uint32_t idx = r->gpus[i]->index;
         if (idx >= MAX_GPUS_PER_NODE || (seen & (1ull << idx))) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "register: GPU index %u is out of range or repeated",
-                              idx);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                              "register: GPU index %u is out of range or repeated", idx);
         }
         seen |= 1ull << idx;
     }
@@ -241,7 +241,8 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     n = node_copy(&tmpl);
     if (n == NULL) {
         /* Out of memory, or unknown fields protobuf-c cannot write back. */
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "registration could not be stored (malformed fields?)");
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "registration could not be stored (malformed fields?)");
     }
     tr_head_dirty_node(h, n->id);
     tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);
@@ -274,8 +275,8 @@ static void reply_registered(tr_head *h, tr_rpc_call *call, uint64_t node_id)
 void tr_head_register_node(tr_rpc_call *call, void *user)
 {
     tr_head *h = user;
-    Troupe__V1__RegisterNodeRequest *r =
-        (Troupe__V1__RegisterNodeRequest *)tr_rpc_unpack(call, &troupe__v1__register_node_request__descriptor);
+    Troupe__V1__RegisterNodeRequest *r = (Troupe__V1__RegisterNodeRequest *)tr_rpc_unpack(
+        call, &troupe__v1__register_node_request__descriptor);
     uint64_t node_id = 0;
     tr_err err;
     int rv;

@@ -43,14 +43,16 @@ static tr_sched_placement *restore_alloc(size_t nworkers, size_t nvnodes, size_t
     return p;
 }
 
-int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, const tr_sched_worker *workers,
-                     size_t nworkers, const tr_sched_vnode *vnodes, size_t nvnodes, tr_err *err)
+int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec,
+                     const tr_sched_worker *workers, size_t nworkers, const tr_sched_vnode *vnodes,
+                     size_t nvnodes, tr_err *err)
 {
     tr_sched_placement *p;
     size_t v;
 
     if (tr_sched_find(s, job_id) != NULL) {
-        return tr_err_set(err, TROUPE_ALREADY_EXISTS, "job %llu is already placed", (unsigned long long)job_id);
+        return tr_err_set(err, TROUPE_ALREADY_EXISTS, "job %llu is already placed",
+                          (unsigned long long)job_id);
     }
     p = restore_alloc(nworkers, nvnodes, spec->ngroups);
     if (p == NULL) {

@@ -8,7 +8,8 @@
  * workers and vnodes (as stored), taking their GPUs. Returns OK; ABORTED when
  * a GPU is already taken or a node is unknown (nothing reserved then);
  * DATA_LOSS when the worker count does not match spec; ALREADY_EXISTS. */
-int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, const tr_sched_worker *workers,
-                     size_t nworkers, const tr_sched_vnode *vnodes, size_t nvnodes, tr_err *err);
+int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec,
+                     const tr_sched_worker *workers, size_t nworkers, const tr_sched_vnode *vnodes,
+                     size_t nvnodes, tr_err *err);
 
 #endif

@@ -24,10 +24,10 @@ static const char *const schema =
 
 static int from_sqlite(tr_store *st, int rc, const char *what, tr_err *err)
 {
-    int code = (rc == SQLITE_FULL || rc == SQLITE_NOMEM) ? TROUPE_RESOURCE_EXHAUSTED
+    int code = (rc == SQLITE_FULL || rc == SQLITE_NOMEM)       ? TROUPE_RESOURCE_EXHAUSTED
                : (rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB) ? TROUPE_DATA_LOSS
                : (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)    ? TROUPE_UNAVAILABLE
-                                                                : TROUPE_INTERNAL;
+                                                               : TROUPE_INTERNAL;
     TR_LOG(TR_LOG_ERR, "store: %s failed: %s db=%s", what, sqlite3_errmsg(st->db), st->path);
     return tr_err_set(err, code, "state store: %s: %s", what, sqlite3_errmsg(st->db));
 }
@@ -114,7 +114,8 @@ int tr_store_get_next_id(tr_store *st, const char *table, uint64_t *next, tr_err
 int tr_store_set_next_id(tr_store *st, const char *table, uint64_t next, tr_err *err)
 {
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(st->db, "INSERT OR REPLACE INTO ids(tbl, next) VALUES(?1, ?2);", -1, &s, NULL);
+    int rc =
+        sqlite3_prepare_v2(st->db, "INSERT OR REPLACE INTO ids(tbl, next) VALUES(?1, ?2);", -1, &s, NULL);
 
     if (rc != SQLITE_OK) {
         return from_sqlite(st, rc, "prepare set id", err);
@@ -161,8 +162,8 @@ int tr_store_scan(tr_store *st, const char *table, tr_store_scan_fn fn, void *ar
         return from_sqlite(st, rc, "prepare scan", err);
     }
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        rv = fn(arg, (uint64_t)sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1), sqlite3_column_blob(s, 2),
-                (size_t)sqlite3_column_bytes(s, 2));
+        rv = fn(arg, (uint64_t)sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1),
+                sqlite3_column_blob(s, 2), (size_t)sqlite3_column_bytes(s, 2));
         if (rv != TROUPE_OK) {
             tr_err_set(err, rv, "state store: cannot load a %s record", table);
             goto out;
@@ -182,9 +183,9 @@ int tr_store_event(tr_store *st, const char *kind, uint64_t node_id, uint64_t jo
     sqlite3_stmt *s = NULL;
     int rc, rv = TROUPE_OK;
 
-    rc = sqlite3_prepare_v2(st->db,
-                            "INSERT INTO events(ts_ms, kind, node_id, job_id, message) VALUES(?1,?2,?3,?4,?5);",
-                            -1, &s, NULL);
+    rc = sqlite3_prepare_v2(
+        st->db, "INSERT INTO events(ts_ms, kind, node_id, job_id, message) VALUES(?1,?2,?3,?4,?5);", -1, &s,
+        NULL);
     if (rc != SQLITE_OK) {
         return from_sqlite(st, rc, "prepare event", err);
     }

@@ -39,17 +39,19 @@ static void job_json(FILE *out, const troupe_job *j)
     tr_json_str(out, j->name);
     fprintf(out, ",\"state\":\"%s\",\"reason\":", troupe_job_state_name(j->state));
     tr_json_str(out, j->reason);
-    fprintf(out,
-            ",\"submitted_ms\":%lld,\"started_ms\":%lld,\"ended_ms\":%lld,\"restarts\":%u,\"max_restarts\":%u,"
-            "\"workers_total\":%u,\"version\":%" PRIu64 ",\"groups\":[",
-            (long long)j->submitted_ms, (long long)j->started_ms, (long long)j->ended_ms, j->restarts,
-            j->max_restarts, j->workers_total, j->version);
+    fprintf(
+        out,
+        ",\"submitted_ms\":%lld,\"started_ms\":%lld,\"ended_ms\":%lld,\"restarts\":%u,\"max_restarts\":%u,"
+        "\"workers_total\":%u,\"version\":%" PRIu64 ",\"groups\":[",
+        (long long)j->submitted_ms, (long long)j->started_ms, (long long)j->ended_ms, j->restarts,
+        j->max_restarts, j->workers_total, j->version);
     for (size_t g = 0; g < j->n_groups; g++) {
         fprintf(out, "%s{\"name\":", g ? "," : "");
         tr_json_str(out, j->groups[g].name);
         fputs(",\"master_addr\":", out);
         tr_json_str(out, j->groups[g].master_addr);
-        fprintf(out, ",\"master_port\":%u,\"world_size\":%u}", j->groups[g].master_port, j->groups[g].world_size);
+        fprintf(out, ",\"master_port\":%u,\"world_size\":%u}", j->groups[g].master_port,
+                j->groups[g].world_size);
     }
     fputs("],\"workers\":[", out);
     for (size_t i = 0; i < j->n_workers; i++) {
@@ -58,14 +60,16 @@ static void job_json(FILE *out, const troupe_job *j)
         tr_json_str(out, w->name);
         fputs(",\"group\":", out);
         tr_json_str(out, w->group);
-        fprintf(out, ",\"rank\":%u,\"local_rank\":%u,\"node_rank\":%u,\"node_id\":%" PRIu64 ",\"node\":", w->rank,
+        fprintf(out,
+                ",\"rank\":%u,\"local_rank\":%u,\"node_rank\":%u,\"node_id\":%" PRIu64 ",\"node\":", w->rank,
                 w->local_rank, w->node_rank, w->node_id);
         tr_json_str(out, w->node_name);
         fputs(",\"gpus\":[", out);
         for (size_t k = 0; k < w->n_gpus; k++) {
             fprintf(out, "%s%u", k ? "," : "", w->gpus[k]);
         }
-        fprintf(out, "],\"state\":\"%s\",\"exit_code\":%d,\"signal\":%d,\"pid\":%u,\"attempt\":%u,\"message\":",
+        fprintf(out,
+                "],\"state\":\"%s\",\"exit_code\":%d,\"signal\":%d,\"pid\":%u,\"attempt\":%u,\"message\":",
                 troupe_worker_state_name(w->state), w->exit_code, w->signal, w->pid, w->attempt);
         tr_json_str(out, w->message);
         fputc('}', out);
@@ -87,8 +91,8 @@ static void job_table(const troupe_job *j)
     int64_t end = j->ended_ms ? j->ended_ms : now_ms();
     printf("job       %" PRIu64 " (%s)\n", j->id, j->name);
     printf("state     %s: %s\n", troupe_job_state_name(j->state), j->reason);
-    printf("time      queued %.1f s, ran %.1f s\n", secs(j->submitted_ms, j->started_ms ? j->started_ms : end),
-           secs(j->started_ms, end));
+    printf("time      queued %.1f s, ran %.1f s\n",
+           secs(j->submitted_ms, j->started_ms ? j->started_ms : end), secs(j->started_ms, end));
     printf("restarts  %u of %u\n", j->restarts, j->max_restarts);
     for (size_t g = 0; g < j->n_groups; g++) {
         printf("group     %s: %u workers, MASTER_ADDR=%s MASTER_PORT=%u\n", j->groups[g].name,
@@ -104,12 +108,13 @@ static void job_table(const troupe_job *j)
         char gpus[128], exitbuf[160];
         gpus_str(w, gpus, sizeof(gpus));
         if (w->state == TROUPE_WORKER_EXITED) {
-            snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d" : "code %d", w->signal ? w->signal : w->exit_code);
+            snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d" : "code %d",
+                     w->signal ? w->signal : w->exit_code);
         } else {
             snprintf(exitbuf, sizeof(exitbuf), "%s", w->message);
         }
-        printf("%-24s %-10s %5u %5u %-12s %-10s %-16s %s\n", w->name, w->group, w->rank, w->local_rank, w->node_name,
-               gpus, troupe_worker_state_name(w->state), exitbuf);
+        printf("%-24s %-10s %5u %5u %-12s %-10s %-16s %s\n", w->name, w->group, w->rank, w->local_rank,
+               w->node_name, gpus, troupe_worker_state_name(w->state), exitbuf);
     }
 }
 
@@ -173,13 +178,14 @@ int tr_cli_cmd_jobs(tr_cli *cli, int argc, char **argv)
         }
         printf("]}\n");
     } else {
-        printf("%-5s %-20s %-10s %7s %8s %8s  %s\n", "ID", "NAME", "STATE", "WORKERS", "RESTARTS", "TIME", "REASON");
+        printf("%-5s %-20s %-10s %7s %8s %8s  %s\n", "ID", "NAME", "STATE", "WORKERS", "RESTARTS", "TIME",
+               "REASON");
         for (size_t i = 0; i < l->count; i++) {
             const troupe_job *j = &l->jobs[i];
             int64_t end = j->ended_ms ? j->ended_ms : now_ms();
-            printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs  %s\n", j->id, j->name, troupe_job_state_name(j->state),
-                   j->workers_total, j->restarts, secs(j->started_ms ? j->started_ms : j->submitted_ms, end),
-                   j->reason);
+            printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs  %s\n", j->id, j->name,
+                   troupe_job_state_name(j->state), j->workers_total, j->restarts,
+                   secs(j->started_ms ? j->started_ms : j->submitted_ms, end), j->reason);
         }
     }
     troupe_job_list_free(l);
@@ -226,8 +232,10 @@ static int follow(tr_cli *cli, uint64_t id, const char *worker)
                 fprintf(stderr, "troupe: lost contact with the head (%s); retrying for 60 s\n", err.message);
                 lost_since = now_ms();
             } else if (now_ms() - lost_since > 60000) {
-                fprintf(stderr, "troupe: head unreachable for 60 s; the job may still be running "
-                                "(troupe job %" PRIu64 ")\n", id);
+                fprintf(stderr,
+                        "troupe: head unreachable for 60 s; the job may still be running "
+                        "(troupe job %" PRIu64 ")\n",
+                        id);
                 return 1;
             }
             continue;
@@ -241,19 +249,23 @@ static int follow(tr_cli *cli, uint64_t id, const char *worker)
         if ((int)j->state != state || (j->state == TROUPE_JOB_PENDING && strcmp(reason, j->reason) != 0)) {
             state = (int)j->state;
             snprintf(reason, sizeof(reason), "%s", j->reason);
-            fprintf(stderr, "troupe: job %" PRIu64 " %s: %s\n", id, troupe_job_state_name(j->state), j->reason);
+            fprintf(stderr, "troupe: job %" PRIu64 " %s: %s\n", id, troupe_job_state_name(j->state),
+                    j->reason);
         }
         if (terminal(j->state) && done) {
             int ok = j->state == TROUPE_JOB_SUCCEEDED;
-            fprintf(stderr, "troupe: job %" PRIu64 " %s after %.1f s: %s\n", id, troupe_job_state_name(j->state),
+            fprintf(stderr, "troupe: job %" PRIu64 " %s after %.1f s: %s\n", id,
+                    troupe_job_state_name(j->state),
                     secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
             troupe_job_free(j);
             return ok ? 0 : 1;
         }
         troupe_job_free(j);
     }
-    fprintf(stderr, "\ntroupe: detached; job %" PRIu64 " keeps running (troupe logs -f %" PRIu64 ", troupe stop %" PRIu64
-                    ")\n", id, id, id);
+    fprintf(stderr,
+            "\ntroupe: detached; job %" PRIu64 " keeps running (troupe logs -f %" PRIu64
+            ", troupe stop %" PRIu64 ")\n",
+            id, id, id);
     return 130;
 }
 
@@ -340,7 +352,8 @@ int tr_cli_cmd_logs(tr_cli *cli, int argc, char **argv)
         char *data = NULL;
         size_t len = 0;
         uint64_t next = offset;
-        if (troupe_read_logs(cli->client, id, worker, offset, 0, &data, &len, &next, &done, &err) != TROUPE_OK) {
+        if (troupe_read_logs(cli->client, id, worker, offset, 0, &data, &len, &next, &done, &err) !=
+            TROUPE_OK) {
             tr_cli_fail(cli, &err);
             troupe_client_close(cli->client);
             return 1;
@@ -396,7 +409,8 @@ int tr_cli_cmd_stop(tr_cli *cli, int argc, char **argv)
         troupe_client_close(cli->client);
         return 1;
     }
-    fprintf(stderr, "troupe: job %" PRIu64 " stopping (SIGTERM, then SIGKILL after the node's grace period)\n", id);
+    fprintf(stderr,
+            "troupe: job %" PRIu64 " stopping (SIGTERM, then SIGKILL after the node's grace period)\n", id);
     /* Wait until every worker has exited, with a deadline that covers the
      * default 10 s grace period. */
     until = now_ms() + 60000;
@@ -417,7 +431,8 @@ int tr_cli_cmd_stop(tr_cli *cli, int argc, char **argv)
         }
     }
     if (rv != 0) {
-        fprintf(stderr, "troupe: job %" PRIu64 " still has workers running after 60 s (see troupe job %" PRIu64 ")\n",
+        fprintf(stderr,
+                "troupe: job %" PRIu64 " still has workers running after 60 s (see troupe job %" PRIu64 ")\n",
                 id, id);
     }
     troupe_client_close(cli->client);

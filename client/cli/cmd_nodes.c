@@ -1,8 +1,8 @@
 /* cmd_nodes.c - troupe nodes | status | ping. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "json.h"

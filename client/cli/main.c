@@ -10,10 +10,9 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: troupe [--head URL] [--token T] [-o table|json] [--timeout MS] COMMAND [ARGS]\n"
-            "\n"
-            "Commands:\n");
+    fprintf(out, "usage: troupe [--head URL] [--token T] [-o table|json] [--timeout MS] COMMAND [ARGS]\n"
+                 "\n"
+                 "Commands:\n");
     for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL; c++) {
         fprintf(out, "  %-34s %s\n", c->usage, c->help);
     }
@@ -112,9 +111,7 @@ void tr_cli_fail(tr_cli *cli, const troupe_error *err)
 {
     const char *hint = "";
     switch (err->code) {
-    case TROUPE_UNAVAILABLE:
-        hint = " (is troupe-head running? set --head or TROUPE_HEAD)";
-        break;
+    case TROUPE_UNAVAILABLE: hint = " (is troupe-head running? set --head or TROUPE_HEAD)"; break;
     case TROUPE_UNAUTHENTICATED: hint = ""; break;
     case TROUPE_DEADLINE_EXCEEDED: hint = " (raise --timeout if the head is busy)"; break;
     default: break;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc.h"
 #include "client_int.h"
+#include "rpc.h"
 #include "troupe/client.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
@@ -83,8 +83,8 @@ TROUPE_API troupe_status troupe_ping(troupe_client *c, const void *data, size_t 
 
     req.data.data = (uint8_t *)data;
     req.data.len = len;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/Ping", &req.base, &troupe__v1__ping_reply__descriptor, &rep,
-                            c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/Ping", &req.base, &troupe__v1__ping_reply__descriptor,
+                            &rep, c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
     if (rep != NULL) {
         protobuf_c_message_free_unpacked(rep, NULL);
     }
@@ -197,8 +197,8 @@ TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *ou
 
     memset(out, 0, sizeof(*out));
     rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetCluster", &req.base,
-                            &troupe__v1__get_cluster_reply__descriptor, (ProtobufCMessage **)&rep, c->timeout_ms,
-                            TR_RPC_IDEMPOTENT, &e);
+                            &troupe__v1__get_cluster_reply__descriptor, (ProtobufCMessage **)&rep,
+                            c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
     if (rv != TROUPE_OK) {
         return tr_client_finish(err, &e, rv);
     }

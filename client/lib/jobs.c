@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_int.h"
 #include "jobspec.h"
 #include "rpc.h"
-#include "client_int.h"
 #include "troupe/client.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
@@ -35,8 +35,9 @@ static troupe_status submit_spec(troupe_client *c, Troupe__V1__JobSpec *spec, ui
     int rv;
 
     req.spec = spec;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/SubmitJob", &req.base, &troupe__v1__submit_job_reply__descriptor,
-                            (ProtobufCMessage **)&rep, c->timeout_ms, 0, e);
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/SubmitJob", &req.base,
+                            &troupe__v1__submit_job_reply__descriptor, (ProtobufCMessage **)&rep,
+                            c->timeout_ms, 0, e);
     if (rv == TROUPE_OK) {
         *job_id = rep->job_id;
         troupe__v1__submit_job_reply__free_unpacked(rep, NULL);
@@ -102,9 +103,23 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
     d->workers = ws;
     for (size_t i = 0; ws != NULL && i < j->n_workers; i++) {
         const Troupe__V1__WorkerInfo *w = j->workers[i];
-        ws[i] = (troupe_worker){w->name, w->group, w->rank, w->local_rank, w->local_world_size, w->node_rank,
-                                w->node_id, w->node_name, w->n_gpus, w->gpus, (troupe_worker_state)w->state,
-                                w->exit_code, w->signal, w->pid, w->attempt, w->message, w->started_ms,
+        ws[i] = (troupe_worker){w->name,
+                                w->group,
+                                w->rank,
+                                w->local_rank,
+                                w->local_world_size,
+                                w->node_rank,
+                                w->node_id,
+                                w->node_name,
+                                w->n_gpus,
+                                w->gpus,
+                                (troupe_worker_state)w->state,
+                                w->exit_code,
+                                w->signal,
+                                w->pid,
+                                w->attempt,
+                                w->message,
+                                w->started_ms,
                                 w->ended_ms};
     }
     d->n_groups = gs ? j->n_groups : 0;
@@ -142,8 +157,9 @@ TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint
     req.job_id = job_id;
     req.after_version = after_version;
     req.wait_ms = wait_ms;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetJob", &req.base, &troupe__v1__get_job_reply__descriptor,
-                            (ProtobufCMessage **)&rep, c->timeout_ms + wait_ms, TR_RPC_IDEMPOTENT, &e);
+    rv =
+        tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetJob", &req.base, &troupe__v1__get_job_reply__descriptor,
+                           (ProtobufCMessage **)&rep, c->timeout_ms + wait_ms, TR_RPC_IDEMPOTENT, &e);
     if (rv != TROUPE_OK) {
         return tr_client_finish(err, &e, rv);
     }
@@ -151,8 +167,9 @@ TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint
     if (ji == NULL || rep->job == NULL) {
         troupe__v1__get_job_reply__free_unpacked(rep, NULL);
         free(ji);
-        return tr_client_finish(err, &e, tr_err_set(&e, rep && rep->job ? TROUPE_RESOURCE_EXHAUSTED : TROUPE_DATA_LOSS,
-                                          "no job in the reply"));
+        return tr_client_finish(err, &e,
+                                tr_err_set(&e, rep && rep->job ? TROUPE_RESOURCE_EXHAUSTED : TROUPE_DATA_LOSS,
+                                           "no job in the reply"));
     }
     ji->msg = rep->job;
     rep->job = NULL;
@@ -168,7 +185,8 @@ TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint
     return tr_client_finish(err, &e, TROUPE_OK);
 }
 
-TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troupe_job **out, troupe_error *err)
+TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troupe_job **out,
+                                        troupe_error *err)
 {
     return troupe_wait_job(c, job_id, 0, 0, out, err);
 }
@@ -205,8 +223,9 @@ TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, tro
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     req.active_only = active_only != 0;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/ListJobs", &req.base, &troupe__v1__list_jobs_reply__descriptor,
-                            (ProtobufCMessage **)&l->msg, c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/ListJobs", &req.base,
+                            &troupe__v1__list_jobs_reply__descriptor, (ProtobufCMessage **)&l->msg,
+                            c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
     if (rv == TROUPE_OK && (l->jobs = calloc(l->msg->n_jobs + 1, sizeof(*l->jobs))) == NULL) {
         rv = tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
@@ -231,17 +250,18 @@ TROUPE_API troupe_status troupe_stop_job(troupe_client *c, uint64_t job_id, trou
     int rv;
 
     req.job_id = job_id;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/StopJob", &req.base, &troupe__v1__stop_job_reply__descriptor,
-                            (ProtobufCMessage **)&rep, c->timeout_ms, 0, &e);
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/StopJob", &req.base,
+                            &troupe__v1__stop_job_reply__descriptor, (ProtobufCMessage **)&rep, c->timeout_ms,
+                            0, &e);
     if (rep != NULL) {
         troupe__v1__stop_job_reply__free_unpacked(rep, NULL);
     }
     return tr_client_finish(err, &e, rv);
 }
 
-TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, const char *worker, uint64_t offset,
-                                          uint32_t wait_ms, char **data, size_t *len, uint64_t *next_offset,
-                                          int *done, troupe_error *err)
+TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, const char *worker,
+                                          uint64_t offset, uint32_t wait_ms, char **data, size_t *len,
+                                          uint64_t *next_offset, int *done, troupe_error *err)
 {
     Troupe__V1__GetLogsRequest req = TROUPE__V1__GET_LOGS_REQUEST__INIT;
     Troupe__V1__GetLogsReply *rep = NULL;
@@ -256,8 +276,9 @@ TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, con
     req.worker = (char *)(worker ? worker : "");
     req.offset = offset;
     req.wait_ms = wait_ms;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetLogs", &req.base, &troupe__v1__get_logs_reply__descriptor,
-                            (ProtobufCMessage **)&rep, c->timeout_ms + wait_ms, TR_RPC_IDEMPOTENT, &e);
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/GetLogs", &req.base,
+                            &troupe__v1__get_logs_reply__descriptor, (ProtobufCMessage **)&rep,
+                            c->timeout_ms + wait_ms, TR_RPC_IDEMPOTENT, &e);
     if (rv != TROUPE_OK) {
         return tr_client_finish(err, &e, rv);
     }

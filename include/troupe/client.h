@@ -32,9 +32,9 @@ typedef struct troupe_error {
 typedef struct troupe_client troupe_client;
 
 typedef struct troupe_client_opts {
-    const char *head_url;   /* NULL: $TROUPE_HEAD, then TROUPE_DEFAULT_HEAD */
-    const char *token;      /* NULL: $TROUPE_TOKEN, then none */
-    uint32_t timeout_ms;    /* per-call deadline; 0 = 10000 */
+    const char *head_url; /* NULL: $TROUPE_HEAD, then TROUPE_DEFAULT_HEAD */
+    const char *token;    /* NULL: $TROUPE_TOKEN, then none */
+    uint32_t timeout_ms;  /* per-call deadline; 0 = 10000 */
 } troupe_client_opts;
 
 /* troupe_client_open connects to the head. Returns UNAVAILABLE ("cannot reach
@@ -82,8 +82,8 @@ typedef struct troupe_node {
     const char *hostname;
     const char *address;
     troupe_node_state state;
-    const char *reason;      /* why it is in this state */
-    int64_t registered_ms;   /* unix ms */
+    const char *reason;    /* why it is in this state */
+    int64_t registered_ms; /* unix ms */
     int64_t last_seen_ms;
     uint32_t pid;
     uint32_t gpus_free;
@@ -142,13 +142,13 @@ TROUPE_API const char *troupe_job_state_name(int state);
 TROUPE_API const char *troupe_worker_state_name(int state);
 
 typedef struct troupe_worker {
-    const char *name;      /* "job7-policy-3" */
+    const char *name; /* "job7-policy-3" */
     const char *group;
     uint32_t rank, local_rank, local_world_size, node_rank;
     uint64_t node_id;
     const char *node_name;
     size_t n_gpus;
-    const uint32_t *gpus;  /* GPU indices on its node (CUDA_VISIBLE_DEVICES) */
+    const uint32_t *gpus; /* GPU indices on its node (CUDA_VISIBLE_DEVICES) */
     troupe_worker_state state;
     int exit_code, signal; /* when EXITED */
     uint32_t pid, attempt;
@@ -167,7 +167,7 @@ typedef struct troupe_job {
     uint64_t id;
     const char *name;
     troupe_job_state state;
-    const char *reason;     /* why it is PENDING, or how it ended */
+    const char *reason; /* why it is PENDING, or how it ended */
     int64_t submitted_ms, started_ms, ended_ms;
     uint32_t restarts, max_restarts;
     uint32_t workers_total; /* sum of the groups' workers */
@@ -196,7 +196,8 @@ TROUPE_API troupe_status troupe_submit_yaml(troupe_client *c, const char *text, 
 
 /* troupe_get_job fetches one job with its workers. Free *out with
  * troupe_job_free. NOT_FOUND for an unknown id. Idempotent. */
-TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troupe_job **out, troupe_error *err);
+TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troupe_job **out,
+                                        troupe_error *err);
 
 /* troupe_wait_job is troupe_get_job that waits (up to wait_ms) until the
  * job's version differs from after_version: a change notification without
@@ -222,9 +223,9 @@ TROUPE_API troupe_status troupe_stop_job(troupe_client *c, uint64_t job_id, trou
  * (only `worker`'s lines when it is not NULL/empty). With wait_ms > 0 it waits
  * for new output. *data is malloc'ed: free it with troupe_free. *done is set
  * when the job has ended and everything was read. */
-TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, const char *worker, uint64_t offset,
-                                          uint32_t wait_ms, char **data, size_t *len, uint64_t *next_offset,
-                                          int *done, troupe_error *err);
+TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, const char *worker,
+                                          uint64_t offset, uint32_t wait_ms, char **data, size_t *len,
+                                          uint64_t *next_offset, int *done, troupe_error *err);
 
 /* troupe_free frees memory libtroupe handed out as a plain buffer. */
 TROUPE_API void troupe_free(void *p);

@@ -65,7 +65,8 @@ int tr_node_register(tr_node_agent *a, tr_err *err)
     req.pid = (uint32_t)getpid();
     req.node_id = a->node_id;
     rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/RegisterNode", &req.base,
-                            &troupe__v1__register_node_reply__descriptor, (ProtobufCMessage **)&rep, 5000, 0, err);
+                            &troupe__v1__register_node_reply__descriptor, (ProtobufCMessage **)&rep, 5000, 0,
+                            err);
     if (rv != TROUPE_OK) {
         return rv;
     }
@@ -93,8 +94,9 @@ static void heartbeat(tr_node_agent *a)
     int rv;
 
     req.node_id = a->node_id;
-    rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/Heartbeat", &req.base, &troupe__v1__heartbeat_reply__descriptor,
-                            (ProtobufCMessage **)&rep, deadline, 0, &err);
+    rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/Heartbeat", &req.base,
+                            &troupe__v1__heartbeat_reply__descriptor, (ProtobufCMessage **)&rep, deadline, 0,
+                            &err);
     if (rv == TROUPE_OK) {
         if (!a->head_reachable) {
             TR_LOG(TR_LOG_NOTICE, "head reachable again head=%s", a->cfg.head);
@@ -102,7 +104,8 @@ static void heartbeat(tr_node_agent *a)
         a->head_reachable = 1;
         need_register = rep->head_started_ms != a->head_epoch;
         if (need_register) {
-            TR_LOG(TR_LOG_NOTICE, "head restarted; registering again node=%llu", (unsigned long long)a->node_id);
+            TR_LOG(TR_LOG_NOTICE, "head restarted; registering again node=%llu",
+                   (unsigned long long)a->node_id);
         }
         if (rep->heartbeat_ms) {
             a->heartbeat_ms = rep->heartbeat_ms;
@@ -113,7 +116,8 @@ static void heartbeat(tr_node_agent *a)
         need_register = 1;
     } else {
         if (a->head_reachable) {
-            TR_LOG(TR_LOG_WARNING, "heartbeat failed, will keep trying: %s: %s", troupe_strerror(rv), err.msg);
+            TR_LOG(TR_LOG_WARNING, "heartbeat failed, will keep trying: %s: %s", troupe_strerror(rv),
+                   err.msg);
         }
         a->head_reachable = 0;
     }

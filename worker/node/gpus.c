@@ -69,15 +69,17 @@ int tr_gpus_parse_fake(const char *spec, const char *name, tr_gpu_info *out, siz
     *n = 0;
     count = strtol(spec, &end, 10);
     if (end == spec || count < 0 || count > TR_MAX_GPUS) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "--fake-gpus '%s': expected N[xMODEL][:MEM] with N from 0 to %d (e.g. 4xH200:141GB)",
-                          spec, TR_MAX_GPUS);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "--fake-gpus '%s': expected N[xMODEL][:MEM] with N from 0 to %d (e.g. 4xH200:141GB)", spec,
+            TR_MAX_GPUS);
     }
     if (*end == 'x' || *end == 'X') {
         const char *m = end + 1;
         size_t len = strcspn(m, ":");
         if (len == 0 || len >= sizeof(model)) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "--fake-gpus '%s': empty or long model name", spec);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "--fake-gpus '%s': empty or long model name",
+                              spec);
         }
         memcpy(model, m, len);
         model[len] = '\0';
@@ -144,8 +146,8 @@ int tr_gpus_discover(tr_gpu_info *out, size_t *n, tr_err *err)
         int dev;
         size_t bytes = 0;
         unsigned char u[16];
-        if (get(&dev, i) != 0 || name(out[i].model, sizeof(out[i].model), dev) != 0 || mem(&bytes, dev) != 0 ||
-            uuid(u, dev) != 0) {
+        if (get(&dev, i) != 0 || name(out[i].model, sizeof(out[i].model), dev) != 0 ||
+            mem(&bytes, dev) != 0 || uuid(u, dev) != 0) {
             rv = tr_err_set(err, TROUPE_UNAVAILABLE, "cannot query GPU %d through the CUDA driver", i);
             goto out;
         }
@@ -153,8 +155,8 @@ int tr_gpus_discover(tr_gpu_info *out, size_t *n, tr_err *err)
         out[i].memory_bytes = bytes;
         out[i].simulated = 0;
         snprintf(out[i].uuid, sizeof(out[i].uuid),
-                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
-                 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+                 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
         *n = (size_t)(i + 1);
     }
 out:

@@ -32,7 +32,7 @@ typedef struct tr_node_agent {
     tr_gpu_info gpus[TR_MAX_GPUS];
     size_t n_gpus;
     uint64_t node_id;
-    int64_t head_epoch;   /* head_started_ms last seen */
+    int64_t head_epoch; /* head_started_ms last seen */
     int64_t heartbeat_ms;
     int head_reachable;
     volatile sig_atomic_t *stop;

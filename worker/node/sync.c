@@ -43,8 +43,9 @@ static void *sync_main(void *arg)
         req.version = a->incoming ? a->incoming->version : a->applied_version;
         pthread_mutex_unlock(&a->mu);
         req.wait_ms = POLL_MS;
-        rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base, &troupe__v1__node_sync_reply__descriptor,
-                                (ProtobufCMessage **)&rep, POLL_MS + 3000, 0, &err);
+        rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
+                                &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep,
+                                POLL_MS + 3000, 0, &err);
         if (rv != TROUPE_OK) {
             tr_sleep_ms(200); /* the heartbeat path reports and re-registers */
             continue;
@@ -65,7 +66,8 @@ int tr_node_workers_start(tr_node_agent *a, tr_err *err)
     int rv;
 
     snprintf(dir, sizeof(dir), "%s/logs", a->cfg.state_dir);
-    if ((rv = tr_launcher_open(dir, "/proc/self/exe", a->cfg.stop_grace_ms, &a->launcher, err)) != TROUPE_OK) {
+    if ((rv = tr_launcher_open(dir, "/proc/self/exe", a->cfg.stop_grace_ms, &a->launcher, err)) !=
+        TROUPE_OK) {
         return rv;
     }
     pthread_mutex_init(&a->mu, NULL);
@@ -98,7 +100,8 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
     tr_err err;
 
     if (argv == NULL || env == NULL || owned == NULL || wa->n_command == 0) {
-        TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name, wa->n_command ? "out of memory" : "no command");
+        TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name,
+               wa->n_command ? "out of memory" : "no command");
         goto out;
     }
     for (size_t i = 0; i < wa->n_command; i++) {
@@ -114,7 +117,8 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
         env[ne] = owned[ne];
         ne++;
     }
-    if (a->cfg.token != NULL && a->cfg.token[0] && asprintf(&owned[ne], "TROUPE_TOKEN=%s", a->cfg.token) > 0) {
+    if (a->cfg.token != NULL && a->cfg.token[0] &&
+        asprintf(&owned[ne], "TROUPE_TOKEN=%s", a->cfg.token) > 0) {
         env[ne] = owned[ne];
         ne++;
     }
@@ -238,7 +242,8 @@ static void forget_settled(tr_node_agent *a)
         /* Reported and no longer wanted: the head has it. Drop its queue too. */
         for (tr_pending_log **pp = &a->logs; *pp != NULL; pp = &(*pp)->next) {
             tr_pending_log *p = *pp;
-            if (p->job_id == st.job_id && p->attempt == st.attempt && strcmp(p->name, st.name) == 0 && p->len == 0) {
+            if (p->job_id == st.job_id && p->attempt == st.attempt && strcmp(p->name, st.name) == 0 &&
+                p->len == 0) {
                 *pp = p->next;
                 free(p->buf);
                 free(p);
@@ -292,8 +297,9 @@ static int report(tr_node_agent *a)
     req.node_id = a->node_id;
     req.version = a->applied_version;
     req.wait_ms = 0;
-    rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base, &troupe__v1__node_sync_reply__descriptor,
-                            (ProtobufCMessage **)&rep, 3000, 0, &err);
+    rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
+                            &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep, 3000, 0,
+                            &err);
     if (rv == TROUPE_OK) {
         for (size_t i = 0; i < req.n_reports; i++) {
             if (used[i] != NULL) {
