@@ -1,0 +1,355 @@
+/* cycles.c - place + release cycles through libtroupe, K client threads.
+ *
+ * One cycle, as a user and the agents would see it:
+ *   1. troupe_submit_yaml: one group of W workers x 1 GPU on W one-GPU
+ *      virtual nodes (PACK) - the analogue of a Ray placement group of W
+ *      bundles. The head places it before it answers.
+ *   2. troupe_wait_job until the job is RUNNING (placed; the head stored the
+ *      placement before answering). The reply lists the workers and nodes.
+ *   3. troupe_stop_job.
+ *   4. The agents of the job's nodes sync (agents.c): each reads its set,
+ *      which no longer holds the job, and reports its complete worker list.
+ *   5. troupe_wait_job until no worker of the job is RUNNING or PENDING: the
+ *      head has then returned the job's GPUs to the scheduler.
+ * A cycle that takes longer than the cycle deadline is an error, reported in
+ * the cell, never a hang. Throughput counts cycles that ended inside the
+ * measured window; latencies are those cycles'. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2e_bench.h"
+#include "util.h"
+
+enum { PH_WARMUP, PH_MEASURE, PH_DONE };
+
+typedef struct thr {
+    const eb_cycle_opts *o;
+    const char *yaml;
+    size_t yaml_len;
+    atomic_int *phase;
+    double t_begin, t_end; /* window, set by the driver */
+    double *lat, *place, *release;
+    size_t n, cap;
+    uint64_t errors, rpcs, completed;
+    uint64_t first_job;
+    char note[256];
+} thr;
+
+static int live(const troupe_worker *w)
+{
+    return w->state == TROUPE_WORKER_RUNNING || w->state == TROUPE_WORKER_PENDING;
+}
+
+static size_t live_count(const troupe_job *j)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_workers; i++) {
+        n += live(&j->workers[i]);
+    }
+    return n;
+}
+
+static uint32_t left_ms(int64_t until)
+{
+    int64_t l = until - tr_now_ms();
+    return l > 0 ? (uint32_t)l : 0;
+}
+
+/* wait_placed returns the job once RUNNING; *out is the caller's to free. */
+static int wait_placed(troupe_client *c, uint64_t id, int64_t until, thr *t, troupe_job **out,
+                       troupe_error *e)
+{
+    troupe_job *j = NULL;
+    int rv = troupe_wait_job(c, id, 0, 0, &j, e); /* version 0: answers at once */
+
+    t->rpcs++;
+    while (rv == TROUPE_OK && j->state == TROUPE_JOB_PENDING && left_ms(until) > 0) {
+        uint64_t v = j->version;
+        troupe_job_free(j);
+        j = NULL;
+        rv = troupe_wait_job(c, id, v, left_ms(until), &j, e);
+        t->rpcs++;
+    }
+    if (rv == TROUPE_OK && j->state != TROUPE_JOB_RUNNING) {
+        snprintf(e->message, sizeof(e->message), "job %llu is %s, not RUNNING: %.200s",
+                 (unsigned long long)id, troupe_job_state_name(j->state), j->reason);
+        rv = TROUPE_DEADLINE_EXCEEDED;
+        troupe_job_free(j);
+        j = NULL;
+    }
+    *out = j;
+    return rv;
+}
+
+/* sync_nodes has the agent of every node the job used sync once. */
+static int sync_nodes(tr_rpc_client *rpc, const troupe_job *j, int64_t until, thr *t, troupe_error *e)
+{
+    for (size_t i = 0; i < j->n_workers; i++) {
+        uint64_t id = j->workers[i].node_id;
+        unsigned n = 0;
+        tr_err err;
+        int seen = 0, rv;
+        for (size_t k = 0; k < i && !seen; k++) {
+            seen = j->workers[k].node_id == id;
+        }
+        if (seen) {
+            continue;
+        }
+        eb_node *node = eb_cluster_find(t->o->cluster, id);
+        if (node == NULL) {
+            snprintf(e->message, sizeof(e->message), "job placed a worker on unknown node %llu",
+                     (unsigned long long)id);
+            return TROUPE_INTERNAL;
+        }
+        rv = eb_agent_sync(rpc, node, left_ms(until) + 1, &n, &err);
+        t->rpcs += n;
+        if (rv != TROUPE_OK) {
+            snprintf(e->message, sizeof(e->message), "NodeSync node=%llu: %.200s", (unsigned long long)id,
+                     err.msg);
+            return rv;
+        }
+    }
+    return TROUPE_OK;
+}
+
+/* wait_released waits until no worker of the job is RUNNING or PENDING. */
+static int wait_released(troupe_client *c, uint64_t id, int64_t until, thr *t, troupe_error *e)
+{
+    troupe_job *j = NULL;
+    int rv = troupe_wait_job(c, id, 0, 0, &j, e);
+
+    t->rpcs++;
+    while (rv == TROUPE_OK && live_count(j) > 0 && left_ms(until) > 0) {
+        uint64_t v = j->version;
+        troupe_job_free(j);
+        j = NULL;
+        rv = troupe_wait_job(c, id, v, left_ms(until), &j, e);
+        t->rpcs++;
+    }
+    if (rv == TROUPE_OK && live_count(j) > 0) {
+        snprintf(e->message, sizeof(e->message),
+                 "job %llu: %zu workers still RUNNING/PENDING after the agents' reports",
+                 (unsigned long long)id, live_count(j));
+        rv = TROUPE_DEADLINE_EXCEEDED;
+    }
+    troupe_job_free(j);
+    return rv;
+}
+
+static int record(thr *t, double lat, double place, double release)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        double *a = realloc(t->lat, cap * sizeof(double));
+        double *b = a ? realloc(t->place, cap * sizeof(double)) : NULL;
+        double *c = b ? realloc(t->release, cap * sizeof(double)) : NULL;
+        t->lat = a ? a : t->lat;
+        t->place = b ? b : t->place;
+        t->release = c ? c : t->release;
+        if (c == NULL) {
+            return -1;
+        }
+        t->cap = cap;
+    }
+    t->lat[t->n] = lat;
+    t->place[t->n] = place;
+    t->release[t->n] = release;
+    t->n++;
+    return 0;
+}
+
+/* one_cycle runs steps 1-5; returns a troupe_status with e filled. */
+static int one_cycle(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error *e)
+{
+    int64_t until = tr_now_ms() + t->o->cycle_deadline_ms;
+    double t0 = eb_now_s(), t1;
+    troupe_job *j = NULL;
+    uint64_t id = 0;
+    int rv;
+
+    rv = troupe_submit_yaml(c, t->yaml, t->yaml_len, "e2e.yaml", NULL, &id, e);
+    t->rpcs++;
+    if (rv == TROUPE_OK && t->first_job == 0) {
+        t->first_job = id;
+    }
+    if (rv == TROUPE_OK) {
+        rv = wait_placed(c, id, until, t, &j, e);
+    }
+    t1 = eb_now_s();
+    if (rv == TROUPE_OK) {
+        rv = troupe_stop_job(c, id, e);
+        t->rpcs++;
+    }
+    if (rv == TROUPE_OK) {
+        rv = sync_nodes(rpc, j, until, t, e);
+    }
+    if (rv == TROUPE_OK) {
+        rv = wait_released(c, id, until, t, e);
+    }
+    troupe_job_free(j);
+    if (rv == TROUPE_OK) {
+        double t2 = eb_now_s();
+        t->completed++;
+        /* phase first: its load orders the read of t_begin after the store. */
+        if (atomic_load(t->phase) == PH_MEASURE && t2 >= t->t_begin) {
+            if (record(t, t2 - t0, t1 - t0, t2 - t1) != 0) {
+                snprintf(e->message, sizeof(e->message), "out of memory");
+                return TROUPE_RESOURCE_EXHAUSTED;
+            }
+        }
+    }
+    return rv;
+}
+
+static void *thr_main(void *arg)
+{
+    thr *t = arg;
+    troupe_client_opts co = {.head_url = t->o->url, .timeout_ms = t->o->cycle_deadline_ms};
+    tr_rpc_client_opts ro = {.url = t->o->url};
+    troupe_client *c = NULL;
+    tr_rpc_client *rpc = NULL;
+    troupe_error e = {0};
+    tr_err err;
+    int rv;
+
+    if ((rv = troupe_client_open(&c, &co, &e)) != TROUPE_OK ||
+        (rv = tr_rpc_client_open(&ro, &rpc, &err)) != TROUPE_OK) {
+        snprintf(t->note, sizeof(t->note), "connect: %.200s", rv == e.code ? e.message : err.msg);
+        t->errors++;
+        goto out;
+    }
+    while (atomic_load(t->phase) != PH_DONE) {
+        rv = one_cycle(c, rpc, t, &e);
+        if (rv != TROUPE_OK) {
+            /* Stop this thread: a broken cycle may have left GPUs held, and
+             * going on would measure a different cluster. */
+            t->errors++;
+            snprintf(t->note, sizeof(t->note), "%s: %.200s", troupe_strerror(rv), e.message);
+            break;
+        }
+    }
+out:
+    troupe_client_close(c);
+    tr_rpc_client_close(rpc);
+    return NULL;
+}
+
+/* make_yaml writes the job: W one-GPU virtual nodes, one PACK group of W. */
+static char *make_yaml(int w, size_t *len)
+{
+    size_t cap = 256 + (size_t)w * 4;
+    char *s = malloc(cap);
+    size_t off = 0;
+
+    if (s == NULL) {
+        return NULL;
+    }
+    off += (size_t)snprintf(s + off, cap - off, "name: e2e-w%d\ncluster: {nodes: [", w);
+    for (int i = 0; i < w; i++) {
+        off += (size_t)snprintf(s + off, cap - off, "%s1", i ? ", " : "");
+    }
+    off += (size_t)snprintf(s + off, cap - off,
+                            "]}\ngroups: [{name: g, workers: %d, resources: {gpu: 1}, strategy: PACK, "
+                            "command: [\"true\"]}]\n",
+                            w);
+    *len = off;
+    return s;
+}
+
+static void summarize(thr *ts, int k, eb_cell *cell)
+{
+    size_t n = 0;
+    double *lat, *pl, *rel;
+    uint64_t rpcs = 0, first = 0;
+
+    for (int i = 0; i < k; i++) {
+        n += ts[i].n;
+        cell->errors += ts[i].errors;
+        rpcs += ts[i].rpcs;
+        if (ts[i].first_job && (first == 0 || ts[i].first_job < first)) {
+            first = ts[i].first_job;
+        }
+        if (ts[i].note[0] && cell->note[0] == '\0') {
+            snprintf(cell->note, sizeof(cell->note), "%s", ts[i].note);
+        }
+    }
+    cell->jobs_before = first ? first - 1 : 0;
+    lat = calloc(n + 1, sizeof(double));
+    pl = calloc(n + 1, sizeof(double));
+    rel = calloc(n + 1, sizeof(double));
+    for (int i = 0, off = 0; lat && pl && rel && i < k; off += (int)ts[i].n, i++) {
+        memcpy(lat + off, ts[i].lat, ts[i].n * sizeof(double));
+        memcpy(pl + off, ts[i].place, ts[i].n * sizeof(double));
+        memcpy(rel + off, ts[i].release, ts[i].n * sizeof(double));
+    }
+    if (lat && pl && rel && n > 0) {
+        qsort(lat, n, sizeof(double), eb_cmp_double);
+        qsort(pl, n, sizeof(double), eb_cmp_double);
+        qsort(rel, n, sizeof(double), eb_cmp_double);
+        cell->cycles = n;
+        cell->per_s = (double)n / cell->window_s;
+        cell->p50_ms = eb_pct(lat, n, 0.50) * 1e3;
+        cell->p99_ms = eb_pct(lat, n, 0.99) * 1e3;
+        cell->place_p50_ms = eb_pct(pl, n, 0.50) * 1e3;
+        cell->release_p50_ms = eb_pct(rel, n, 0.50) * 1e3;
+    }
+    /* Calls per cycle over every completed cycle, warm-up included. */
+    uint64_t all = 0;
+    for (int i = 0; i < k; i++) {
+        all += ts[i].completed;
+    }
+    cell->rpcs_per_cycle = all ? (double)rpcs / (double)all : 0;
+    free(lat);
+    free(pl);
+    free(rel);
+}
+
+int eb_cycles_run(const eb_cycle_opts *o, eb_cell *cell)
+{
+    pthread_t th[256];
+    thr ts[256];
+    atomic_int phase = PH_WARMUP;
+    size_t len = 0;
+    char *yaml = make_yaml(cell->workers, &len);
+    int k = cell->clients > 256 ? 256 : cell->clients;
+
+    if (yaml == NULL) {
+        snprintf(cell->note, sizeof(cell->note), "out of memory");
+        return -1;
+    }
+    memset(ts, 0, sizeof(ts));
+    cell->load1 = eb_load1();
+    for (int i = 0; i < k; i++) {
+        ts[i] = (thr){.o = o, .yaml = yaml, .yaml_len = len, .phase = &phase, .t_begin = 1e300};
+        pthread_create(&th[i], NULL, thr_main, &ts[i]);
+    }
+    tr_sleep_ms(o->warmup_ms);
+    double head0 = eb_proc_cpu_s(o->head_pid), self0 = eb_proc_cpu_s(0);
+    double t_begin = eb_now_s();
+    for (int i = 0; i < k; i++) {
+        ts[i].t_begin = t_begin;
+    }
+    atomic_store(&phase, PH_MEASURE);
+    tr_sleep_ms(o->duration_ms);
+    atomic_store(&phase, PH_DONE);
+    cell->window_s = eb_now_s() - t_begin;
+    double head_cpu = eb_proc_cpu_s(o->head_pid) - head0, self_cpu = eb_proc_cpu_s(0) - self0;
+    for (int i = 0; i < k; i++) {
+        pthread_join(th[i], NULL);
+    }
+    summarize(ts, k, cell);
+    if (cell->cycles > 0) {
+        cell->head_cpu_ms = head_cpu * 1e3 / (double)cell->cycles;
+        cell->bench_cpu_ms = self_cpu * 1e3 / (double)cell->cycles;
+    }
+    for (int i = 0; i < k; i++) {
+        free(ts[i].lat);
+        free(ts[i].place);
+        free(ts[i].release);
+    }
+    free(yaml);
+    cell->ran = 1;
+    return cell->errors ? -1 : 0;
+}
