@@ -43,6 +43,7 @@ static inline int tr_cu_status(cudaError_t e)
             rv = tr_err_set(err, tr_cu_status(tr_e_), "%s:%d: %s: %s (%s)", __FILE__,       \
                             __LINE__, #call, cudaGetErrorString(tr_e_), cudaGetErrorName(tr_e_)); \
             TR_LOG(TR_LOG_ERR, "cuda error: %s", err != NULL ? err->msg : #call);           \
+            cudaGetLastError(); /* reset a non-sticky error so later checks see their own */ \
             goto out;                                                                       \
         }                                                                                   \
     } while (0)

@@ -224,20 +224,34 @@ out:
     return rv;
 }
 
-/* The phase events are recorded as external event nodes, so that they are
- * real event records inside a captured graph too (a plain record during
- * capture only orders work and is never signalled). */
+/* record_phase records phase event i. While a graph is being captured the
+ * event must be recorded as an external event node, or it only orders work
+ * inside the capture and is never signalled; outside capture that flag is an
+ * error (cudaErrorIllegalState), so a plain record is used. */
+static cudaError_t record_phase(cu_backend *cb, int i)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(cb->s, &st);
+    if (e != cudaSuccess) {
+        return e;
+    }
+    if (st == cudaStreamCaptureStatusActive) {
+        return cudaEventRecordWithFlags(cb->ev[i], cb->s, cudaEventRecordExternal);
+    }
+    return cudaEventRecord(cb->ev[i], cb->s);
+}
+
 template <typename T> static int pass(cu_backend *cb, int B, int Tn, float dloss, int bwd, tr_err *err)
 {
     int rv = TROUPE_OK;
     if (bwd) {
-        TR_CU(cudaEventRecordWithFlags(cb->ev[0], cb->s, cudaEventRecordExternal));
+        TR_CU(record_phase(cb, 0));
     }
     TR_TRY(forward<T>(cb, B, Tn, dloss, bwd, err));
     if (bwd) {
-        TR_CU(cudaEventRecordWithFlags(cb->ev[1], cb->s, cudaEventRecordExternal));
+        TR_CU(record_phase(cb, 1));
         TR_TRY(backward<T>(cb, B, Tn, err));
-        TR_CU(cudaEventRecordWithFlags(cb->ev[2], cb->s, cudaEventRecordExternal));
+        TR_CU(record_phase(cb, 2));
         cb->have_fb = 1;
     }
 out:
