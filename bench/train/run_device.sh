@@ -13,6 +13,7 @@ set -u
 final=${OUT:-}
 out=${OUT:+/tmp/tr-bench}
 out=${out:-bench-out}
+rm -rf "$out"
 mkdir -p "$out"
 bin=.device/bin
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
