@@ -54,8 +54,8 @@ static tr_model_config model_cfg(const char *name)
 
 static int profile_last; /* --profile: bracket the last step with the CUDA profiler API (ncu/nsys ranges) */
 
-static int bench_one(const char *model, int B, int steps, int warmup, int recompute, double ceiling, result *r,
-                     tr_err *err)
+static int bench_one(const char *model, int B, int steps, int warmup, int recompute, double ceiling,
+                     result *r, tr_err *err)
 {
     tr_model_config cfg = model_cfg(model);
     tr_backend_opts o = {B, TR_PRECISION_BF16, recompute, 0};
@@ -99,7 +99,8 @@ static int bench_one(const char *model, int B, int steps, int warmup, int recomp
             goto out;
         }
         opt.grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-        if ((rv = b->ops->adamw_update(b, &opt, err)) != TROUPE_OK || (rv = b->ops->sync(b, err)) != TROUPE_OK) {
+        if ((rv = b->ops->adamw_update(b, &opt, err)) != TROUPE_OK ||
+            (rv = b->ops->sync(b, err)) != TROUPE_OK) {
             goto out;
         }
         if (profile_last && s == warmup + steps - 1) {
@@ -138,13 +139,14 @@ static void write_json(FILE *f, const char *dev, double ceiling, const result *r
     fprintf(f, "  \"results\": [\n");
     for (int i = 0; i < nr; i++) {
         const result *r = &rs[i];
-        fprintf(f,
-                "    {\"impl\": \"troupe-cuda\", \"model\": \"%s\", \"params\": %zu, \"B\": %d, \"T\": %d, "
-                "\"recompute\": %d, \"step_ms\": %.3f, \"tok_s\": %.0f, \"mfu\": %.4f, \"mfu_vs_ceiling\": %.4f, "
-                "\"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss\": %.4f, "
-                "\"peak_gib\": %.3f, \"peak_bytes_per_param\": %.1f}%s\n",
-                r->model, r->nparams, r->B, r->T, r->recompute, r->step_ms, r->tok_s, r->mfu, r->mfu_ceiling,
-                r->fwd_ms, r->bwd_ms, r->opt_ms, r->loss, r->peak_gib, r->bytes_per_param, i + 1 < nr ? "," : "");
+        fprintf(
+            f,
+            "    {\"impl\": \"troupe-cuda\", \"model\": \"%s\", \"params\": %zu, \"B\": %d, \"T\": %d, "
+            "\"recompute\": %d, \"step_ms\": %.3f, \"tok_s\": %.0f, \"mfu\": %.4f, \"mfu_vs_ceiling\": %.4f, "
+            "\"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss\": %.4f, "
+            "\"peak_gib\": %.3f, \"peak_bytes_per_param\": %.1f}%s\n",
+            r->model, r->nparams, r->B, r->T, r->recompute, r->step_ms, r->tok_s, r->mfu, r->mfu_ceiling,
+            r->fwd_ms, r->bwd_ms, r->opt_ms, r->loss, r->peak_gib, r->bytes_per_param, i + 1 < nr ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
 }
@@ -175,8 +177,10 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--no-ceiling") == 0) {
             do_ceiling = 0;
         } else {
-            fprintf(stderr, "usage: %s [--model 124M|350M] [--batch B[,B..]] [--steps N] [--warmup N] "
-                            "[--recompute 0|1] [--json FILE] [--no-ceiling] [--profile]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--model 124M|350M] [--batch B[,B..]] [--steps N] [--warmup N] "
+                    "[--recompute 0|1] [--json FILE] [--no-ceiling] [--profile]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -203,13 +207,13 @@ int main(int argc, char **argv)
         nr++;
     }
     free(list);
-    printf("%-5s %4s %5s %3s %9s %10s %6s %8s %8s %8s %8s %8s %9s\n", "model", "B", "T", "rc", "step_ms", "tok/s",
-           "MFU", "MFU/ceil", "fwd_ms", "bwd_ms", "opt_ms", "peakGiB", "B/param");
+    printf("%-5s %4s %5s %3s %9s %10s %6s %8s %8s %8s %8s %8s %9s\n", "model", "B", "T", "rc", "step_ms",
+           "tok/s", "MFU", "MFU/ceil", "fwd_ms", "bwd_ms", "opt_ms", "peakGiB", "B/param");
     for (int i = 0; i < nr; i++) {
         const result *r = &rs[i];
-        printf("%-5s %4d %5d %3d %9.2f %10.0f %5.1f%% %7.1f%% %8.2f %8.2f %8.2f %8.2f %9.1f\n", r->model, r->B, r->T,
-               r->recompute, r->step_ms, r->tok_s, 100 * r->mfu, 100 * r->mfu_ceiling, r->fwd_ms, r->bwd_ms,
-               r->opt_ms, r->peak_gib, r->bytes_per_param);
+        printf("%-5s %4d %5d %3d %9.2f %10.0f %5.1f%% %7.1f%% %8.2f %8.2f %8.2f %8.2f %9.1f\n", r->model,
+               r->B, r->T, r->recompute, r->step_ms, r->tok_s, 100 * r->mfu, 100 * r->mfu_ceiling, r->fwd_ms,
+               r->bwd_ms, r->opt_ms, r->peak_gib, r->bytes_per_param);
     }
     if (json != NULL) {
         FILE *f = fopen(json, "w");

@@ -26,26 +26,26 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                    \
-    do {                                                    \
-        if (!(cond)) {                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                   \
-            fprintf(stderr, "\n");                          \
-            failures++;                                     \
-        }                                                   \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                             \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fprintf(stderr, "\n");                                                                           \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
 /* OK_OR_DIE: a backend call that must succeed; prints troupe_strerror and
  * the backend's message, then ends the case. */
-#define OK_OR_DIE(call)                                                                                \
-    do {                                                                                               \
-        int rv_ = (call);                                                                              \
-        if (rv_ != TROUPE_OK) {                                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, troupe_strerror(rv_), \
-                    err.msg);                                                                          \
-            exit(1);                                                                                   \
-        }                                                                                              \
+#define OK_OR_DIE(call)                                                                                      \
+    do {                                                                                                     \
+        int rv_ = (call);                                                                                    \
+        if (rv_ != TROUPE_OK) {                                                                              \
+            fprintf(stderr, "FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, troupe_strerror(rv_),   \
+                    err.msg);                                                                                \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 static tr_model_config make_cfg(int L, int C, int NH, int T, int V)
@@ -66,7 +66,8 @@ static void randomise(const tr_model_config *cfg, float *params, uint64_t seed)
         int is_ln_w = i == TR_P_LN1W || i == TR_P_LN2W || i == TR_P_LNFW;
         for (size_t j = 0; j < sizes[i]; j++) {
             double x = tr_rng_normal(&rng);
-            params[offs[i] + j] = (float)(is_ln_w ? 1.0 + 0.1 * x : (tr_model_param_is_matrix(i) ? 0.05 : 0.02) * x);
+            params[offs[i] + j] =
+                (float)(is_ln_w ? 1.0 + 0.1 * x : (tr_model_param_is_matrix(i) ? 0.05 : 0.02) * x);
         }
     }
     memset(params + (size_t)cfg->vocab * cfg->width, 0,

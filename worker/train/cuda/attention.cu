@@ -62,8 +62,8 @@ __global__ void attn_naive_fwd_kernel(T *y, T *att, const T *qkv, int B, int Tn,
 /* Query side of backward, one warp per (b, h, t): dscore row into scratch,
  * then dq = dscore . k. */
 template <typename T>
-__global__ void attn_naive_bwd_q_kernel(T *dqkv, T *dpre, const T *dy, const T *att, const T *qkv, int B, int Tn,
-                                        int NH, int hd)
+__global__ void attn_naive_bwd_q_kernel(T *dqkv, T *dpre, const T *dy, const T *att, const T *qkv, int B,
+                                        int Tn, int NH, int hd)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * NH * Tn) {
@@ -99,8 +99,8 @@ __global__ void attn_naive_bwd_q_kernel(T *dqkv, T *dpre, const T *dy, const T *
 
 /* Key side, one warp per (b, h, s): dk = sum_t dscore[t][s] q_t, dv = sum_t att[t][s] dy_t. */
 template <typename T>
-__global__ void attn_naive_bwd_kv_kernel(T *dqkv, const T *dpre, const T *dy, const T *att, const T *qkv, int B,
-                                         int Tn, int NH, int hd)
+__global__ void attn_naive_bwd_kv_kernel(T *dqkv, const T *dpre, const T *dy, const T *att, const T *qkv,
+                                         int B, int Tn, int NH, int hd)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * NH * Tn) {
@@ -138,18 +138,20 @@ cudaError_t tr_cu_attn_naive_bwd(T *dqkv, T *scratch, const T *dy, const T *att,
     return cudaGetLastError();
 }
 
-template cudaError_t tr_cu_attn_naive_fwd<float>(float *, float *, const float *, int, int, int, int, cudaStream_t);
-template cudaError_t tr_cu_attn_naive_fwd<bf16>(bf16 *, bf16 *, const bf16 *, int, int, int, int, cudaStream_t);
-template cudaError_t tr_cu_attn_naive_bwd<float>(float *, float *, const float *, const float *, const float *, int,
-                                                 int, int, int, cudaStream_t);
-template cudaError_t tr_cu_attn_naive_bwd<bf16>(bf16 *, bf16 *, const bf16 *, const bf16 *, const bf16 *, int, int,
-                                                int, int, cudaStream_t);
+template cudaError_t tr_cu_attn_naive_fwd<float>(float *, float *, const float *, int, int, int, int,
+                                                 cudaStream_t);
+template cudaError_t tr_cu_attn_naive_fwd<bf16>(bf16 *, bf16 *, const bf16 *, int, int, int, int,
+                                                cudaStream_t);
+template cudaError_t tr_cu_attn_naive_bwd<float>(float *, float *, const float *, const float *,
+                                                 const float *, int, int, int, int, cudaStream_t);
+template cudaError_t tr_cu_attn_naive_bwd<bf16>(bf16 *, bf16 *, const bf16 *, const bf16 *, const bf16 *, int,
+                                                int, int, int, cudaStream_t);
 
 /* ---- flash path: tensor-core helpers ------------------------------------ */
 
-#define FA_D 64      /* head size */
-#define FA_TILE 64   /* rows per tile (queries or keys) */
-#define FA_LD 72     /* shared row length: +16 bytes so ldmatrix rows hit distinct banks */
+#define FA_D 64    /* head size */
+#define FA_TILE 64 /* rows per tile (queries or keys) */
+#define FA_LD 72   /* shared row length: +16 bytes so ldmatrix rows hit distinct banks */
 
 typedef bf16 fa_tile[FA_TILE][FA_LD];
 
@@ -164,10 +166,16 @@ __device__ __forceinline__ void cp_async_wait_all()
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 
 /* cp_async_wait<N> waits until at most N committed groups are in flight. */
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 /* load_tile copies rows [row0, row0+64) of a 64-wide head slice (row stride
  * rs elements) into shared memory; rows past Tn are zero-filled. */
@@ -278,7 +286,8 @@ __device__ __forceinline__ void store_rows(bf16 *dst, int rs, int r0, int Tn, co
     for (int nt = 0; nt < 8; nt++) {
         int col = nt * 8 + 2 * t;
         if (r0 + g < Tn) {
-            *reinterpret_cast<uint32_t *>(dst + (size_t)(r0 + g) * rs + col) = pack_bf16(a[nt][0] * mul0, a[nt][1] * mul0);
+            *reinterpret_cast<uint32_t *>(dst + (size_t)(r0 + g) * rs + col) =
+                pack_bf16(a[nt][0] * mul0, a[nt][1] * mul0);
         }
         if (r0 + g + 8 < Tn) {
             *reinterpret_cast<uint32_t *>(dst + (size_t)(r0 + g + 8) * rs + col) =
@@ -292,12 +301,13 @@ __device__ __forceinline__ void store_rows(bf16 *dst, int rs, int r0, int Tn, co
 /* Tiles are double-buffered: while the warps compute on key tile j, the
  * copy engine's cp.async brings tile j+1 into the other buffer. Q passes
  * through buffer 1 first; once it sits in registers its space is reused. */
-__global__ void __launch_bounds__(128) flash_fwd_kernel(bf16 *y, float *lse, const bf16 *qkv, int Tn, int NH,
-                                                        float scale_log2)
+__global__ void __launch_bounds__(128)
+    flash_fwd_kernel(bf16 *y, float *lse, const bf16 *qkv, int Tn, int NH, float scale_log2)
 {
-    __shared__ __align__(16) fa_tile sKV[2][2]; /* [buffer][K, V] */
+    __shared__ __align__(16) fa_tile sKV[2][2];                          /* [buffer][K, V] */
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* longest rows first */
-    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2,
+        t = lane & 3;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D;
     load_tile(sKV[1][0], base, qt * FA_TILE, Tn, rs);
     cp_async_commit();
@@ -392,8 +402,9 @@ cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn,
 
 /* load_q_side queues query tile i (Q, dO) and its lse/dsum rows into one
  * buffer of the dK/dV kernel; padding rows get lse = +inf, so P = 0 there. */
-__device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, const bf16 *qb, const bf16 *dyb,
-                                            const float *lb, const float *db, int i, int Tn, int rs, int C)
+__device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, const bf16 *qb,
+                                            const bf16 *dyb, const float *lb, const float *db, int i, int Tn,
+                                            int rs, int C)
 {
     load_tile(qo[0], qb, i * FA_TILE, Tn, rs);
     load_tile(qo[1], dyb, i * FA_TILE, Tn, C);
@@ -410,14 +421,15 @@ __device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, c
  * P^T and dS^T come out as A operands for dV += P^T dO and dK += dS^T Q.
  * K and V live in registers after the first load, so their shared memory
  * becomes the second buffer of the double-buffered (Q, dO) stream. */
-__global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf16 *dy, const float *lse,
-                                                           const float *dsum, const bf16 *qkv, int Tn, int NH,
-                                                           float scale_log2, float scale)
+__global__ void __launch_bounds__(128)
+    flash_bwd_kv_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *dsum, const bf16 *qkv,
+                        int Tn, int NH, float scale_log2, float scale)
 {
     __shared__ __align__(16) fa_tile sQO[2][2]; /* [buffer][Q, dO]; buffer 1 first holds K, V */
     __shared__ float sL[2][FA_TILE], sD[2][FA_TILE];
     int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nq = gridDim.x;
-    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2,
+        t = lane & 3;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D, *dyb = dy + (size_t)b * Tn * C + h * FA_D;
     const float *lb = lse + ((size_t)b * NH + h) * Tn, *db = dsum + ((size_t)b * NH + h) * Tn;
     load_tile(sQO[1][0], base + C, kt * FA_TILE, Tn, rs);
@@ -481,13 +493,14 @@ __global__ void __launch_bounds__(128) flash_bwd_kv_kernel(bf16 *dqkv, const bf1
  * (K, V) tiles stream through two buffers. This kernel runs first and also
  * computes the softmax-backward row term dsum = rowsum(dO * O) for its rows,
  * which the dK/dV kernel then reads. */
-__global__ void __launch_bounds__(128) flash_bwd_q_kernel(bf16 *dqkv, const bf16 *dy, const bf16 *y,
-                                                          const float *lse, float *dsum, const bf16 *qkv, int Tn,
-                                                          int NH, float scale_log2, float scale)
+__global__ void __launch_bounds__(128)
+    flash_bwd_q_kernel(bf16 *dqkv, const bf16 *dy, const bf16 *y, const float *lse, float *dsum,
+                       const bf16 *qkv, int Tn, int NH, float scale_log2, float scale)
 {
     __shared__ __align__(16) fa_tile sKV[2][2]; /* [buffer][K, V]; buffer 1 first holds Q, dO */
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2,
+        t = lane & 3;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D, *dyb = dy + (size_t)b * Tn * C + h * FA_D;
     load_tile(sKV[1][0], base, qt * FA_TILE, Tn, rs);
     load_tile(sKV[1][1], dyb, qt * FA_TILE, Tn, C);
@@ -515,7 +528,8 @@ __global__ void __launch_bounds__(128) flash_bwd_q_kernel(bf16 *dqkv, const bf16
 #pragma unroll
                 for (int v = 0; v < 2; v++) {
                     int col = t * 16 + v * 8;
-                    Vec<bf16> o = Vec<bf16>::load(yb + (size_t)row * C + col), d = Vec<bf16>::load(&sKV[1][1][r][col]);
+                    Vec<bf16> o = Vec<bf16>::load(yb + (size_t)row * C + col),
+                              d = Vec<bf16>::load(&sKV[1][1][r][col]);
 #pragma unroll
                     for (int e = 0; e < 8; e++) {
                         acc += tr_to_f(o.e[e]) * tr_to_f(d.e[e]);

@@ -183,7 +183,8 @@ static int check_config(const tr_model_config *cfg, const tr_backend_opts *opts,
     /* 16-byte vector access needs every row and tensor offset on a multiple
      * of 8 elements; all GPT-2 widths satisfy this. */
     if (cfg->width % 8 != 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cuda backend: width %d is not a multiple of 8", cfg->width);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cuda backend: width %d is not a multiple of 8",
+                          cfg->width);
     }
     if (opts->micro_batch <= 0) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cuda backend: micro_batch %d must be positive",
@@ -192,8 +193,8 @@ static int check_config(const tr_model_config *cfg, const tr_backend_opts *opts,
     return TROUPE_OK;
 }
 
-extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
-                                      tr_err *err)
+extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backend_opts *opts,
+                                      tr_backend **out, tr_err *err)
 {
     int rv = TROUPE_OK, ndev = 0;
     cu_backend *cb = NULL;
@@ -204,7 +205,8 @@ extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backe
         return tr_err_set(err, TROUPE_UNAVAILABLE, "cuda backend: no CUDA device present");
     }
     if (opts->device < 0 || opts->device >= ndev) {
-        return tr_err_set(err, TROUPE_UNAVAILABLE, "cuda backend: device %d requested, %d present", opts->device, ndev);
+        return tr_err_set(err, TROUPE_UNAVAILABLE, "cuda backend: device %d requested, %d present",
+                          opts->device, ndev);
     }
     cb = (cu_backend *)calloc(1, sizeof(*cb));
     if (cb == NULL) {
@@ -235,8 +237,8 @@ extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backe
     TR_TRY(alloc_params(cb, err));
     TR_TRY(alloc_activations(cb, err));
     TR_CU_TRY(cudaStreamSynchronize(cb->s));
-    TR_LOG(TR_LOG_INFO, "cuda backend ready device=%d precision=%s attention=%s params=%zu bytes=%llu", cb->dev,
-           cb->bf16 ? "bf16" : "fp32", cb->flash ? "flash" : "reference", cb->base.num_params,
+    TR_LOG(TR_LOG_INFO, "cuda backend ready device=%d precision=%s attention=%s params=%zu bytes=%llu",
+           cb->dev, cb->bf16 ? "bf16" : "fp32", cb->flash ? "flash" : "reference", cb->base.num_params,
            (unsigned long long)cb->in_use);
     *out = &cb->base;
     cb = NULL;
@@ -319,7 +321,8 @@ out:
 
 /* stage_batch validates the token ids (an id out of range would index past
  * wte on the device) and queues their copy through pinned memory. */
-static int stage_batch(cu_backend *cb, const int32_t *inputs, const int32_t *targets, int B, int Tn, tr_err *err)
+static int stage_batch(cu_backend *cb, const int32_t *inputs, const int32_t *targets, int B, int Tn,
+                       tr_err *err)
 {
     int rv = TROUPE_OK, V = cb->base.cfg.vocab;
     size_t n = (size_t)B * Tn;
@@ -329,21 +332,24 @@ static int stage_batch(cu_backend *cb, const int32_t *inputs, const int32_t *tar
     }
     for (size_t i = 0; i < n; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V) {
-            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cuda backend: token %zu out of range (vocab %d)", i, V);
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cuda backend: token %zu out of range (vocab %d)",
+                              i, V);
         }
     }
     TR_CU_TRY(cudaSetDevice(cb->dev));
     /* the previous call synchronised, so the staging buffers are free */
     memcpy(cb->h_inputs, inputs, n * sizeof(int32_t));
     memcpy(cb->h_targets, targets, n * sizeof(int32_t));
-    TR_CU_TRY(cudaMemcpyAsync(cb->d_inputs, cb->h_inputs, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->s));
-    TR_CU_TRY(cudaMemcpyAsync(cb->d_targets, cb->h_targets, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->s));
+    TR_CU_TRY(
+        cudaMemcpyAsync(cb->d_inputs, cb->h_inputs, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->s));
+    TR_CU_TRY(
+        cudaMemcpyAsync(cb->d_targets, cb->h_targets, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->s));
 out:
     return rv;
 }
 
-static int run_pass(tr_backend *b, const int32_t *inputs, const int32_t *targets, int B, int Tn, float loss_scale,
-                    int backward, float *loss, tr_err *err)
+static int run_pass(tr_backend *b, const int32_t *inputs, const int32_t *targets, int B, int Tn,
+                    float loss_scale, int backward, float *loss, tr_err *err)
 {
     int rv = TROUPE_OK;
     cu_backend *cb = (cu_backend *)b;
@@ -362,8 +368,8 @@ static int cuda_forward_backward(tr_backend *b, const int32_t *inputs, const int
     return run_pass(b, inputs, targets, B, T, loss_scale, 1, loss, err);
 }
 
-static int cuda_forward_loss(tr_backend *b, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss,
-                             tr_err *err)
+static int cuda_forward_loss(tr_backend *b, const int32_t *inputs, const int32_t *targets, int B, int T,
+                             float *loss, tr_err *err)
 {
     return run_pass(b, inputs, targets, B, T, 0.0f, 0, loss, err);
 }
@@ -402,7 +408,8 @@ static int cuda_adamw_update(tr_backend *b, const tr_adamw *opt, tr_err *err)
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(cudaEventRecord(cb->ev[3], cb->s));
     if (cb->bf16) {
-        TR_CU_TRY(tr_cu_adamw((bf16 *)cb->params, cb->master, cb->grads, cb->m, cb->v, b->num_params, &a, cb->s));
+        TR_CU_TRY(
+            tr_cu_adamw((bf16 *)cb->params, cb->master, cb->grads, cb->m, cb->v, b->num_params, &a, cb->s));
     } else {
         TR_CU_TRY(tr_cu_adamw((float *)NULL, cb->master, cb->grads, cb->m, cb->v, b->num_params, &a, cb->s));
     }
@@ -464,9 +471,10 @@ out:
 }
 
 extern const tr_backend_ops tr_cu_ops = {
-    "cuda",           cuda_destroy,      cuda_set_params, cuda_get_params,      cuda_zero_grads,
-    cuda_forward_backward, cuda_forward_loss, cuda_grad_norm,  cuda_get_grads,       cuda_adamw_update,
-    cuda_get_opt_state, cuda_set_opt_state, cuda_mem_stats, cuda_phase_times, cuda_sync,
+    "cuda",          cuda_destroy,          cuda_set_params,    cuda_get_params,
+    cuda_zero_grads, cuda_forward_backward, cuda_forward_loss,  cuda_grad_norm,
+    cuda_get_grads,  cuda_adamw_update,     cuda_get_opt_state, cuda_set_opt_state,
+    cuda_mem_stats,  cuda_phase_times,      cuda_sync,
 };
 
 /* ---- train_cuda.h extras ---------------------------------------------------- */
@@ -489,14 +497,9 @@ extern "C" int tr_cuda_set_option(tr_backend *b, tr_cuda_option opt, int value, 
         }
         cb->flash = value != 0;
         break;
-    case TR_CUDA_OPT_GELU_EPILOGUE:
-        cb->gelu_epi = value != 0;
-        break;
-    case TR_CUDA_OPT_CUDA_GRAPHS:
-        cb->use_graphs = value != 0;
-        break;
-    default:
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "unknown cuda option %d", (int)opt);
+    case TR_CUDA_OPT_GELU_EPILOGUE: cb->gelu_epi = value != 0; break;
+    case TR_CUDA_OPT_CUDA_GRAPHS: cb->use_graphs = value != 0; break;
+    default: return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "unknown cuda option %d", (int)opt);
     }
 out:
     return rv;
@@ -521,7 +524,19 @@ out:
     return rv;
 }
 
-extern "C" void tr_cuda_profiler_start(void) { cudaProfilerStart(); }
-extern "C" void tr_cuda_profiler_stop(void) { cudaProfilerStop(); }
-extern "C" void tr_cuda_nvtx_push(const char *name) { nvtxRangePushA(name); }
-extern "C" void tr_cuda_nvtx_pop(void) { nvtxRangePop(); }
+extern "C" void tr_cuda_profiler_start(void)
+{
+    cudaProfilerStart();
+}
+extern "C" void tr_cuda_profiler_stop(void)
+{
+    cudaProfilerStop();
+}
+extern "C" void tr_cuda_nvtx_push(const char *name)
+{
+    nvtxRangePushA(name);
+}
+extern "C" void tr_cuda_nvtx_pop(void)
+{
+    nvtxRangePop();
+}

@@ -32,9 +32,9 @@ typedef struct cu_backend {
     int dev;
     cudaStream_t s;
     tr_cu_gemm_ctx *gemm;
-    int bf16;   /* storage type T is bf16 (else float) */
-    size_t esz; /* sizeof(T) */
-    int flash;  /* use the flash attention kernels */
+    int bf16;     /* storage type T is bf16 (else float) */
+    size_t esz;   /* sizeof(T) */
+    int flash;    /* use the flash attention kernels */
     int gelu_epi; /* GELU / dGELU in the cuBLASLt epilogues */
     /* CUDA graphs of the last pass shape, one for forward-only passes and one
      * for forward+backward (index: backward), see tr_cu_pass */
@@ -52,7 +52,7 @@ typedef struct cu_backend {
     float *dsum, *norm_partial, *norm_dev;
     int32_t *d_inputs, *d_targets;
     int32_t *h_inputs, *h_targets; /* pinned staging */
-    float *h_scalar;                /* pinned */
+    float *h_scalar;               /* pinned */
     size_t cap_bt;
     cudaEvent_t ev[5]; /* fwd start, fwd end = bwd start, bwd end, opt start, opt end */
     int have_fb, have_opt;

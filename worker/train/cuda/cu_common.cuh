@@ -36,33 +36,45 @@ static inline int tr_cu_status(cudaError_t e)
 /* TR_CU_TRY checks a CUDA runtime call; on failure it logs file:line with the
  * runtime's own message, fills err, sets rv and jumps to the caller's `out`
  * label (one cleanup label per function, as everywhere in troupe). */
-#define TR_CU_TRY(call)                                                                     \
-    do {                                                                                    \
-        cudaError_t tr_e_ = (call);                                                         \
-        if (tr_e_ != cudaSuccess) {                                                         \
-            rv = tr_err_set(err, tr_cu_status(tr_e_), "%s:%d: %s: %s (%s)", __FILE__,       \
-                            __LINE__, #call, cudaGetErrorString(tr_e_), cudaGetErrorName(tr_e_)); \
-            TR_LOG(TR_LOG_ERR, "cuda error: %s", err != NULL ? err->msg : #call);           \
-            cudaGetLastError(); /* reset a non-sticky error so later checks see their own */ \
-            goto out;                                                                       \
-        }                                                                                   \
+#define TR_CU_TRY(call)                                                                                      \
+    do {                                                                                                     \
+        cudaError_t tr_e_ = (call);                                                                          \
+        if (tr_e_ != cudaSuccess) {                                                                          \
+            rv = tr_err_set(err, tr_cu_status(tr_e_), "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,       \
+                            cudaGetErrorString(tr_e_), cudaGetErrorName(tr_e_));                             \
+            TR_LOG(TR_LOG_ERR, "cuda error: %s", err != NULL ? err->msg : #call);                            \
+            cudaGetLastError(); /* reset a non-sticky error so later checks see their own */                 \
+            goto out;                                                                                        \
+        }                                                                                                    \
     } while (0)
 
 /* TR_TRY propagates a troupe_status from an internal call. */
-#define TR_TRY(call)              \
-    do {                          \
-        rv = (call);              \
-        if (rv != TROUPE_OK) {    \
-            goto out;             \
-        }                         \
+#define TR_TRY(call)                                                                                         \
+    do {                                                                                                     \
+        rv = (call);                                                                                         \
+        if (rv != TROUPE_OK) {                                                                               \
+            goto out;                                                                                        \
+        }                                                                                                    \
     } while (0)
 
 /* Conversions usable from templates. */
-__device__ __forceinline__ float tr_to_f(float x) { return x; }
-__device__ __forceinline__ float tr_to_f(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float tr_to_f(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float tr_to_f(bf16 x)
+{
+    return __bfloat162float(x);
+}
 template <typename T> __device__ __forceinline__ T tr_from_f(float x);
-template <> __device__ __forceinline__ float tr_from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 tr_from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ float tr_from_f<float>(float x)
+{
+    return x;
+}
+template <> __device__ __forceinline__ bf16 tr_from_f<bf16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
 
 /* Vec<T> is 16 bytes of T: the unit of every coalesced load/store here, so a
  * warp moves 512 contiguous bytes per instruction. Callers guarantee 16-byte
@@ -86,7 +98,10 @@ template <typename T> struct Vec {
         v.raw = __ldcs(reinterpret_cast<const int4 *>(p));
         return v;
     }
-    __device__ __forceinline__ void store(T *p) const { *reinterpret_cast<int4 *>(p) = raw; }
+    __device__ __forceinline__ void store(T *p) const
+    {
+        *reinterpret_cast<int4 *>(p) = raw;
+    }
 };
 
 __device__ __forceinline__ float tr_warp_sum(float v)
@@ -120,6 +135,9 @@ __device__ __forceinline__ float tr_block_sum(float v, float *shared)
     return tr_warp_sum(v);
 }
 
-static inline unsigned tr_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+static inline unsigned tr_cdiv(size_t a, size_t b)
+{
+    return (unsigned)((a + b - 1) / b);
+}
 
 #endif

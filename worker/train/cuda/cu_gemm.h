@@ -25,10 +25,10 @@ enum {
 };
 
 typedef struct tr_cu_gemm_args {
-    void *d;           /* m x n, leading dimension m */
-    const void *a;     /* m x k, or k x m when ta */
-    const void *b;     /* k x n, or n x k when tb */
-    const void *bias;  /* m entries of d_type, added per row of D (NULL: none) */
+    void *d;          /* m x n, leading dimension m */
+    const void *a;    /* m x k, or k x m when ta */
+    const void *b;    /* k x n, or n x k when tb */
+    const void *bias; /* m entries of d_type, added per row of D (NULL: none) */
     int m, n, k;
     int ta, tb;
     cudaDataType_t ab_type; /* CUDA_R_16BF or CUDA_R_32F */

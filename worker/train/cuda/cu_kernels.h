@@ -15,20 +15,20 @@ cudaError_t tr_cu_encoder_fwd(T *out, const int32_t *idx, const T *wte, const T 
                               cudaStream_t s);
 /* dwte[idx] += dout, dwpe[t] += sum over b of dout (fp32 atomics). */
 template <typename T>
-cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn, int C,
-                              cudaStream_t s);
+cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn,
+                              int C, cudaStream_t s);
 
 /* LayerNorm over rows of C, optionally fused with the residual add before it:
  * with b != NULL, res = a + b is written to res and normalised; with b == NULL
  * the row a is normalised (res unused). mean/rstd (fp32, N) are kept for
  * backward. */
 template <typename T>
-cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const T *w,
-                                  const T *bias, int N, int C, cudaStream_t s);
+cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, const T *a, const T *b,
+                                  const T *w, const T *bias, int N, int C, cudaStream_t s);
 /* dinp += LN backward; dw, db (fp32) += their gradients. */
 template <typename T>
-cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
-                         const float *rstd, int N, int C, cudaStream_t s);
+cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+                         const float *mean, const float *rstd, int N, int C, cudaStream_t s);
 
 /* tanh-approximation GELU, as GPT-2 and the CPU backend use. */
 template <typename T> cudaError_t tr_cu_gelu_fwd(T *out, const T *inp, size_t n, cudaStream_t s);
@@ -39,15 +39,16 @@ template <typename T> cudaError_t tr_cu_gelu_bwd(T *d, const T *inp, size_t n, c
 template <typename T> cudaError_t tr_cu_bias_grad(float *dbias, const T *dout, int N, int OC, cudaStream_t s);
 /* Fused GELU backward and bias gradient: d[N][OC] *= gelu'(pre) in place,
  * and dbias += the column sums of the result (one pass instead of two). */
-template <typename T> cudaError_t tr_cu_gelu_bwd_bias(float *dbias, T *d, const T *pre, int N, int OC, cudaStream_t s);
+template <typename T>
+cudaError_t tr_cu_gelu_bwd_bias(float *dbias, T *d, const T *pre, int N, int OC, cudaStream_t s);
 
 /* Fused softmax + cross-entropy (+ backward): for each of N rows of Vp logits
  * writes losses[row]; with write_grad overwrites the logits in place with
  * dloss * (softmax - onehot(target)), zero in the padded columns, so the
  * probabilities never exist as a separate tensor. */
 template <typename T>
-cudaError_t tr_cu_classifier(T *logits, float *losses, const int32_t *targets, int N, int V, int Vp, float dloss,
-                             int write_grad, cudaStream_t s);
+cudaError_t tr_cu_classifier(T *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
+                             float dloss, int write_grad, cudaStream_t s);
 /* out[0] = mean of x[0..n) (one block; n is B*T). */
 cudaError_t tr_cu_mean(float *out, const float *x, int n, cudaStream_t s);
 

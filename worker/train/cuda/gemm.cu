@@ -16,16 +16,16 @@ extern "C" {
 
 /* TR_LT_TRY checks a cuBLAS(Lt) call, logs file:line and cuBLAS's own
  * message, and jumps to `out`. */
-#define TR_LT_TRY(call)                                                                                   \
-    do {                                                                                                  \
-        cublasStatus_t tr_s_ = (call);                                                                    \
-        if (tr_s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
-            rv = tr_err_set(err, tr_s_ == CUBLAS_STATUS_ALLOC_FAILED ? TROUPE_RESOURCE_EXHAUSTED          \
-                                                                      : TROUPE_INTERNAL,                  \
-                            "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(tr_s_));    \
-            TR_LOG(TR_LOG_ERR, "cublas error: %s", err != NULL ? err->msg : #call);                       \
-            goto out;                                                                                     \
-        }                                                                                                 \
+#define TR_LT_TRY(call)                                                                                      \
+    do {                                                                                                     \
+        cublasStatus_t tr_s_ = (call);                                                                       \
+        if (tr_s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            rv = tr_err_set(                                                                                 \
+                err, tr_s_ == CUBLAS_STATUS_ALLOC_FAILED ? TROUPE_RESOURCE_EXHAUSTED : TROUPE_INTERNAL,      \
+                "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(tr_s_));                   \
+            TR_LOG(TR_LOG_ERR, "cublas error: %s", err != NULL ? err->msg : #call);                          \
+            goto out;                                                                                        \
+        }                                                                                                    \
     } while (0)
 
 typedef struct gemm_plan {
@@ -91,7 +91,10 @@ void tr_cu_gemm_destroy(tr_cu_gemm_ctx *g)
     free(g);
 }
 
-size_t tr_cu_gemm_device_bytes(const tr_cu_gemm_ctx *g) { return g != NULL ? TR_GEMM_WORKSPACE : 0; }
+size_t tr_cu_gemm_device_bytes(const tr_cu_gemm_ctx *g)
+{
+    return g != NULL ? TR_GEMM_WORKSPACE : 0;
+}
 
 static int plan_matches(const gemm_plan *p, const tr_cu_gemm_args *a)
 {
@@ -139,15 +142,16 @@ static int plan_tune(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     TR_TRY(set_pointers(p, a, err));
     for (int i = 0; i < found; i++) {
         float ms = 0.0f;
-        cublasStatus_t st = cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld,
-                                           scratch, p->ld, &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
+        cublasStatus_t st =
+            cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld, scratch,
+                           p->ld, &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
         if (st != CUBLAS_STATUS_SUCCESS) {
             continue;
         }
         TR_CU_TRY(cudaEventRecord(e0, g->s));
         for (int r = 0; r < 3; r++) {
-            cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld, scratch, p->ld,
-                           &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
+            cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld, scratch,
+                           p->ld, &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
         }
         TR_CU_TRY(cudaEventRecord(e1, g->s));
         TR_CU_TRY(cudaEventSynchronize(e1));
@@ -157,8 +161,8 @@ static int plan_tune(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
             p->algo = res[i].algo;
         }
     }
-    TR_LOG(TR_LOG_DEBUG, "gemm plan m=%d n=%d k=%d ta=%d tb=%d epi=%d: %d candidates, best %.3f ms", a->m, a->n, a->k,
-           a->ta, a->tb, a->epilogue, found, best / 3);
+    TR_LOG(TR_LOG_DEBUG, "gemm plan m=%d n=%d k=%d ta=%d tb=%d epi=%d: %d candidates, best %.3f ms", a->m,
+           a->n, a->k, a->ta, a->tb, a->epilogue, found, best / 3);
 out:
     if (e0 != NULL) {
         cudaEventDestroy(e0);
@@ -200,10 +204,12 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (a->bias != NULL) {
         cudaDataType_t bt = a->d_type;
-        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+        TR_LT_TRY(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     }
     if (a->epilogue != TR_CU_EPI_NONE) {
-        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                 sizeof(aux_ld)));
         /* the heuristic reads the pointer's alignment */
         TR_LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux,
                                                  sizeof(a->aux)));
@@ -214,16 +220,22 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
                                          a->tb ? a->n : a->k));
     TR_LT_TRY(cublasLtMatrixLayoutCreate(&p->ld, a->d_type, a->m, a->n, a->m));
     TR_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, TR_GEMM_CANDIDATES,
-                                             res, &found));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                                   sizeof(wsb)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                             TR_GEMM_CANDIDATES, res, &found));
     if (found == 0) {
-        rv = tr_err_set(err, TROUPE_UNIMPLEMENTED, "cuBLASLt has no algorithm for m=%d n=%d k=%d ta=%d tb=%d bias=%d",
-                        a->m, a->n, a->k, a->ta, a->tb, a->bias != NULL);
+        rv = tr_err_set(err, TROUPE_UNIMPLEMENTED,
+                        "cuBLASLt has no algorithm for m=%d n=%d k=%d ta=%d tb=%d bias=%d", a->m, a->n, a->k,
+                        a->ta, a->tb, a->bias != NULL);
         goto out;
     }
     p->algo = res[0].algo;

@@ -9,7 +9,8 @@
 /* ---- embeddings ---------------------------------------------------------- */
 
 template <typename T>
-__global__ void encoder_fwd_kernel(T *out, const int32_t *idx, const T *wte, const T *wpe, int BT, int Tn, int C)
+__global__ void encoder_fwd_kernel(T *out, const int32_t *idx, const T *wte, const T *wpe, int BT, int Tn,
+                                   int C)
 {
     constexpr int N = Vec<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
@@ -37,7 +38,8 @@ cudaError_t tr_cu_encoder_fwd(T *out, const int32_t *idx, const T *wte, const T 
 /* Embedding backward scatters with fp32 atomics: rows of wte are hit by
  * however many tokens share an id, which no static partition knows. */
 template <typename T>
-__global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int BT, int Tn, int C)
+__global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int BT,
+                                   int Tn, int C)
 {
     constexpr int N = Vec<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
@@ -56,8 +58,8 @@ __global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout, cons
 }
 
 template <typename T>
-cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn, int C,
-                              cudaStream_t s)
+cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn,
+                              int C, cudaStream_t s)
 {
     size_t threads = (size_t)B * Tn * C / Vec<T>::N;
     encoder_bwd_kernel<<<tr_cdiv(threads, 256), 256, 0, s>>>(dwte, dwpe, dout, idx, B * Tn, Tn, C);
@@ -70,8 +72,8 @@ cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int
  * stored, so backward sees the same input) and the mean; the row is then
  * re-read from cache for the variance and the output. */
 template <typename T>
-__global__ void residual_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const T *w,
-                                       const T *bias, int N, int C)
+__global__ void residual_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *a, const T *b,
+                                       const T *w, const T *bias, int N, int C)
 {
     constexpr int V = Vec<T>::N;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -127,8 +129,8 @@ __global__ void residual_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd,
 }
 
 template <typename T>
-cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const T *w,
-                                  const T *bias, int N, int C, cudaStream_t s)
+cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, const T *a, const T *b,
+                                  const T *w, const T *bias, int N, int C, cudaStream_t s)
 {
     residual_ln_fwd_kernel<<<tr_cdiv(N, 8), 256, 0, s>>>(res, out, mean, rstd, a, b, w, bias, N, C);
     return cudaGetLastError();
@@ -199,9 +201,9 @@ __global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, cons
  * once at the end. Several independent 16-byte loads per lane are in flight
  * at once, which is what the generic kernel above lacks. */
 template <typename T, int CH>
-__global__ void __launch_bounds__(128) ln_bwd_reg_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp,
-                                                         const T *w, const float *mean, const float *rstd, int N,
-                                                         int C)
+__global__ void __launch_bounds__(128)
+    ln_bwd_reg_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+                      const float *mean, const float *rstd, int N, int C)
 {
     constexpr int V = Vec<T>::N;
     extern __shared__ float sh[]; /* dw[C], db[C] */
@@ -242,7 +244,8 @@ __global__ void __launch_bounds__(128) ln_bwd_reg_kernel(T *dinp, float *dw, flo
             if (lane * V + k * 32 * V < C) {
 #pragma unroll
                 for (int e = 0; e < V; e++) {
-                    float dn = tr_to_f(gv[k].e[e]) * tr_to_f(wv[k].e[e]), nrm = (tr_to_f(xv[k].e[e]) - mu) * rs;
+                    float dn = tr_to_f(gv[k].e[e]) * tr_to_f(wv[k].e[e]),
+                          nrm = (tr_to_f(xv[k].e[e]) - mu) * rs;
                     s1 += dn;
                     s2 += dn * nrm;
                 }
@@ -285,16 +288,16 @@ __global__ void __launch_bounds__(128) ln_bwd_reg_kernel(T *dinp, float *dw, flo
 }
 
 template <typename T>
-cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
-                         const float *rstd, int N, int C, cudaStream_t s)
+cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+                         const float *mean, const float *rstd, int N, int C, cudaStream_t s)
 {
     if (C <= 32 * Vec<T>::N * 4) {
         int blocks = (int)tr_cdiv(N, 4 * 4); /* >= 4 rows per warp, 3 blocks per SM */
         if (blocks > 132 * 3) {
             blocks = 132 * 3;
         }
-        ln_bwd_reg_kernel<T, 4><<<blocks, 128, 2 * C * sizeof(float), s>>>(dinp, dw, db, dout, inp, w, mean, rstd,
-                                                                           N, C);
+        ln_bwd_reg_kernel<T, 4>
+            <<<blocks, 128, 2 * C * sizeof(float), s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
         return cudaGetLastError();
     }
     int blocks = (int)tr_cdiv(N, TR_LN_BWD_WARPS * 8); /* about 8 rows per warp */
@@ -303,7 +306,8 @@ cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *
     }
     size_t shmem = (size_t)2 * C * TR_LN_BWD_WARPS * sizeof(float);
     if (shmem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(ln_bwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
+        cudaError_t e =
+            cudaFuncSetAttribute(ln_bwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
         if (e != cudaSuccess) {
             return e;
         }
@@ -437,7 +441,8 @@ template <typename T> cudaError_t tr_cu_bias_grad(float *dbias, const T *dout, i
     return bias_grad_launch(dbias, (T *)dout, (const T *)nullptr, N, OC, s);
 }
 
-template <typename T> cudaError_t tr_cu_gelu_bwd_bias(float *dbias, T *d, const T *pre, int N, int OC, cudaStream_t s)
+template <typename T>
+cudaError_t tr_cu_gelu_bwd_bias(float *dbias, T *d, const T *pre, int N, int OC, cudaStream_t s)
 {
     return bias_grad_launch(dbias, d, pre, N, OC, s);
 }
@@ -455,8 +460,8 @@ __device__ __forceinline__ void sm_merge(float &m, float &l, float m2, float l2)
 /* One block per row: one pass for max and sum (online), then a second pass
  * over the row, which is still in L2, writes the gradient in place. */
 template <typename T>
-__global__ void __launch_bounds__(1024) classifier_kernel(T *logits, float *losses, const int32_t *targets, int V,
-                                                         int Vp, float dloss, int write_grad)
+__global__ void __launch_bounds__(1024) classifier_kernel(T *logits, float *losses, const int32_t *targets,
+                                                          int V, int Vp, float dloss, int write_grad)
 {
     constexpr int N = Vec<T>::N;
     __shared__ float shm[32], shl[32];
@@ -516,8 +521,8 @@ __global__ void __launch_bounds__(1024) classifier_kernel(T *logits, float *loss
 }
 
 template <typename T>
-cudaError_t tr_cu_classifier(T *logits, float *losses, const int32_t *targets, int N, int V, int Vp, float dloss,
-                             int write_grad, cudaStream_t s)
+cudaError_t tr_cu_classifier(T *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
+                             float dloss, int write_grad, cudaStream_t s)
 {
     /* 1024 threads, so at most two rows per SM are in flight: 264 rows of
      * 100 KB (GPT-2 vocab, bf16) stay inside the 50 MB L2 between the
@@ -553,7 +558,8 @@ __global__ void sumsq_kernel(float *partial, const float *x, size_t n)
     float acc = 0.0f;
     size_t n4 = n / 4;
     const float4 *x4 = reinterpret_cast<const float4 *>(x);
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
         float4 v = x4[i];
         acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
@@ -642,7 +648,8 @@ cudaError_t tr_cu_adamw(T *param, float *master, const float *grad, float *m, fl
 
 template <typename T> __global__ void convert_kernel(T *dst, const float *src, size_t n)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         dst[i] = tr_from_f<T>(src[i]);
     }
 }
@@ -655,7 +662,8 @@ template <typename T> cudaError_t tr_cu_convert(T *dst, const float *src, size_t
 
 __global__ void fill_random_kernel(bf16 *dst, size_t n, uint32_t seed)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = (uint32_t)i * 2654435761u ^ seed;
         h ^= h >> 16;
         h *= 0x7feb352du;
@@ -674,22 +682,23 @@ cudaError_t tr_cu_fill_random(bf16 *dst, size_t n, uint32_t seed, cudaStream_t s
 
 /* ---- explicit instantiations -------------------------------------------- */
 
-#define TR_INST(T)                                                                                              \
-    template cudaError_t tr_cu_encoder_fwd<T>(T *, const int32_t *, const T *, const T *, int, int, int,         \
-                                              cudaStream_t);                                                    \
-    template cudaError_t tr_cu_encoder_bwd<T>(float *, float *, const T *, const int32_t *, int, int, int,       \
-                                              cudaStream_t);                                                    \
-    template cudaError_t tr_cu_residual_ln_fwd<T>(T *, T *, float *, float *, const T *, const T *, const T *,   \
-                                                  const T *, int, int, cudaStream_t);                           \
-    template cudaError_t tr_cu_ln_bwd<T>(T *, float *, float *, const T *, const T *, const T *, const float *,  \
-                                         const float *, int, int, cudaStream_t);                                \
-    template cudaError_t tr_cu_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);                                \
-    template cudaError_t tr_cu_gelu_bwd<T>(T *, const T *, size_t, cudaStream_t);                                \
-    template cudaError_t tr_cu_bias_grad<T>(float *, const T *, int, int, cudaStream_t);                         \
-    template cudaError_t tr_cu_gelu_bwd_bias<T>(float *, T *, const T *, int, int, cudaStream_t);                \
-    template cudaError_t tr_cu_classifier<T>(T *, float *, const int32_t *, int, int, int, float, int, cudaStream_t); \
-    template cudaError_t tr_cu_adamw<T>(T *, float *, const float *, float *, float *, size_t,                   \
-                                        const tr_cu_adamw_args *, cudaStream_t);                                \
+#define TR_INST(T)                                                                                           \
+    template cudaError_t tr_cu_encoder_fwd<T>(T *, const int32_t *, const T *, const T *, int, int, int,     \
+                                              cudaStream_t);                                                 \
+    template cudaError_t tr_cu_encoder_bwd<T>(float *, float *, const T *, const int32_t *, int, int, int,   \
+                                              cudaStream_t);                                                 \
+    template cudaError_t tr_cu_residual_ln_fwd<T>(T *, T *, float *, float *, const T *, const T *,          \
+                                                  const T *, const T *, int, int, cudaStream_t);             \
+    template cudaError_t tr_cu_ln_bwd<T>(T *, float *, float *, const T *, const T *, const T *,             \
+                                         const float *, const float *, int, int, cudaStream_t);              \
+    template cudaError_t tr_cu_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);                            \
+    template cudaError_t tr_cu_gelu_bwd<T>(T *, const T *, size_t, cudaStream_t);                            \
+    template cudaError_t tr_cu_bias_grad<T>(float *, const T *, int, int, cudaStream_t);                     \
+    template cudaError_t tr_cu_gelu_bwd_bias<T>(float *, T *, const T *, int, int, cudaStream_t);            \
+    template cudaError_t tr_cu_classifier<T>(T *, float *, const int32_t *, int, int, int, float, int,       \
+                                             cudaStream_t);                                                  \
+    template cudaError_t tr_cu_adamw<T>(T *, float *, const float *, float *, float *, size_t,               \
+                                        const tr_cu_adamw_args *, cudaStream_t);                             \
     template cudaError_t tr_cu_convert<T>(T *, const float *, size_t, cudaStream_t);
 
 TR_INST(float)

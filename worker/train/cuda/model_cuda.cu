@@ -14,8 +14,14 @@
 #define TR_CU(call) TR_CU_TRY(call)
 
 template <typename T> static cudaDataType_t dtype_of();
-template <> cudaDataType_t dtype_of<float>() { return CUDA_R_32F; }
-template <> cudaDataType_t dtype_of<bf16>() { return CUDA_R_16BF; }
+template <> cudaDataType_t dtype_of<float>()
+{
+    return CUDA_R_32F;
+}
+template <> cudaDataType_t dtype_of<bf16>()
+{
+    return CUDA_R_16BF;
+}
 
 /* Parameter tensor i (layer l's slice of `per_layer` elements) as T. */
 template <typename T> static T *P(cu_backend *cb, int i, size_t l = 0, size_t per_layer = 0)
@@ -33,16 +39,18 @@ template <typename T>
 static int linear_fwd(cu_backend *cb, T *out, const T *inp, const T *w, const T *bias, int BT, int C, int OC,
                       tr_err *err)
 {
-    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_NONE, NULL};
+    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_NONE,
+                         NULL};
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
 /* out = gelu(inp . w^T + bias) with pre = the GELU input, in one matmul. */
 template <typename T>
-static int linear_fwd_gelu(cu_backend *cb, T *out, T *pre, const T *inp, const T *w, const T *bias, int BT, int C,
-                           int OC, tr_err *err)
+static int linear_fwd_gelu(cu_backend *cb, T *out, T *pre, const T *inp, const T *w, const T *bias, int BT,
+                           int C, int OC, tr_err *err)
 {
-    tr_cu_gemm_args a = {out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_GELU_AUX, pre};
+    tr_cu_gemm_args a = {
+        out, w, inp, bias, OC, BT, C, 1, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_GELU_AUX, pre};
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
@@ -50,17 +58,18 @@ static int linear_fwd_gelu(cu_backend *cb, T *out, T *pre, const T *inp, const T
 template <typename T>
 static int linear_dinp(cu_backend *cb, T *dinp, const T *dout, const T *w, int BT, int C, int OC, tr_err *err)
 {
-    tr_cu_gemm_args a = {dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_NONE, NULL};
+    tr_cu_gemm_args a = {dinp,          w, dout,           NULL, C, BT, OC, 0, 0, dtype_of<T>(),
+                         dtype_of<T>(), 0, TR_CU_EPI_NONE, NULL};
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
 /* dinp = (dout . w) * gelu'(pre): the MLP's input gradient through the GELU. */
 template <typename T>
-static int linear_dinp_dgelu(cu_backend *cb, T *dinp, const T *dout, const T *w, const T *pre, int BT, int C, int OC,
-                             tr_err *err)
+static int linear_dinp_dgelu(cu_backend *cb, T *dinp, const T *dout, const T *w, const T *pre, int BT, int C,
+                             int OC, tr_err *err)
 {
-    tr_cu_gemm_args a = {dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_DGELU,
-                         (void *)pre};
+    tr_cu_gemm_args a = {
+        dinp, w, dout, NULL, C, BT, OC, 0, 0, dtype_of<T>(), dtype_of<T>(), 0, TR_CU_EPI_DGELU, (void *)pre};
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
@@ -70,7 +79,8 @@ static int linear_dw(cu_backend *cb, float *dw, float *db, const T *inp, const T
                      tr_err *err)
 {
     int rv = TROUPE_OK;
-    tr_cu_gemm_args a = {dw, inp, dout, NULL, C, OC, BT, 0, 1, dtype_of<T>(), CUDA_R_32F, 1, TR_CU_EPI_NONE, NULL};
+    tr_cu_gemm_args a = {dw,         inp, dout,           NULL, C, OC, BT, 0, 1, dtype_of<T>(),
+                         CUDA_R_32F, 1,   TR_CU_EPI_NONE, NULL};
     TR_TRY(tr_cu_gemm(cb->gemm, &a, err));
     if (db != NULL) {
         TR_CU(tr_cu_bias_grad(db, dout, BT, OC, cb->s));
@@ -119,8 +129,9 @@ template <typename T> static int block_fwd(cu_backend *cb, int l, int B, int Tn,
     TR_TRY(attention_fwd<T>(cb, ly, B, Tn, err));
     TR_TRY(linear_fwd<T>(cb, (T *)cb->proj, (T *)ly->atty, P<T>(cb, TR_P_ATTPROJW, l, C * C),
                          P<T>(cb, TR_P_ATTPROJB, l, C), BT, C, C, err));
-    TR_CU(tr_cu_residual_ln_fwd((T *)ly->res2, (T *)ly->ln2, ly->ln2_mean, ly->ln2_rstd, x, (const T *)cb->proj,
-                                P<T>(cb, TR_P_LN2W, l, C), P<T>(cb, TR_P_LN2B, l, C), BT, C, cb->s));
+    TR_CU(tr_cu_residual_ln_fwd((T *)ly->res2, (T *)ly->ln2, ly->ln2_mean, ly->ln2_rstd, x,
+                                (const T *)cb->proj, P<T>(cb, TR_P_LN2W, l, C), P<T>(cb, TR_P_LN2B, l, C), BT,
+                                C, cb->s));
     if (cb->gelu_epi) {
         TR_TRY(linear_fwd_gelu<T>(cb, fg, (T *)ly->fch, (T *)ly->ln2, P<T>(cb, TR_P_FCW, l, 4 * C * C),
                                   P<T>(cb, TR_P_FCB, l, 4 * C), BT, C, 4 * C, err));
@@ -129,16 +140,17 @@ template <typename T> static int block_fwd(cu_backend *cb, int l, int B, int Tn,
                              P<T>(cb, TR_P_FCB, l, 4 * C), BT, C, 4 * C, err));
         TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
     }
-    TR_TRY(linear_fwd<T>(cb, (T *)cb->proj, fg, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), P<T>(cb, TR_P_FCPROJB, l, C),
-                         BT, 4 * C, C, err));
+    TR_TRY(linear_fwd<T>(cb, (T *)cb->proj, fg, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C),
+                         P<T>(cb, TR_P_FCPROJB, l, C), BT, 4 * C, C, err));
     if (l + 1 < L) {
         cu_layer *nx = &cb->layers[l + 1];
-        TR_CU(tr_cu_residual_ln_fwd((T *)ly->res3, (T *)nx->ln1, nx->ln1_mean, nx->ln1_rstd, (const T *)ly->res2,
-                                    (const T *)cb->proj, P<T>(cb, TR_P_LN1W, l + 1, C),
+        TR_CU(tr_cu_residual_ln_fwd((T *)ly->res3, (T *)nx->ln1, nx->ln1_mean, nx->ln1_rstd,
+                                    (const T *)ly->res2, (const T *)cb->proj, P<T>(cb, TR_P_LN1W, l + 1, C),
                                     P<T>(cb, TR_P_LN1B, l + 1, C), BT, C, cb->s));
     } else {
-        TR_CU(tr_cu_residual_ln_fwd((T *)ly->res3, (T *)cb->lnf, cb->lnf_mean, cb->lnf_rstd, (const T *)ly->res2,
-                                    (const T *)cb->proj, P<T>(cb, TR_P_LNFW), P<T>(cb, TR_P_LNFB), BT, C, cb->s));
+        TR_CU(tr_cu_residual_ln_fwd((T *)ly->res3, (T *)cb->lnf, cb->lnf_mean, cb->lnf_rstd,
+                                    (const T *)ly->res2, (const T *)cb->proj, P<T>(cb, TR_P_LNFW),
+                                    P<T>(cb, TR_P_LNFB), BT, C, cb->s));
     }
 out:
     return rv;
@@ -149,7 +161,8 @@ template <typename T> static int forward(cu_backend *cb, int B, int Tn, float dl
     int rv = TROUPE_OK, C = cb->base.cfg.width, BT = B * Tn;
     cu_layer *l0 = &cb->layers[0];
     nvtxRangePushA("forward");
-    TR_CU(tr_cu_encoder_fwd((T *)cb->encoded, cb->d_inputs, P<T>(cb, TR_P_WTE), P<T>(cb, TR_P_WPE), B, Tn, C, cb->s));
+    TR_CU(tr_cu_encoder_fwd((T *)cb->encoded, cb->d_inputs, P<T>(cb, TR_P_WTE), P<T>(cb, TR_P_WPE), B, Tn, C,
+                            cb->s));
     TR_CU(tr_cu_residual_ln_fwd((T *)NULL, (T *)l0->ln1, l0->ln1_mean, l0->ln1_rstd, (const T *)cb->encoded,
                                 (const T *)NULL, P<T>(cb, TR_P_LN1W), P<T>(cb, TR_P_LN1B), BT, C, cb->s));
     for (int l = 0; l < cb->base.cfg.layers; l++) {
@@ -177,10 +190,11 @@ template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn,
         TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
     }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCPROJW, l, 4 * C * C), G(cb, TR_P_FCPROJB, l, C), fg, dres, BT, 4 * C, C, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCPROJW, l, 4 * C * C), G(cb, TR_P_FCPROJB, l, C), fg, dres, BT, 4 * C,
+                        C, err));
     if (cb->gelu_epi) {
-        TR_TRY(linear_dinp_dgelu<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), (const T *)ly->fch, BT, 4 * C,
-                                    C, err));
+        TR_TRY(linear_dinp_dgelu<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), (const T *)ly->fch,
+                                    BT, 4 * C, C, err));
         TR_CU(tr_cu_bias_grad(G(cb, TR_P_FCB, l, 4 * C), (const T *)d4, BT, 4 * C, cb->s));
     } else {
         TR_TRY(linear_dinp<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), BT, 4 * C, C, err));
@@ -191,14 +205,15 @@ template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn,
     TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN2W, l, C), G(cb, TR_P_LN2B, l, C), dbtc, (const T *)ly->res2,
                        P<T>(cb, TR_P_LN2W, l, C), ly->ln2_mean, ly->ln2_rstd, BT, C, cb->s));
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_ATTPROJW, l, C * C), G(cb, TR_P_ATTPROJB, l, C), (T *)ly->atty, dres, BT, C, C, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_ATTPROJW, l, C * C), G(cb, TR_P_ATTPROJB, l, C), (T *)ly->atty, dres,
+                        BT, C, C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, dres, P<T>(cb, TR_P_ATTPROJW, l, C * C), BT, C, C, err));
     TR_TRY(attention_bwd<T>(cb, ly, dbtc, B, Tn, err));
     TR_TRY(linear_dw<T>(cb, G(cb, TR_P_QKVW, l, 3 * C * C), G(cb, TR_P_QKVB, l, 3 * C), (T *)ly->ln1,
                         (T *)cb->dqkv, BT, C, 3 * C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, (T *)cb->dqkv, P<T>(cb, TR_P_QKVW, l, 3 * C * C), BT, C, 3 * C, err));
-    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN1W, l, C), G(cb, TR_P_LN1B, l, C), dbtc, x, P<T>(cb, TR_P_LN1W, l, C),
-                       ly->ln1_mean, ly->ln1_rstd, BT, C, cb->s));
+    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN1W, l, C), G(cb, TR_P_LN1B, l, C), dbtc, x,
+                       P<T>(cb, TR_P_LN1W, l, C), ly->ln1_mean, ly->ln1_rstd, BT, C, cb->s));
 out:
     return rv;
 }
@@ -213,12 +228,13 @@ template <typename T> static int backward(cu_backend *cb, int B, int Tn, tr_err 
     TR_TRY(linear_dinp<T>(cb, (T *)cb->dbtc, (T *)cb->logits, P<T>(cb, TR_P_WTE), BT, C, Vp, err));
     TR_CU(cudaMemsetAsync(cb->dres, 0, (size_t)BT * C * cb->esz, cb->s));
     TR_CU(tr_cu_ln_bwd((T *)cb->dres, G(cb, TR_P_LNFW), G(cb, TR_P_LNFB), (const T *)cb->dbtc,
-                       (const T *)cb->layers[L - 1].res3, P<T>(cb, TR_P_LNFW), cb->lnf_mean, cb->lnf_rstd, BT, C,
-                       cb->s));
+                       (const T *)cb->layers[L - 1].res3, P<T>(cb, TR_P_LNFW), cb->lnf_mean, cb->lnf_rstd, BT,
+                       C, cb->s));
     for (int l = L - 1; l >= 0; l--) {
         TR_TRY(block_bwd<T>(cb, l, B, Tn, err));
     }
-    TR_CU(tr_cu_encoder_bwd(G(cb, TR_P_WTE), G(cb, TR_P_WPE), (const T *)cb->dres, cb->d_inputs, B, Tn, C, cb->s));
+    TR_CU(tr_cu_encoder_bwd(G(cb, TR_P_WTE), G(cb, TR_P_WPE), (const T *)cb->dres, cb->d_inputs, B, Tn, C,
+                            cb->s));
 out:
     nvtxRangePop();
     return rv;
@@ -260,7 +276,8 @@ out:
 
 static int pass_any(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
 {
-    return cb->bf16 ? pass<bf16>(cb, B, Tn, dloss, backward, err) : pass<float>(cb, B, Tn, dloss, backward, err);
+    return cb->bf16 ? pass<bf16>(cb, B, Tn, dloss, backward, err)
+                    : pass<float>(cb, B, Tn, dloss, backward, err);
 }
 
 /* capture_pass records one pass into a graph and instantiates it. Any
