@@ -1,0 +1,362 @@
+#!/usr/bin/env bash
+# check.sh - validate deploy/ on a machine without a container engine or cluster.
+#
+#   deploy/check.sh            # static checks + Slurm script end-to-end (~15 s)
+#   deploy/check.sh --demo     # ... plus the README's demo job through the Slurm script
+#
+# Uses the binaries of BUILD (default: build-deploy, built here when missing with
+# CUDA off). Every check prints PASS, FAIL or SKIP (with why); exit 1 on any FAIL.
+# What it cannot check (image builds, a real cluster) is listed in deploy/README.md.
+# shellcheck disable=SC2015 # `test && PASS || FAIL` is meant: PASS never fails
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+D=$ROOT/deploy
+BUILD=${BUILD:-$ROOT/build-deploy}
+DEMO=0
+[ "${1:-}" = --demo ] && DEMO=1
+
+pass=0 fail=0 skip=0
+PASS() { printf 'PASS  %s\n' "$*"; pass=$((pass + 1)); }
+FAIL() { printf 'FAIL  %s\n' "$*"; fail=$((fail + 1)); }
+SKIP() { printf 'SKIP  %s\n' "$*"; skip=$((skip + 1)); }
+# ok NAME CMD...: PASS when CMD exits 0, else FAIL with its output.
+ok() {
+    local name=$1 out; shift
+    if out=$("$@" 2>&1); then PASS "$name"; else FAIL "$name"; printf '%s\n' "$out" | tail -n 15 | sed 's/^/      /'; fi
+}
+
+TMP=$(mktemp -d /tmp/troupe-deploy-check.XXXXXX)
+BG=()
+cleanup() {
+    for p in "${BG[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    rm -f "$D/compose/.check-compose.yaml"
+    [ -n "${MADE_ENV:-}" ] && rm -f "$D/compose/troupe.env"
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ---- binaries -------------------------------------------------------------------
+HEAD=$BUILD/server/troupe-head NODE=$BUILD/worker/node/troupe-node
+CLI=$BUILD/client/troupe TRAIN=$BUILD/worker/train/troupe-train
+if [ ! -x "$HEAD" ] || [ ! -x "$NODE" ] || [ ! -x "$CLI" ] || [ ! -x "$TRAIN" ]; then
+    echo "== building troupe in $BUILD (CUDA off)"
+    cmake -S . -B "$BUILD" -G Ninja -DTROUPE_WITH_CUDA=OFF -DTROUPE_BENCH_GRPC=OFF \
+        -DTROUPE_TESTS=OFF -DTROUPE_BENCHMARKS=OFF >/dev/null &&
+        cmake --build "$BUILD" --target troupe-head troupe-node troupe-cli troupe-train >/dev/null ||
+        { echo "check: build failed"; exit 1; }
+fi
+BIN=$TMP/bin
+mkdir -p "$BIN"
+ln -s "$HEAD" "$NODE" "$CLI" "$TRAIN" "$BIN/"
+export PATH="$BIN:$PATH"
+unset TROUPE_HEAD TROUPE_TOKEN TROUPE_NAME TROUPE_LABELS TROUPE_STATE_DIR TROUPE_FAKE_GPUS
+
+echo "== shell scripts"
+for f in deploy/check.sh deploy/slurm/troupe.sbatch deploy/slurm/fake/srun deploy/slurm/fake/scontrol; do
+    ok "bash -n $f" bash -n "$f"
+    if command -v shellcheck >/dev/null; then ok "shellcheck $f" shellcheck "$f"; else SKIP "shellcheck $f (not installed)"; fi
+done
+
+echo "== YAML well-formedness"
+if python3 -c 'import yaml' 2>/dev/null; then
+    for f in deploy/compose/compose.yaml deploy/k8s/*.yaml deploy/systemd/etc-troupe/*.yaml; do
+        ok "yaml $f" python3 -c 'import sys, yaml; list(yaml.safe_load_all(open(sys.argv[1])))' "$f"
+    done
+else
+    SKIP "YAML parse (python3 yaml missing: pip install pyyaml); configs are still parsed by troupe below"
+fi
+
+# ---- settings files and command lines against the real binaries ---------------------
+echo "== shipped configs (--check-config; unknown keys are errors)"
+ok "troupe-head --check-config systemd/etc-troupe/head.yaml" "$HEAD" --check-config --config deploy/systemd/etc-troupe/head.yaml
+ok "troupe-node --check-config systemd/etc-troupe/node.yaml" "$NODE" --check-config --config deploy/systemd/etc-troupe/node.yaml
+# An unknown key must be refused, or the checks above prove nothing.
+cp deploy/systemd/etc-troupe/head.yaml "$TMP/bad.yaml" && echo 'no_such_key: 1' >>"$TMP/bad.yaml"
+if "$HEAD" --check-config --config "$TMP/bad.yaml" >/dev/null 2>&1; then FAIL "an unknown key is refused"; else PASS "an unknown key is refused"; fi
+if python3 -c 'import yaml' 2>/dev/null; then
+    python3 - "$TMP" <<'EOF' || FAIL "extract k8s ConfigMap"
+import sys, yaml
+for d in yaml.safe_load_all(open("deploy/k8s/configmap.yaml")):
+    for k, v in d["data"].items():
+        open(f"{sys.argv[1]}/k8s-{k}", "w").write(v)
+EOF
+    ok "troupe-head --check-config k8s ConfigMap head.yaml" "$HEAD" --check-config --config "$TMP/k8s-head.yaml"
+    # With the environment the DaemonSet gives the agent (downward API values faked).
+    ok "troupe-node --check-config k8s ConfigMap node.yaml + DaemonSet env" \
+        env TROUPE_NAME=gpu-node-1 TROUPE_ADDRESS=10.0.0.11 TROUPE_LABELS=gpu=H200 TROUPE_TOKEN=x \
+        "$NODE" --check-config --config "$TMP/k8s-node.yaml"
+fi
+# systemd: ExecStart/ExecStartPre with /etc/troupe mapped to the shipped copies.
+for u in head node; do
+    grep -E '^ExecStart(Pre)?=' "deploy/systemd/troupe-$u.service" | while IFS='=' read -r key line; do
+        line=${line//\/usr\/local\/bin\//}
+        line=${line//\/etc\/troupe\//deploy/systemd/etc-troupe/}
+        # shellcheck disable=SC2086 # the unit's own word splitting
+        set -- $line
+        [[ " $* " == *" --check-config "* ]] || set -- "$@" --check-config
+        ok "troupe-$u.service $key: $*" "$@"
+    done
+done
+# Dockerfile CMD and compose/k8s commands: the flags exist and parse.
+cmd=$(sed -n 's/^CMD \[\(.*\)\]$/\1/p' deploy/docker/Dockerfile | tr -d '",')
+# shellcheck disable=SC2086
+ok "Dockerfile CMD: $cmd" $cmd --check-config
+if python3 -c 'import yaml' 2>/dev/null; then
+    python3 - >"$TMP/cmds" <<'EOF'
+import shlex, yaml
+c = yaml.safe_load(open("deploy/compose/compose.yaml"))
+for name, s in c["services"].items():
+    cmd = s.get("command")
+    if cmd and cmd[0] in ("troupe-head", "troupe-node"):
+        env = dict(s.get("environment") or {})
+        print("compose:" + name, " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()), shlex.join(cmd), sep="|")
+for f in ("deploy/k8s/head.yaml", "deploy/k8s/node-daemonset.yaml"):
+    for d in yaml.safe_load_all(open(f)):
+        if d.get("kind") in ("StatefulSet", "DaemonSet"):
+            for ct in d["spec"]["template"]["spec"]["containers"]:
+                args = [a.replace("/etc/troupe/", "TMPDIR/k8s-") for a in ct["args"]]
+                print("k8s:" + d["metadata"]["name"], "TROUPE_NAME=n1 TROUPE_ADDRESS=10.0.0.1 TROUPE_LABELS=gpu=H200", shlex.join(args), sep="|")
+EOF
+    while IFS='|' read -r name envs args; do
+        args=${args//TMPDIR\//$TMP/}
+        # shellcheck disable=SC2086 # lists of words made above
+        ok "$name: $args" env $envs $args --check-config
+    done <"$TMP/cmds"
+fi
+
+echo "== systemd units"
+if command -v systemd-analyze >/dev/null; then
+    mkdir -p "$TMP/units"
+    for u in deploy/systemd/*.service; do
+        sed -e "s#/usr/local/bin/troupe-head#$HEAD#g" -e "s#/usr/local/bin/troupe-node#$NODE#g" "$u" >"$TMP/units/${u##*/}"
+    done
+    ok "systemd-analyze verify (binary paths pointed at $BUILD)" systemd-analyze verify "$TMP"/units/*.service
+    for u in head node; do
+        s=$(systemd-analyze security --offline=true "$TMP/units/troupe-$u.service" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: //p')
+        [ -n "$s" ] && PASS "systemd-analyze security troupe-$u.service: $s" || SKIP "systemd-analyze security troupe-$u.service"
+    done
+    grep -q '^KillMode=mixed' deploy/systemd/troupe-node.service && PASS "troupe-node.service KillMode=mixed" || FAIL "troupe-node.service KillMode=mixed"
+    tss=$(sed -n 's/^TimeoutStopSec=//p' deploy/systemd/troupe-node.service)
+    grace=$(sed -n 's/^stop_grace_ms: *\([0-9]*\).*/\1/p' deploy/systemd/etc-troupe/node.yaml)
+    if [ "$((tss * 1000))" -gt "$((grace + 2000 + 5000))" ]; then
+        PASS "TimeoutStopSec=${tss}s > stop_grace_ms ${grace} + 2 s agent wait + 5 s margin"
+    else
+        FAIL "TimeoutStopSec=${tss}s too small for stop_grace_ms ${grace}"
+    fi
+else
+    SKIP "systemd-analyze not installed (apt-get install systemd)"
+fi
+
+echo "== compose"
+if [ ! -f "$D/compose/troupe.env" ]; then cp "$D/compose/troupe.env.example" "$D/compose/troupe.env"; MADE_ENV=1; fi
+# The top-level name: key is Compose Specification; docker-compose v1 does not know it.
+grep -v '^name:' "$D/compose/compose.yaml" >"$D/compose/.check-compose.yaml"
+if docker compose version >/dev/null 2>&1; then
+    ok "docker compose config" docker compose -f "$D/compose/compose.yaml" --profile cli config -q
+else
+    SKIP "docker compose (v2 plugin not installed here)"
+fi
+if command -v docker-compose >/dev/null; then
+    ok "docker-compose (v1) config, name: removed" docker-compose -f "$D/compose/.check-compose.yaml" --profile cli config -q
+    svcs=$(docker-compose -f "$D/compose/.check-compose.yaml" --profile cli config --services 2>/dev/null | sort | tr '\n' ' ')
+    [ "$svcs" = "cli head node-a node-b " ] && PASS "compose services: $svcs" || FAIL "compose services: $svcs"
+else
+    SKIP "docker-compose v1 (apt-get install docker-compose) not installed"
+fi
+
+echo "== kubernetes"
+if command -v kubectl >/dev/null; then
+    ok "kubectl kustomize deploy/k8s" kubectl kustomize deploy/k8s
+else
+    SKIP "kubectl not installed"
+fi
+SKIP "kubectl apply --dry-run (needs an API server for its schema; none here)"
+if python3 -c 'import yaml' 2>/dev/null; then
+    ok "k8s structure (kinds, namespaces, volume and Secret references, probes)" python3 - <<'EOF'
+import glob, yaml
+docs = [d for f in sorted(glob.glob("deploy/k8s/*.yaml")) if not f.endswith("kustomization.yaml")
+        for d in yaml.safe_load_all(open(f)) if d]
+names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+for d in docs:
+    assert d.get("apiVersion") and d.get("kind") and d["metadata"].get("name"), d
+    if d["kind"] != "Namespace":
+        assert d["metadata"].get("namespace") == "troupe", d["metadata"]
+    if d["kind"] in ("StatefulSet", "DaemonSet"):
+        spec = d["spec"]
+        assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+        pod = spec["template"]["spec"]
+        vols = {v["name"] for v in pod.get("volumes", [])}
+        vols |= {v["metadata"]["name"] for v in spec.get("volumeClaimTemplates", [])}
+        for c in pod["containers"]:
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in vols, (c["name"], m["name"])
+            for e in c.get("envFrom", []):
+                assert ("Secret", e["secretRef"]["name"]) in names
+        for v in pod.get("volumes", []):
+            if "configMap" in v:
+                assert ("ConfigMap", v["configMap"]["name"]) in names
+        if d["kind"] == "StatefulSet":
+            assert spec["replicas"] == 1
+            c = pod["containers"][0]
+            assert c["readinessProbe"]["exec"]["command"][0] == "troupe"
+            assert c["livenessProbe"]["exec"]["command"][0] == "troupe"
+            assert ("Service", spec["serviceName"]) in names
+        if d["kind"] == "DaemonSet":
+            assert pod["nodeSelector"] and pod["terminationGracePeriodSeconds"] > 12
+EOF
+fi
+
+echo "== Dockerfile (static: no engine here)"
+for b in troupe-head troupe-node troupe troupe-train; do
+    grep -q "build/[a-z/]*/$b\b" deploy/docker/Dockerfile && PASS "Dockerfile copies $b from the build tree" || FAIL "Dockerfile copies $b"
+done
+for p in server/troupe-head worker/node/troupe-node client/troupe worker/train/troupe-train client/libtroupe.so; do
+    if grep -q "build/$p" deploy/docker/Dockerfile; then
+        [ -e "$BUILD/$p" ] && PASS "build path build/$p exists in a CMake build" || FAIL "build path build/$p missing in $BUILD"
+    fi
+done
+# Every shared library the binaries load comes from a runtime package (or its
+# Depends), from libc6, or is libtroupe (copied).
+if command -v dpkg >/dev/null; then
+    pkgs=$(sed -n '/^FROM runtime-base/,$p' deploy/docker/Dockerfile | sed -n '/apt-get install/,/rm -rf/p' |
+        tr -s ' ' '\n' | grep -E '^(lib[a-z0-9.+-]*|tini)$' | sort -u)
+    deps=$(for p in $pkgs; do dpkg-query -W -f='${Depends}\n' "$p" 2>/dev/null; done | tr ',' '\n' | sed 's/ *(.*//; s/^ *//; s/ *|.*//' | sort -u)
+    missing=""
+    for lib in $(ldd "$HEAD" "$NODE" "$CLI" "$TRAIN" | awk '/=>/ {print $3}' | sort -u); do
+        case $lib in *libtroupe.so*) continue ;; esac
+        owner=$(dpkg -S "$lib" 2>/dev/null | head -n1 | cut -d: -f1)
+        [ -z "$owner" ] && owner=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | head -n1 | cut -d: -f1)
+        # shellcheck disable=SC2086 # word lists
+        case " libc6 "$(printf '%s ' $pkgs $deps) in *" $owner "*) ;; *) missing="$missing $lib($owner)" ;; esac
+    done
+    [ -z "$missing" ] && PASS "runtime packages cover every library the binaries load" || FAIL "libraries not in the runtime stage:$missing"
+fi
+SKIP "docker build (no Docker engine here; docker info fails)"
+
+# ---- live checks: health commands against a real head -----------------------------
+echo "== health checks against a running head and agent"
+PORT=$((30000 + RANDOM % 20000))
+export TROUPE_HEAD=tcp://127.0.0.1:$PORT TROUPE_TOKEN=check-token
+"$HEAD" --listen "$TROUPE_HEAD" --state-dir "$TMP/head" >"$TMP/head.log" 2>&1 &
+BG+=($!)
+for _ in $(seq 50); do troupe status >/dev/null 2>&1 && break; sleep 0.1; done
+hc=$(sed -n 's/^  CMD \[\(.*\)\]$/\1/p' deploy/docker/Dockerfile | tr -d '",')
+# shellcheck disable=SC2086
+ok "Dockerfile HEALTHCHECK ($hc) with the head up" $hc
+if TROUPE_TOKEN=wrong $hc >/dev/null 2>&1; then FAIL "HEALTHCHECK fails with a wrong token"; else PASS "HEALTHCHECK fails with a wrong token"; fi
+ok "k8s probe: troupe --timeout 3000 status" troupe --timeout 3000 status
+"$NODE" --name node-a --fake-gpus 8xH200:141GB --state-dir "$TMP/node-a" >"$TMP/node.log" 2>&1 &
+BG+=($!)
+for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-a"' && break; sleep 0.1; done
+# shellcheck disable=SC2016 # expanded by the sh -c below, like in the container
+nhc='troupe -o json nodes --alive | grep -q "\"name\":\"$HOSTNAME\""'   # compose's, after $$ -> $
+grep -qF "${nhc//\$HOSTNAME/\$\$HOSTNAME}" deploy/compose/compose.yaml && PASS "compose node healthcheck is the command tested here" || FAIL "compose node healthcheck differs from the tested command"
+ok "compose node healthcheck, agent registered" env HOSTNAME=node-a sh -c "$nhc"
+if env HOSTNAME=node-z sh -c "$nhc"; then FAIL "compose node healthcheck fails for an absent node"; else PASS "compose node healthcheck fails for an absent node"; fi
+# The compose topology without containers: node-b with compose's own command line
+# joins node-a, then the cli service's `demo` entrypoint script runs with its
+# container paths (/opt/troupe/examples, /jobs) mapped to this tree and a temp dir.
+if python3 -c 'import yaml' 2>/dev/null; then
+    python3 - "$TMP" <<'EOF2'
+import sys, yaml
+c = yaml.safe_load(open("deploy/compose/compose.yaml"))
+open(f"{sys.argv[1]}/node-b.args", "w").write("\n".join(c["services"]["node-b"]["command"][1:]) + "\n")
+open(f"{sys.argv[1]}/cli.sh", "w").write(c["services"]["cli"]["entrypoint"][4].replace("$$", "$"))
+EOF2
+    mapfile -t nb <"$TMP/node-b.args"
+    "$NODE" "${nb[@]}" --state-dir "$TMP/node-b" >"$TMP/node-b.log" 2>&1 &
+    BG+=($!)
+    for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-b"' && break; sleep 0.1; done
+    gpus=$(troupe -o json status | sed -n 's/.*"total":\([0-9]*\).*/\1/p')
+    [ "$gpus" = 24 ] && PASS "compose topology: node-a (8) + node-b (16, compose's command) = 24 GPUs" || FAIL "compose topology: $gpus GPUs"
+    mkdir -p "$TMP/jobs-vol"
+    sed -e "s#/opt/troupe/examples/demo#$ROOT/examples/demo#g" -e "s#/jobs/#$TMP/jobs-vol/#g" "$TMP/cli.sh" >"$TMP/cli-local.sh"
+    if sh -c "$(cat "$TMP/cli-local.sh")" cli demo >"$TMP/cli-demo.out" 2>&1 &&
+        [ "$(grep -c 'policy-[01]\] step=60/60' "$TMP/cli-demo.out")" = 2 ]; then
+        PASS "compose cli 'demo' entrypoint: demo job SUCCEEDED, both policy workers reached step 60"
+    else
+        FAIL "compose cli 'demo' entrypoint"; tail -n 15 "$TMP/cli-demo.out" | sed 's/^/      /'
+    fi
+    ok "compose cli default command path (sh -c ... cli troupe status)" sh -c "$(cat "$TMP/cli-local.sh")" cli troupe status
+fi
+for ((i = ${#BG[@]} - 1; i >= 0; i--)); do kill -TERM "${BG[$i]}"; wait "${BG[$i]}" 2>/dev/null; done
+BG=()
+unset TROUPE_HEAD TROUPE_TOKEN
+
+# ---- Slurm script end to end, with stub srun/scontrol ------------------------------
+echo "== slurm/troupe.sbatch on a fake 2-node allocation (stub srun/scontrol, real binaries)"
+mkdir -p "$TMP/jobs"
+cat >"$TMP/jobs/two-nodes.yaml" <<'EOF'
+name: two-nodes
+cluster:
+  nodes: [8, 16]
+  labels: {partition: gpu}          # set by troupe.sbatch from SLURM_JOB_PARTITION
+groups:
+  - name: spread
+    workers: 2
+    resources: {gpu: 8}
+    strategy: STRICT_SPREAD
+    command: [sh, -c, 'echo "rank $RANK/$WORLD_SIZE on $TROUPE_NODE gpus $CUDA_VISIBLE_DEVICES master $MASTER_ADDR:$MASTER_PORT"']
+EOF
+cat >"$TMP/jobs/fails.yaml" <<'EOF'
+name: fails
+cluster: {nodes: [8]}
+groups:
+  - {name: bad, workers: 1, resources: {gpu: 1}, command: [sh, -c, 'exit 3']}
+EOF
+cat >"$TMP/jobs/sleeps.yaml" <<'EOF'
+name: sleeps
+cluster: {nodes: [8]}
+groups:
+  - {name: long, workers: 2, resources: {gpu: 1}, command: [sleep, '600']}
+EOF
+jobid=7000
+# sbatch_run RC_WANTED NAME JOB [ENV...]: run the script in a fake allocation.
+sbatch_run() {
+    local want=$1 name=$2 job=$3 rc start; shift 3
+    jobid=$((jobid + 1))
+    start=$SECONDS
+    env PATH="$D/slurm/fake:$PATH" TROUPE_BIN="$BIN" SLURM_JOB_ID=$jobid SLURM_JOB_NODELIST=fake-a,fake-b \
+        SLURM_JOB_PARTITION=gpu SLURM_SUBMIT_DIR="$TMP" TROUPE_NODE_DIR="$TMP" TROUPE_HEAD_HOST=127.0.0.1 \
+        TROUPE_PORT=$((PORT + jobid % 100 + 1)) "$@" \
+        timeout 300 bash "$D/slurm/troupe.sbatch" "$job" >"$TMP/sbatch-$jobid.out" 2>&1 &
+    SB_PID=$!
+    # timeout(1) passes a SIGTERM on to the script, as slurmd would signal the batch shell.
+    [ -n "${SB_SIGNAL_AFTER:-}" ] && { sleep "$SB_SIGNAL_AFTER"; kill -TERM "$SB_PID"; }
+    wait "$SB_PID"; rc=$?
+    left=$(pgrep -f "troupe-(head|node).*($((PORT + jobid % 100 + 1))|troupe-$jobid-)" | tr '\n' ' ')
+    if [ "$rc" = "$want" ] && [ -z "$left" ]; then
+        PASS "sbatch $name: exit $rc, nothing left running ($((SECONDS - start)) s)"
+    else
+        FAIL "sbatch $name: exit $rc (wanted $want), left running: ${left:-none}; output:"
+        tail -n 25 "$TMP/sbatch-$jobid.out" | sed 's/^/      /'
+    fi
+}
+sbatch_run 0 "2-node job (8 + 16 simulated GPUs), label selector from the partition" "$TMP/jobs/two-nodes.yaml" \
+    FAKE_NODE_GPUS=8xH200:141GB,16xH200:141GB
+grep -Eq '^\[job[0-9]+-spread-[01]\] rank [01]/2 on fake-a ' "$TMP/sbatch-$jobid.out" &&
+    grep -Eq '^\[job[0-9]+-spread-[01]\] rank [01]/2 on fake-b ' "$TMP/sbatch-$jobid.out" &&
+    PASS "the job's 2 workers ran, one on each fake node" || FAIL "placement on both nodes not seen in $TMP/sbatch-$jobid.out"
+sbatch_run 1 "failing job propagates exit 1" "$TMP/jobs/fails.yaml" TROUPE_FAKE_GPUS=8xH200:141GB
+sbatch_run 5 "TROUPE_JOB_WAIT_S=3 bound: job stopped, exit 5" "$TMP/jobs/sleeps.yaml" \
+    TROUPE_FAKE_GPUS=8xH200:141GB TROUPE_JOB_WAIT_S=3 TROUPE_STOP_GRACE_MS=2000
+SB_SIGNAL_AFTER=4 sbatch_run 6 "SIGTERM to the batch script (end of allocation): teardown, exit 6" \
+    "$TMP/jobs/sleeps.yaml" TROUPE_FAKE_GPUS=8xH200:141GB TROUPE_STOP_GRACE_MS=2000
+sbatch_run 2 "missing job file: usage error" "$TMP/jobs/none.yaml"
+sbatch_run 4 "one node's agent never registers: bounded wait, exit 4" "$TMP/jobs/fails.yaml" \
+    TROUPE_FAKE_GPUS=8 TROUPE_NODE_WAIT_S=3 FAKE_STUCK_NODE=fake-b
+if [ "$DEMO" = 1 ]; then
+    mkdir -p "$TMP/jobs/demo" && cp examples/demo/job.yaml examples/demo/train.yaml "$TMP/jobs/demo/"
+    "$TRAIN" --make-data "$TMP/jobs/demo/data.tok" >/dev/null
+    sbatch_run 0 "README demo job (examples/demo) through troupe.sbatch" "$TMP/jobs/demo/job.yaml" \
+        TROUPE_FAKE_GPUS=8xH200:141GB
+    [ "$(grep -c 'policy-[01]\] step=60/60' "$TMP/sbatch-$jobid.out")" = 2 ] &&
+        PASS "demo through troupe.sbatch: both policy workers reached step 60" || FAIL "demo: step 60 not seen"
+else
+    SKIP "demo job through troupe.sbatch (run with --demo; about a minute)"
+fi
+
+echo
+echo "check: $pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
