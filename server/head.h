@@ -65,6 +65,7 @@ typedef struct tr_head {
     struct tr_sched *sched;
     struct tr_head_job **jobs; /* in id order */
     size_t n_jobs, cap_jobs;
+    size_t first_unsettled;    /* jobs below this index are settled */
     uint8_t *ports_used; /* master port band, one byte per port */
     int stopping;
     pthread_t reaper;

@@ -53,6 +53,11 @@ void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *da
 void tr_jobs_schedule(tr_head *h);
 void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req);
 int tr_jobs_is_terminal(const tr_head_job *hj);
+/* Settled: ended and holding no GPUs; nothing about it can change again. */
+int tr_jobs_is_settled(const tr_head_job *hj);
+/* tr_jobs_first_unsettled returns the index below which every job is
+ * settled; loops over live jobs start there. */
+size_t tr_jobs_first_unsettled(tr_head *h);
 void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all);
 void tr_jobs_answer_log_waiters(tr_head *h, tr_head_job *hj, int all);
 void tr_jobs_node_bump(tr_head *h, uint64_t node_id);

@@ -191,6 +191,8 @@ void tr_head_list_jobs(tr_rpc_call *call, void *user)
         copies[rep.n_jobs] = *j; /* shallow: the listing leaves out per-worker detail */
         copies[rep.n_jobs].n_workers = 0;
         copies[rep.n_jobs].workers = NULL;
+        copies[rep.n_jobs].n_events = 0;
+        copies[rep.n_jobs].events = NULL;
         rep.jobs[rep.n_jobs] = &copies[rep.n_jobs];
         rep.n_jobs++;
     }

@@ -164,7 +164,7 @@ static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSy
     size_t n = 0;
 
     rep->version = hn->version;
-    for (size_t k = 0; k < h->n_jobs; k++) {
+    for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
         for (size_t i = 0; wanted(h->jobs[k]) && i < h->jobs[k]->j->n_workers; i++) {
             n += h->jobs[k]->j->workers[i]->node_id == hn->n->id && worker_live(h->jobs[k]->j->workers[i]);
         }
@@ -172,7 +172,7 @@ static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSy
     if (n == 0 || (rep->workers = arena_alloc(a, n * sizeof(*rep->workers))) == NULL) {
         return;
     }
-    for (size_t k = 0; k < h->n_jobs; k++) {
+    for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
         const tr_head_job *hj = h->jobs[k];
         const Troupe__V1__GroupSpec *gs;
         for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
@@ -308,28 +308,43 @@ static void mark_absent(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w)
     tr_jobs_touch(h, hj);
 }
 
+static long worker_index(const tr_head_job *hj, const char *name)
+{
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        if (strcmp(hj->j->workers[i]->name, name) == 0) {
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+/* tr_jobs_apply_reports merges a node's complete worker list. Reported
+ * workers are looked up by job id (settled jobs too: a last log line may
+ * arrive after the release); the search for workers the node no longer has
+ * walks only jobs that are not settled, so its cost does not grow with the
+ * head's history. */
 void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req)
 {
-    for (size_t k = 0; k < h->n_jobs; k++) {
+    for (size_t r = 0; r < req->n_reports; r++) {
+        tr_head_job *hj = tr_jobs_find(h, req->reports[r]->job_id);
+        long i = hj ? worker_index(hj, req->reports[r]->name) : -1;
+        if (i < 0 || hj->j->workers[i]->node_id != hn->n->id) {
+            continue;
+        }
+        if (apply_one(h, hj, hj->j->workers[i], req->reports[r])) {
+            tr_jobs_worker_ended(h, hj, (size_t)i);
+        }
+    }
+    for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
         tr_head_job *hj = h->jobs[k];
-        if (hj->issued == NULL) {
+        if (hj->issued == NULL || tr_jobs_is_settled(hj)) {
             continue;
         }
         for (size_t i = 0; i < hj->j->n_workers; i++) {
             Troupe__V1__WorkerInfo *w = hj->j->workers[i];
-            const Troupe__V1__WorkerReport *r;
-            int ended = 0;
-            if (w->node_id != hn->n->id) {
-                continue;
-            }
-            r = find_report(req, hj->j->id, w->name);
-            if (r != NULL) {
-                ended = apply_one(h, hj, w, r);
-            } else if (worker_live(w) && req->version >= hj->issued[i]) {
+            if (w->node_id == hn->n->id && worker_live(w) && req->version >= hj->issued[i] &&
+                find_report(req, hj->j->id, w->name) == NULL) {
                 mark_absent(h, hj, w);
-                ended = 1;
-            }
-            if (ended) {
                 tr_jobs_worker_ended(h, hj, i);
             }
         }

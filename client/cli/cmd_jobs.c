@@ -53,6 +53,14 @@ static void job_json(FILE *out, const troupe_job *j)
         fprintf(out, ",\"master_port\":%u,\"world_size\":%u}", j->groups[g].master_port,
                 j->groups[g].world_size);
     }
+    fputs("],\"events\":[", out);
+    for (size_t e = 0; e < j->n_events; e++) {
+        fprintf(out, "%s{\"ts_ms\":%lld,\"kind\":", e ? "," : "", (long long)j->events[e].ts_ms);
+        tr_json_str(out, j->events[e].kind);
+        fputs(",\"message\":", out);
+        tr_json_str(out, j->events[e].message);
+        fputc('}', out);
+    }
     fputs("],\"workers\":[", out);
     for (size_t i = 0; i < j->n_workers; i++) {
         const troupe_worker *w = &j->workers[i];
@@ -97,6 +105,14 @@ static void job_table(const troupe_job *j)
     for (size_t g = 0; g < j->n_groups; g++) {
         printf("group     %s: %u workers, MASTER_ADDR=%s MASTER_PORT=%u\n", j->groups[g].name,
                j->groups[g].world_size, j->groups[g].master_addr, j->groups[g].master_port);
+    }
+    if (j->n_events > 0) {
+        printf("\nhistory%s\n", j->events_dropped ? " (latest entries)" : "");
+        for (size_t e = 0; e < j->n_events; e++) {
+            char when[16];
+            tr_cli_time(when, sizeof(when), j->events[e].ts_ms);
+            printf("  %s  %-10s %s\n", when, j->events[e].kind, j->events[e].message);
+        }
     }
     if (j->n_workers == 0) {
         return;
@@ -201,6 +217,20 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
+/* print_events writes history entries the caller has not seen yet; *seen
+ * counts entries since the job began (dropped ones included). */
+static void print_events(const troupe_job *j, uint64_t id, size_t *seen)
+{
+    size_t total = j->events_dropped + j->n_events;
+    for (size_t k = *seen; k < total; k++) {
+        if (k >= j->events_dropped) {
+            const troupe_job_event *e = &j->events[k - j->events_dropped];
+            fprintf(stderr, "troupe: job %" PRIu64 " %s: %s\n", id, e->kind, e->message);
+        }
+    }
+    *seen = total;
+}
+
 static int terminal(int state)
 {
     return state >= TROUPE_JOB_SUCCEEDED;
@@ -214,6 +244,7 @@ static int follow(tr_cli *cli, uint64_t id, const char *worker)
     int state = -1, done = 0;
     char reason[512] = "";
     int64_t lost_since = 0;
+    size_t seen = 0;
     troupe_error err;
 
     while (!interrupted) {
@@ -246,12 +277,13 @@ static int follow(tr_cli *cli, uint64_t id, const char *worker)
         }
         lost_since = 0;
         version = j->version;
-        if ((int)j->state != state || (j->state == TROUPE_JOB_PENDING && strcmp(reason, j->reason) != 0)) {
-            state = (int)j->state;
-            snprintf(reason, sizeof(reason), "%s", j->reason);
-            fprintf(stderr, "troupe: job %" PRIu64 " %s: %s\n", id, troupe_job_state_name(j->state),
-                    j->reason);
+        print_events(j, id, &seen);
+        /* Why a job waits is not history, just its current reason. */
+        if (j->state == TROUPE_JOB_PENDING && ((int)j->state != state || strcmp(reason, j->reason) != 0)) {
+            fprintf(stderr, "troupe: job %" PRIu64 " PENDING: %s\n", id, j->reason);
         }
+        state = (int)j->state;
+        snprintf(reason, sizeof(reason), "%s", j->reason);
         if (terminal(j->state) && done) {
             int ok = j->state == TROUPE_JOB_SUCCEEDED;
             fprintf(stderr, "troupe: job %" PRIu64 " %s after %.1f s: %s\n", id,

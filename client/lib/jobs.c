@@ -80,6 +80,7 @@ typedef struct job_impl {
     Troupe__V1__Job *msg;
     troupe_worker *workers;
     troupe_group *groups;
+    troupe_job_event *events;
 } job_impl;
 
 /* fill_job points a public job at its message; workers/groups arrays are
@@ -141,6 +142,7 @@ TROUPE_API void troupe_job_free(troupe_job *job)
     }
     free(ji->workers);
     free(ji->groups);
+    free(ji->events);
     free(ji);
 }
 
@@ -176,11 +178,19 @@ TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint
     troupe__v1__get_job_reply__free_unpacked(rep, NULL);
     ji->workers = calloc(ji->msg->n_workers + 1, sizeof(*ji->workers));
     ji->groups = calloc(ji->msg->n_groups + 1, sizeof(*ji->groups));
-    if (ji->workers == NULL || ji->groups == NULL) {
+    ji->events = calloc(ji->msg->n_events + 1, sizeof(*ji->events));
+    if (ji->workers == NULL || ji->groups == NULL || ji->events == NULL) {
         troupe_job_free(&ji->pub);
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     fill_job(&ji->pub, ji->msg, ji->workers, ji->groups);
+    for (size_t i = 0; i < ji->msg->n_events; i++) {
+        const Troupe__V1__JobEvent *e = ji->msg->events[i];
+        ji->events[i] = (troupe_job_event){e->ts_ms, e->kind, e->message};
+    }
+    ji->pub.n_events = ji->msg->n_events;
+    ji->pub.events = ji->events;
+    ji->pub.events_dropped = ji->msg->events_dropped;
     *out = &ji->pub;
     return tr_client_finish(err, &e, TROUPE_OK);
 }

@@ -163,6 +163,12 @@ typedef struct troupe_group {
     uint32_t world_size;
 } troupe_group;
 
+typedef struct troupe_job_event {
+    int64_t ts_ms; /* unix ms */
+    const char *kind;
+    const char *message;
+} troupe_job_event;
+
 typedef struct troupe_job {
     uint64_t id;
     const char *name;
@@ -176,6 +182,9 @@ typedef struct troupe_job {
     const troupe_worker *workers;
     size_t n_groups;
     const troupe_group *groups;
+    size_t n_events;        /* lifecycle history, oldest first (latest 64) */
+    const troupe_job_event *events;
+    uint32_t events_dropped; /* older history entries not in events */
 } troupe_job;
 
 typedef struct troupe_job_list {

@@ -164,3 +164,47 @@ out:
     (void)lib;
     return rv;
 }
+
+/* nth_entry copies the i-th comma-separated entry of list into buf. */
+static int nth_entry(const char *list, long i, char *buf, size_t size)
+{
+    const char *p = list;
+    for (long k = 0; k < i && p != NULL; k++) {
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    if (p == NULL || *p == '\0' || *p == ',') {
+        return -1;
+    }
+    size_t n = strcspn(p, ",");
+    if (n >= size) {
+        return -1;
+    }
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return 0;
+}
+
+int tr_gpus_translate_visible(const char *agent_visible, const char *assigned, char *out, size_t size,
+                              tr_err *err)
+{
+    size_t off = 0;
+    const char *p = assigned;
+
+    out[0] = '\0';
+    while (*p != '\0') {
+        char entry[128], *end;
+        long idx = strtol(p, &end, 10);
+        if (end == p || idx < 0 || nth_entry(agent_visible, idx, entry, sizeof(entry)) != 0) {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                              "GPU index '%s' is not in this agent's CUDA_VISIBLE_DEVICES='%s'", p, agent_visible);
+        }
+        int w = snprintf(out + off, size - off, "%s%s", off ? "," : "", entry);
+        if (w < 0 || (size_t)w >= size - off) {
+            return tr_err_set(err, TROUPE_OUT_OF_RANGE, "CUDA_VISIBLE_DEVICES too long");
+        }
+        off += (size_t)w;
+        p = (*end == ',') ? end + 1 : end;
+    }
+    return TROUPE_OK;
+}

@@ -27,4 +27,12 @@ int tr_gpus_parse_fake(const char *spec, const char *name, tr_gpu_info *out, siz
  * no device; a driver that fails is an error. */
 int tr_gpus_discover(tr_gpu_info *out, size_t *n, tr_err *err);
 
+/* tr_gpus_translate_visible maps GPU indices as this agent numbered them
+ * ("0,1": what the head put in a worker's CUDA_VISIBLE_DEVICES) through the
+ * agent's own CUDA_VISIBLE_DEVICES (agent_visible, e.g. "4,5,6,7" or UUIDs),
+ * so a worker gets the physical GPUs the agent discovered. Writes the result
+ * to out; returns INVALID_ARGUMENT for an index the agent's list lacks. */
+int tr_gpus_translate_visible(const char *agent_visible, const char *assigned, char *out, size_t size,
+                              tr_err *err);
+
 #endif

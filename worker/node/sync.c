@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpus.h"
 #include "log.h"
 #include "node.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -98,6 +99,11 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
     tr_worker_spec ws = {0};
     size_t ne = 0;
     tr_err err;
+    const char *real_visible = getenv("CUDA_VISIBLE_DEVICES");
+
+    if (a->n_gpus == 0 || a->gpus[0].simulated || real_visible == NULL || real_visible[0] == '\0') {
+        real_visible = NULL; /* simulated GPUs, or the agent sees every GPU */
+    }
 
     if (argv == NULL || env == NULL || owned == NULL || wa->n_command == 0) {
         TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name,
@@ -108,7 +114,19 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
         argv[i] = wa->command[i];
     }
     for (size_t i = 0; i < wa->n_env; i++) {
-        if (asprintf(&owned[ne], "%s=%s", wa->env[i]->key, wa->env[i]->value) > 0) {
+        const char *value = wa->env[i]->value;
+        char mapped[1024];
+        /* The head numbers GPUs as this agent discovered them; when the agent
+         * itself sees only some GPUs (CUDA_VISIBLE_DEVICES=4,5,6,7 in a partial
+         * allocation), index 0 is physical GPU 4: translate for the worker. */
+        if (strcmp(wa->env[i]->key, "CUDA_VISIBLE_DEVICES") == 0 && real_visible != NULL) {
+            if (tr_gpus_translate_visible(real_visible, value, mapped, sizeof(mapped), &err) != TROUPE_OK) {
+                TR_LOG(TR_LOG_ERR, "worker=%s: %s", wa->name, err.msg);
+            } else {
+                value = mapped;
+            }
+        }
+        if (asprintf(&owned[ne], "%s=%s", wa->env[i]->key, value) > 0) {
             env[ne] = owned[ne];
             ne++;
         }

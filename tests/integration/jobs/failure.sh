@@ -26,7 +26,7 @@ set +e; timeout 60 "$CLI_BIN" submit "$T/restart.yaml" >"$T/out2" 2>"$T/err2"; r
 id2=$(head -1 "$T/out2")
 j=$(cli -o json job "$id2")
 [ $rc = 1 ] && [ "$(jqr .restarts <<<"$j")" = 2 ] || fail "expected 2 restarts then FAILED: rc=$rc $(jqr .restarts <<<"$j")"
-grep -q "restarting group bad (restart 1 of 2)" "$T/out2" || fail "restart not logged"
+grep -q "restarting group bad (restart 1 of 2)" "$T/err2" || fail "restart not shown by troupe submit"
 pass "max_restarts 2: group restarted twice, then FAILED"
 
 cat >"$T/nocmd.yaml" <<YAML

@@ -164,12 +164,30 @@ static void uuids(void **state)
     assert_memory_equal(gpus[1].uuid + strlen(gpus[1].uuid) - 2, "-1", 2);
 }
 
+/* The agent maps worker GPU indices through its own CUDA_VISIBLE_DEVICES. */
+static void translate_visible(void **state)
+{
+    char out[256];
+    tr_err err = {0};
+
+    (void)state;
+    TR_ASSERT_OK(tr_gpus_translate_visible("4,5,6,7", "0,1", out, sizeof(out), &err), &err);
+    assert_string_equal(out, "4,5");
+    TR_ASSERT_OK(tr_gpus_translate_visible("4,5,6,7", "3", out, sizeof(out), &err), &err);
+    assert_string_equal(out, "7");
+    TR_ASSERT_OK(tr_gpus_translate_visible("GPU-aaa,GPU-bbb", "1,0", out, sizeof(out), &err), &err);
+    assert_string_equal(out, "GPU-bbb,GPU-aaa");
+    TR_ASSERT_STATUS(tr_gpus_translate_visible("4,5", "2", out, sizeof(out), &err), TROUPE_INVALID_ARGUMENT, &err);
+    TR_ASSERT_CONTAINS(err.msg, "not in this agent's CUDA_VISIBLE_DEVICES='4,5'");
+    TR_ASSERT_STATUS(tr_gpus_translate_visible("4,5", "x", out, sizeof(out), &err), TROUPE_INVALID_ARGUMENT, &err);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(count_only),   cmocka_unit_test(model_and_memory), cmocka_unit_test(memory_units),
         cmocka_unit_test(zero_and_max), cmocka_unit_test(bad_specs),        cmocka_unit_test(huge_memory_rejected),
-        cmocka_unit_test(uuids),
+        cmocka_unit_test(uuids),          cmocka_unit_test(translate_visible),
     };
     return TR_TEST_MAIN("unit.node.gpus", tests, argc, argv);
 }
