@@ -50,10 +50,8 @@ troupe nodes
 # The job runs in its own directory with its config and generated data.
 mkdir -p "$RUN/job"
 cp examples/demo/job.yaml examples/demo/train.yaml "$RUN/job/"
-if [ "${gpus:-0}" -lt 8 ] && [ "${gpus:-0}" -gt 0 ] && [ "${TROUPE_DEMO_FAKE:-0}" != 1 ]; then
-    # Fewer than 8 real GPUs: shrink the virtual cluster and groups to fit.
-    sed -i -e "s/nodes: \[8\]/nodes: [$gpus]/" -e 's/resources: {gpu: 2}/resources: {gpu: 1}/' \
-        -e "s/workers: 2/workers: 1/" "$RUN/job/job.yaml"
+if [ "${gpus:-0}" -gt 0 ] && [ "${TROUPE_DEMO_FAKE:-0}" != 1 ]; then
+    examples/demo/fit.sh "$gpus" "$RUN/job/job.yaml" # fewer than 8 real GPUs: shrink to fit
 fi
 build/worker/train/troupe-train --make-data "$RUN/job/data.tok" >/dev/null
 

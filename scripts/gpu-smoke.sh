@@ -20,8 +20,7 @@ troupe -o json nodes >"$OUTDIR/gpu-nodes.json"
 gpus=$(troupe -o json status | sed 's/.*"total":\([0-9]*\).*/\1/')
 mkdir -p "$T/job"
 cp "$(dirname "$0")/../examples/demo/job.yaml" "$(dirname "$0")/../examples/demo/train.yaml" "$T/job/"
-# Fit the example to this machine: one virtual node of all its GPUs, 1 GPU per worker.
-sed -i -e "s/nodes: \[8\]/nodes: [$gpus]/" -e 's/resources: {gpu: 2}/resources: {gpu: 1}/' -e 's/workers: 2/workers: 1/' "$T/job/job.yaml"
+"$(dirname "$0")/../examples/demo/fit.sh" "$gpus" "$T/job/job.yaml"
 troupe-train --make-data "$T/job/data.tok" >/dev/null
 timeout 300 troupe submit "$T/job/job.yaml" 2>&1 | tee "$OUTDIR/gpu-job.log"
 rc=${PIPESTATUS[0]}
