@@ -119,23 +119,51 @@ static tr_head_wait *park(tr_head *h, tr_rpc_call *call, tr_head_wait **list, ui
     return w;
 }
 
-void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all)
+/* A waiter_try answers w if there is something to say (or force is set) and
+ * returns 1 then. */
+typedef int (*waiter_try)(tr_head_job *hj, tr_head_wait *w, int force);
+
+/* answer_waiters offers every waiter of a list its answer; answered ones are
+ * unlinked and released here (whoever unlinks a waiter releases it). */
+static void answer_waiters(tr_head_wait **pp, tr_head_job *hj, waiter_try try, int all)
 {
     int64_t now = tr_now_ms();
-    tr_head_wait **pp = &hj->job_waiters;
 
-    (void)h;
     while (*pp != NULL) {
         tr_head_wait *w = *pp;
-        if (all || hj->j->version != w->after_version || now >= w->until) {
+        if (try(hj, w, all || now >= w->until)) {
             *pp = w->next;
-            reply_job(w->call, hj);
             tr_rpc_call_release(w->call);
             free(w);
         } else {
             pp = &w->next;
         }
     }
+}
+
+static int try_job(tr_head_job *hj, tr_head_wait *w, int force)
+{
+    if (!force && hj->j->version == w->after_version) {
+        return 0;
+    }
+    reply_job(w->call, hj);
+    return 1;
+}
+
+void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all)
+{
+    (void)h;
+    answer_waiters(&hj->job_waiters, hj, try_job, all);
+}
+
+/* find_or_refuse returns the job, or answers NOT_FOUND and returns NULL. */
+static tr_head_job *find_or_refuse(tr_head *h, tr_rpc_call *call, uint64_t id)
+{
+    tr_head_job *hj = tr_jobs_find(h, id);
+    if (hj == NULL) {
+        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)id);
+    }
+    return hj;
 }
 
 void tr_head_get_job(tr_rpc_call *call, void *user)
@@ -149,10 +177,9 @@ void tr_head_get_job(tr_rpc_call *call, void *user)
         return;
     }
     pthread_mutex_lock(&h->mu);
-    hj = tr_jobs_find(h, req->job_id);
+    hj = find_or_refuse(h, call, req->job_id);
     if (hj == NULL) {
-        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
-                           (unsigned long long)req->job_id);
+        /* answered */
     } else if (req->wait_ms > 0 && hj->j->version == req->after_version) {
         tr_head_wait *w = park(h, call, &hj->job_waiters, req->wait_ms);
         if (w != NULL) {
@@ -216,10 +243,9 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
         return;
     }
     pthread_mutex_lock(&h->mu);
-    hj = tr_jobs_find(h, req->job_id);
+    hj = find_or_refuse(h, call, req->job_id);
     if (hj == NULL) {
-        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
-                           (unsigned long long)req->job_id);
+        /* answered */
     } else if (tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else {
@@ -306,22 +332,15 @@ static int try_logs(tr_rpc_call *call, tr_head_job *hj, uint64_t offset, uint32_
     return 1;
 }
 
+static int try_log(tr_head_job *hj, tr_head_wait *w, int force)
+{
+    return try_logs(w->call, hj, w->offset, w->max_bytes, w->worker, force);
+}
+
 void tr_jobs_answer_log_waiters(tr_head *h, tr_head_job *hj, int all)
 {
-    int64_t now = tr_now_ms();
-    tr_head_wait **pp = &hj->log_waiters;
-
     (void)h;
-    while (*pp != NULL) {
-        tr_head_wait *w = *pp;
-        if (try_logs(w->call, hj, w->offset, w->max_bytes, w->worker, all || now >= w->until)) {
-            *pp = w->next;
-            tr_rpc_call_release(w->call);
-            free(w);
-        } else {
-            pp = &w->next;
-        }
-    }
+    answer_waiters(&hj->log_waiters, hj, try_log, all);
 }
 
 void tr_head_get_logs(tr_rpc_call *call, void *user)
@@ -335,10 +354,9 @@ void tr_head_get_logs(tr_rpc_call *call, void *user)
         return;
     }
     pthread_mutex_lock(&h->mu);
-    hj = tr_jobs_find(h, req->job_id);
+    hj = find_or_refuse(h, call, req->job_id);
     if (hj == NULL) {
-        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
-                           (unsigned long long)req->job_id);
+        /* answered */
     } else if (!try_logs(call, hj, req->offset, req->max_bytes, req->worker, req->wait_ms == 0)) {
         tr_head_wait *w = park(h, call, &hj->log_waiters, req->wait_ms);
         if (w != NULL) {
