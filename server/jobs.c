@@ -653,7 +653,11 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
         }
         snprintf(why, sizeof(why), "node %s (id %llu) died: %s", n->name, (unsigned long long)n->id,
                  n->reason);
-        if (!tr_jobs_is_terminal(hj) && !hj->requeue && hj->j->restarts < hj->j->spec->max_restarts) {
+        if (hj->requeue) {
+            /* Already being placed again: this node's workers are just gone too. */
+            tr_jobs_touch(h, hj);
+            release_if_idle(h, hj);
+        } else if (!tr_jobs_is_terminal(hj) && hj->j->restarts < hj->j->spec->max_restarts) {
             char msg[700];
             hj->j->restarts++;
             hj->requeue = 1;
@@ -878,6 +882,11 @@ static int restore_placement(tr_head *h, tr_head_job *hj, tr_err *err)
                 break;
             }
         }
+    }
+    /* A worker counts as issued from the first assignment set of this head:
+     * until its agent has applied that set, not being reported proves nothing. */
+    for (size_t i = 0; i < j->n_workers; i++) {
+        hj->issued[i] = (uint64_t)h->started_ms * 1000u;
     }
     rv = tr_sched_restore(h->sched, j->id, &hj->sspec, w, j->n_workers, v, j->n_vnodes, err);
     if (rv == TROUPE_OK) {
