@@ -246,7 +246,7 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     }
     tr_head_dirty_node(h, n->id);
     tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);
-    if (tmpl.id == (old ? old->n->id : 0)) {
+    if (old != NULL && tmpl.id == old->n->id) {
         troupe__v1__node__free_unpacked(old->n, NULL);
         old->n = n;
         old->seen_mono = tr_now_ms();
