@@ -101,6 +101,10 @@ static cmp compare(const float *a, const float *ref, size_t n)
     return c;
 }
 
+/* attn_check.cu: flash attention kernels vs the reference, several lengths;
+ * returns the number of failed lengths. */
+int tr_test_attention(void);
+
 static int have_gpu(void)
 {
     tr_err err = {0};
@@ -296,6 +300,13 @@ int main(int argc, char **argv)
         parity(&cfg, 2, 100, TR_PRECISION_BF16, 1, 1);
         printf("parity_bf16 reference attention, separate GELU kernels, T=100\n");
         parity(&cfg, 2, 100, TR_PRECISION_BF16, 0, 0);
+    }
+    /* part of parity_bf16 too, so that every run of the bf16 parity case
+     * also checks the attention kernels on their own */
+    if (all || strcmp(c, "attention") == 0 || strcmp(c, "parity_bf16") == 0) {
+        printf("attention kernels vs reference\n");
+        int bad = tr_test_attention();
+        CHECK(bad == 0, "attention: %d sequence length(s) off", bad);
     }
     if (all || strcmp(c, "learns") == 0) {
         printf("learns\n");

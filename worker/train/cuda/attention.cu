@@ -161,6 +161,14 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
+/* 4-byte variant (.ca: the 16-byte-only .cg does not take it); bytes 0
+ * zero-fills. */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
 __device__ __forceinline__ void cp_async_wait_all()
 {
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
@@ -178,13 +186,27 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 }
 
 /* load_tile copies rows [row0, row0+64) of a 64-wide head slice (row stride
- * rs elements) into shared memory; rows past Tn are zero-filled. */
+ * rs elements) into shared memory; rows past Tn are zero-filled. Every flash
+ * kernel runs FA_THREADS threads: each copies four 16-byte pieces of one
+ * column, 16 rows apart, so the address arithmetic is one multiply per tile
+ * and the bounds test is paid only by the last, partial tile. */
+#define FA_THREADS 128
 __device__ __forceinline__ void load_tile(fa_tile dst, const bf16 *src, int row0, int Tn, int rs)
 {
-    for (int c = threadIdx.x; c < FA_TILE * 8; c += blockDim.x) {
-        int r = c >> 3, col = (c & 7) * 8, gr = row0 + r;
-        const bf16 *p = src + (size_t)(gr < Tn ? gr : 0) * rs + col;
-        cp_async16(&dst[r][col], p, gr < Tn ? 16 : 0);
+    int r = threadIdx.x >> 3, col = (threadIdx.x & 7) * 8;
+    const bf16 *p = src + (size_t)(row0 + r) * rs + col;
+    size_t step = (size_t)(FA_THREADS / 8) * rs;
+    if (row0 + FA_TILE <= Tn) {
+#pragma unroll
+        for (int i = 0; i < FA_TILE / (FA_THREADS / 8); i++) {
+            cp_async16(&dst[r + i * (FA_THREADS / 8)][col], p + i * step, 16);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < FA_TILE / (FA_THREADS / 8); i++) {
+            int in = row0 + r + i * (FA_THREADS / 8) < Tn;
+            cp_async16(&dst[r + i * (FA_THREADS / 8)][col], in ? p + i * step : src, in ? 16 : 0);
+        }
     }
 }
 
@@ -212,6 +234,15 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c = A . B with a zero accumulator: saves clearing the registers first. */
+__device__ __forceinline__ void mma16816_z(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};\n"
+                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -228,8 +259,8 @@ __device__ __forceinline__ void load_a_frags(uint32_t f[4][4], const fa_tile t, 
     }
 }
 
-/* acc[16 x 64] += A[16 x 64] . X^T where X is a tile stored [n][k] (keys by
- * head dim): the score product Q K^T, or dO V^T. */
+/* acc[16 x 64] = A[16 x 64] . X^T where X is a tile stored [n][k] (keys by
+ * head dim): the score product Q K^T, or dO V^T. Overwrites acc. */
 __device__ __forceinline__ void mma_abt(float acc[8][4], const uint32_t a[4][4], const fa_tile x)
 {
     int lane = threadIdx.x % 32;
@@ -239,8 +270,13 @@ __device__ __forceinline__ void mma_abt(float acc[8][4], const uint32_t a[4][4],
         for (int np = 0; np < 4; np++) {
             uint32_t r[4];
             ldsm_x4(r, &x[np * 16 + (lane & 7) + (lane >> 4) * 8][kk * 16 + ((lane >> 3) & 1) * 8]);
-            mma16816(acc[2 * np], a[kk], r[0], r[1]);
-            mma16816(acc[2 * np + 1], a[kk], r[2], r[3]);
+            if (kk == 0) {
+                mma16816_z(acc[2 * np], a[kk], r[0], r[1]);
+                mma16816_z(acc[2 * np + 1], a[kk], r[2], r[3]);
+            } else {
+                mma16816(acc[2 * np], a[kk], r[0], r[1]);
+                mma16816(acc[2 * np + 1], a[kk], r[2], r[3]);
+            }
         }
     }
 }
@@ -298,88 +334,111 @@ __device__ __forceinline__ void store_rows(bf16 *dst, int rs, int r0, int Tn, co
 
 /* ---- flash forward -------------------------------------------------------- */
 
-/* Tiles are double-buffered: while the warps compute on key tile j, the
- * copy engine's cp.async brings tile j+1 into the other buffer. Q passes
- * through buffer 1 first; once it sits in registers its space is reused. */
-__global__ void __launch_bounds__(128)
+/* Blocks per multiprocessor that the register allocation must allow. These
+ * kernels are latency-bound (ncu at 124M B=16: 25% occupancy, about half the
+ * issue slots used), so occupancy is worth a few spilled bytes: the dK/dV
+ * kernel goes from 2 blocks (222 registers) to 3 (168, 8 bytes spilled). An
+ * intra-warp pipelined forward (next tile's Q K^T issued before this tile's
+ * softmax) was measured no faster: its 168 registers cost a block. */
+#define FA_FWD_MINB 4
+#define FA_BKV_MINB 3
+
+/* softmax_tile turns a warp's raw scores s (16 rows x 64 keys) into
+ * probabilities against the running max m (log2 domain, already scaled),
+ * rescales the output accumulator o and the row sums l, and leaves P in s.
+ * The 1/sqrt(d) log2(e) scale is folded into the exponent's FMA (the max of
+ * the raw scores times a positive scale is the max of the scaled ones). Only
+ * the diagonal tile (DIAG) pays for the causal mask. */
+template <bool DIAG>
+__device__ __forceinline__ void softmax_tile(float s[8][4], float o[8][4], float &m0, float &m1, float &l0,
+                                             float &l1, float scale_log2, int key0, int row0, int row1)
+{
+    int t = threadIdx.x & 3;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        if (DIAG) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (key0 + nt * 8 + 2 * t + (e & 1) > (e < 2 ? row0 : row1)) {
+                    s[nt][e] = -INFINITY;
+                }
+            }
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    /* every row sees key 0 in its first tile, so n is finite from then on */
+    float n0 = fmaxf(m0, mx0 * scale_log2), n1 = fmaxf(m1, mx1 * scale_log2);
+    float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+    m0 = n0;
+    m1 = n1;
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        s[nt][0] = exp2f(fmaf(s[nt][0], scale_log2, -n0));
+        s[nt][1] = exp2f(fmaf(s[nt][1], scale_log2, -n0));
+        s[nt][2] = exp2f(fmaf(s[nt][2], scale_log2, -n1));
+        s[nt][3] = exp2f(fmaf(s[nt][3], scale_log2, -n1));
+        l0 += s[nt][0] + s[nt][1];
+        l1 += s[nt][2] + s[nt][3];
+        o[nt][0] *= c0;
+        o[nt][1] *= c0;
+        o[nt][2] *= c1;
+        o[nt][3] *= c1;
+    }
+}
+
+/* K and V tiles are double-buffered: while the warps compute on key tile j,
+ * cp.async brings tile j+1 into the other buffers. Q passes through sV[1]
+ * first; once it sits in registers (before the first barrier of the loop)
+ * that space is reused. */
+__global__ void __launch_bounds__(128, FA_FWD_MINB)
     flash_fwd_kernel(bf16 *y, float *lse, const bf16 *qkv, int Tn, int NH, float scale_log2)
 {
-    __shared__ __align__(16) fa_tile sKV[2][2];                          /* [buffer][K, V] */
+    __shared__ __align__(16) fa_tile sK[2], sV[2];
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* longest rows first */
-    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2,
-        t = lane & 3;
+    int C = NH * FA_D, rs = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
     const bf16 *base = qkv + (size_t)b * Tn * rs + h * FA_D;
-    load_tile(sKV[1][0], base, qt * FA_TILE, Tn, rs);
+    load_tile(sV[1], base, qt * FA_TILE, Tn, rs);
+    load_tile(sK[0], base + C, 0, Tn, rs);
     cp_async_commit();
-    load_tile(sKV[0][0], base + C, 0, Tn, rs);
-    load_tile(sKV[0][1], base + 2 * C, 0, Tn, rs);
+    load_tile(sV[0], base + 2 * C, 0, Tn, rs);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     uint32_t qf[4][4];
-    load_a_frags(qf, sKV[1][0], warp * 16);
-    float o[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    load_a_frags(qf, sV[1], warp * 16);
+    float o[8][4], s[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     zero_acc(o);
     int row0 = qt * FA_TILE + warp * 16 + g, row1 = row0 + 8;
     for (int j = 0; j <= qt; j++) {
         cp_async_wait<0>();
         __syncthreads(); /* tile j is in; every warp is done with tile j-1 (and with Q) */
         if (j < qt) {
-            load_tile(sKV[(j + 1) & 1][0], base + C, (j + 1) * FA_TILE, Tn, rs);
-            load_tile(sKV[(j + 1) & 1][1], base + 2 * C, (j + 1) * FA_TILE, Tn, rs);
+            load_tile(sK[(j + 1) & 1], base + C, (j + 1) * FA_TILE, Tn, rs);
+            load_tile(sV[(j + 1) & 1], base + 2 * C, (j + 1) * FA_TILE, Tn, rs);
             cp_async_commit();
         }
-        const bf16(*sK)[FA_LD] = sKV[j & 1][0];
-        const bf16(*sV)[FA_LD] = sKV[j & 1][1];
-        float s[8][4];
-        zero_acc(s);
-        mma_abt(s, qf, sK);
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = j * FA_TILE + nt * 8 + 2 * t + (e & 1);
-                float v = s[nt][e] * scale_log2;
-                if (j == qt && key > (e < 2 ? row0 : row1)) {
-                    v = -INFINITY;
-                }
-                s[nt][e] = v;
-            }
-            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+        mma_abt(s, qf, sK[j & 1]);
+        if (j < qt) {
+            softmax_tile<false>(s, o, m0, m1, l0, l1, scale_log2, j * FA_TILE, row0, row1);
+        } else {
+            softmax_tile<true>(s, o, m0, m1, l0, l1, scale_log2, j * FA_TILE, row0, row1);
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
-        m0 = n0;
-        m1 = n1;
-        l0 *= c0;
-        l1 *= c1;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            s[nt][0] = exp2f(s[nt][0] - n0);
-            s[nt][1] = exp2f(s[nt][1] - n0);
-            s[nt][2] = exp2f(s[nt][2] - n1);
-            s[nt][3] = exp2f(s[nt][3] - n1);
-            l0 += s[nt][0] + s[nt][1];
-            l1 += s[nt][2] + s[nt][3];
-            o[nt][0] *= c0;
-            o[nt][1] *= c0;
-            o[nt][2] *= c1;
-            o[nt][3] *= c1;
-        }
-        mma_px(o, s, sV);
+        mma_px(o, s, sV[j & 1]);
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     store_rows(y + (size_t)b * Tn * C + h * FA_D, C, qt * FA_TILE + warp * 16, Tn, o, 1.0f / l0, 1.0f / l1);
-    if (t == 0) {
+    if ((lane & 3) == 0) {
         float *ls = lse + ((size_t)b * NH + h) * Tn;
         if (row0 < Tn) {
             ls[row0] = m0 + log2f(l0);
@@ -390,10 +449,29 @@ __global__ void __launch_bounds__(128)
     }
 }
 
+/* max_shared asks for the largest shared-memory carveout for a kernel, so
+ * that occupancy is bounded by registers rather than by the default split
+ * with L1. Skipped while the stream is being captured into a graph (the
+ * attribute set on the eager pass before capture stays). */
+static cudaError_t max_shared(const void *fn, cudaStream_t s)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(s, &st);
+    if (e != cudaSuccess || st != cudaStreamCaptureStatusNone) {
+        return e;
+    }
+    return cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+}
+
 cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s)
 {
     float scale_log2 = 1.4426950408889634f / sqrtf((float)FA_D);
     dim3 grid(tr_cdiv(Tn, FA_TILE), NH, B);
+    cudaError_t e = max_shared((const void *)flash_fwd_kernel, s);
+    if (e != cudaSuccess) {
+        return e;
+    }
     flash_fwd_kernel<<<grid, 128, 0, s>>>(y, lse, qkv, Tn, NH, scale_log2);
     return cudaGetLastError();
 }
@@ -401,7 +479,10 @@ cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn,
 /* ---- flash backward ------------------------------------------------------- */
 
 /* load_q_side queues query tile i (Q, dO) and its lse/dsum rows into one
- * buffer of the dK/dV kernel; padding rows get lse = +inf, so P = 0 there. */
+ * buffer of the dK/dV kernel, all through cp.async: a plain load here would
+ * hold two warps at every tile for a round trip to L2. Padding rows come in
+ * as zeros (lse 0 makes P = 1 there, but their Q and dO rows are zero, so
+ * they add nothing to dK or dV). */
 __device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, const bf16 *qb,
                                             const bf16 *dyb, const float *lb, const float *db, int i, int Tn,
                                             int rs, int C)
@@ -409,9 +490,9 @@ __device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, c
     load_tile(qo[0], qb, i * FA_TILE, Tn, rs);
     load_tile(qo[1], dyb, i * FA_TILE, Tn, C);
     if (threadIdx.x < FA_TILE) {
-        int q = i * FA_TILE + threadIdx.x;
-        sl[threadIdx.x] = q < Tn ? lb[q] : INFINITY;
-        sd[threadIdx.x] = q < Tn ? db[q] : 0.0f;
+        int q = i * FA_TILE + threadIdx.x, in = q < Tn;
+        cp_async4(&sl[threadIdx.x], in ? lb + q : lb, in ? 4 : 0);
+        cp_async4(&sd[threadIdx.x], in ? db + q : db, in ? 4 : 0);
     }
     cp_async_commit();
 }
@@ -421,7 +502,7 @@ __device__ __forceinline__ void load_q_side(fa_tile *qo, float *sl, float *sd, c
  * P^T and dS^T come out as A operands for dV += P^T dO and dK += dS^T Q.
  * K and V live in registers after the first load, so their shared memory
  * becomes the second buffer of the double-buffered (Q, dO) stream. */
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, FA_BKV_MINB)
     flash_bwd_kv_kernel(bf16 *dqkv, const bf16 *dy, const float *lse, const float *dsum, const bf16 *qkv,
                         int Tn, int NH, float scale_log2, float scale)
 {
@@ -456,7 +537,6 @@ __global__ void __launch_bounds__(128)
         const bf16(*sO)[FA_LD] = sQO[buf][1];
         const float *L = sL[buf], *D = sD[buf];
         float p[8][4], dp[8][4];
-        zero_acc(p);
         mma_abt(p, kf, sQ);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
@@ -471,7 +551,6 @@ __global__ void __launch_bounds__(128)
             }
         }
         mma_px(dv, p, sO);
-        zero_acc(dp);
         mma_abt(dp, vf, sO);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
@@ -561,8 +640,6 @@ __global__ void __launch_bounds__(128)
         const bf16(*sK)[FA_LD] = sKV[j & 1][0];
         const bf16(*sV)[FA_LD] = sKV[j & 1][1];
         float p[8][4], dp[8][4];
-        zero_acc(p);
-        zero_acc(dp);
         mma_abt(p, qf, sK);
         mma_abt(dp, of, sV);
 #pragma unroll
@@ -588,6 +665,13 @@ cudaError_t tr_cu_flash_bwd(bf16 *dqkv, float *dsum, const bf16 *dy, const bf16 
 {
     float scale = 1.0f / sqrtf((float)FA_D), scale_log2 = 1.4426950408889634f * scale;
     dim3 grid(tr_cdiv(Tn, FA_TILE), NH, B);
+    cudaError_t e = max_shared((const void *)flash_bwd_q_kernel, s);
+    if (e == cudaSuccess) {
+        e = max_shared((const void *)flash_bwd_kv_kernel, s);
+    }
+    if (e != cudaSuccess) {
+        return e;
+    }
     flash_bwd_q_kernel<<<grid, 128, 0, s>>>(dqkv, dy, y, lse, dsum, qkv, Tn, NH, scale_log2, scale);
     flash_bwd_kv_kernel<<<grid, 128, 0, s>>>(dqkv, dy, lse, dsum, qkv, Tn, NH, scale_log2, scale);
     return cudaGetLastError();
