@@ -387,6 +387,10 @@ __device__ __forceinline__ void softmax_tile(float s[8][4], float o[8][4], float
         s[nt][3] = exp2f(fmaf(s[nt][3], scale_log2, -n1));
         l0 += s[nt][0] + s[nt][1];
         l1 += s[nt][2] + s[nt][3];
+    }
+    /* skipping this when no row max moved (a warp vote) measured no faster */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
         o[nt][0] *= c0;
         o[nt][1] *= c0;
         o[nt][2] *= c1;
@@ -478,6 +482,26 @@ cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn,
 
 /* ---- flash backward ------------------------------------------------------- */
 
+/* causal_zero overwrites with 0 the entries of a warp's 16 x 64 accumulator
+ * tile that lie above the diagonal. Rows are a0 (entries 0, 1) and a1 (2, 3);
+ * column nt*8 + (e&1) sits at position c0 + nt*8 + (e&1). Without transposed,
+ * rows are queries and columns keys (masked: key > query); transposed, rows
+ * are keys and columns queries (masked: key > query too). Overwriting rather
+ * than multiplying also clears any inf the unmasked exponent made there. */
+__device__ __forceinline__ void causal_zero(float a[8][4], int a0, int a1, int c0, bool transposed)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = e < 2 ? a0 : a1, col = c0 + nt * 8 + (e & 1);
+            if (transposed ? row > col : col > row) {
+                a[nt][e] = 0.0f;
+            }
+        }
+    }
+}
+
 /* load_q_side queues query tile i (Q, dO) and its lse/dsum rows into one
  * buffer of the dK/dV kernel, all through cp.async: a plain load here would
  * hold two warps at every tile for a round trip to L2. Padding rows come in
@@ -542,13 +566,11 @@ __global__ void __launch_bounds__(128, FA_BKV_MINB)
         for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int qc = nt * 8 + 2 * t + (e & 1), q = i * FA_TILE + qc;
-                float v = exp2f(p[nt][e] * scale_log2 - L[qc]);
-                if (i == kt && (e < 2 ? key0 : key1) > q) {
-                    v = 0.0f;
-                }
-                p[nt][e] = v;
+                p[nt][e] = exp2f(p[nt][e] * scale_log2 - L[nt * 8 + 2 * t + (e & 1)]);
             }
+        }
+        if (i == kt) { /* only the diagonal tile pays for the causal mask */
+            causal_zero(p, key0, key1, i * FA_TILE + 2 * t, true);
         }
         mma_px(dv, p, sO);
         mma_abt(dp, vf, sO);
@@ -646,14 +668,12 @@ __global__ void __launch_bounds__(128)
         for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int key = j * FA_TILE + nt * 8 + 2 * t + (e & 1);
-                int row = e < 2 ? row0 : row1;
                 float pv = exp2f(p[nt][e] * scale_log2 - (e < 2 ? L0 : L1));
-                if (j == qt && key > row) {
-                    pv = 0.0f;
-                }
                 dp[nt][e] = pv * (dp[nt][e] - (e < 2 ? D0 : D1));
             }
+        }
+        if (j == qt) { /* only the diagonal tile pays for the causal mask */
+            causal_zero(dp, row0, row1, j * FA_TILE + 2 * t, false);
         }
         mma_px(dq, dp, sK);
     }
