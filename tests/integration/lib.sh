@@ -20,6 +20,14 @@ cleanup() {
     # Workers run in their own process groups; the node agents stop them, but
     # a killed agent cannot: sweep anything still running from this test dir.
     pkill -9 -f "$T" 2>/dev/null || true
+    # A worker's children (`sleep 300` under `sh -c`) outlive an agent killed
+    # with -9: PR_SET_PDEATHSIG reaches only the group leader, and their command
+    # lines do not name $T. Every worker carries this test's TROUPE_HEAD.
+    local f pid
+    for f in $([ -n "${HEAD:-}" ] && grep -lzxF "TROUPE_HEAD=$HEAD" /proc/[0-9]*/environ 2>/dev/null); do
+        pid=${f#/proc/}; pid=${pid%/environ}
+        [ "$pid" = $$ ] || kill -9 "$pid" 2>/dev/null || true
+    done
     wait 2>/dev/null || true
     if [ $rc -ne 0 ]; then
         echo "---- test failed (rc=$rc); logs from $T ----"
