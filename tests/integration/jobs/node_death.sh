@@ -7,10 +7,11 @@ mkdir -p "$T/pids"
 cat >"$T/j.yaml" <<YAML
 name: on-nc
 cluster: {nodes: [16]}
-groups: [{name: g, workers: 2, resources: {gpu: 8}, command: [sh, -c, 'echo \$\$ > $T/pids/\$TROUPE_WORKER.\$TROUPE_ATTEMPT; sleep 300']}]
+groups: [{name: g, workers: 2, resources: {gpu: 8}, command: [sh, -c, 'echo \$\$ > $T/pids/\$TROUPE_WORKER.\$TROUPE_ATTEMPT; sleep 300 & echo \$! >> $T/pids/\$TROUPE_WORKER.\$TROUPE_ATTEMPT; wait']}]
 YAML
 id=$(submit "$T/j.yaml")
-wait_for 10 "workers started" bash -c "[ \$(ls $T/pids | wc -l) = 2 ]"
+# Two workers, each a shell and its background child: four pids.
+wait_for 10 "workers and their children started" bash -c "[ \$(cat $T/pids/* 2>/dev/null | wc -l) = 4 ]"
 pids=$(cat "$T"/pids/*)
 kill -9 "$NODE_PID_nc"
 wait_for 10 "job FAILED" is_job_state "$id" FAILED
@@ -18,7 +19,7 @@ cli -o json job "$id" | jqr .reason | grep -q "node nc (id .*) died" || fail "re
 pass "agent killed -> job FAILED: $(cli -o json job "$id" | jqr .reason)"
 all_gone() { for p in $pids; do if alive "$p"; then return 1; fi; done; }
 wait_for 5 "orphaned workers gone" all_gone
-pass "its workers died with the agent (PR_SET_PDEATHSIG)"
+pass "its workers and their children died with the agent: $(echo $pids)"
 
 # With a restart allowed and a replacement node, the job is placed again.
 start_node nd 16xH200:141GB --stop-grace-ms 1000
