@@ -4,8 +4,10 @@
  * the CUDA driver), each in its own process group, stdin from /dev/null and
  * stdout+stderr appended to one log file per worker attempt. The agent's own
  * binary is spawned as a shim (`troupe-node --exec-worker DIR -- CMD...`) that
- * sets PR_SET_PDEATHSIG=SIGKILL, changes to the working directory and execs the
- * command, so workers die with a killed agent instead of lingering.
+ * changes to the working directory, runs the command as its child and stays as
+ * the group's leader: armed with PR_SET_PDEATHSIG, it SIGKILLs the whole group
+ * when the agent dies (so no worker, nor any child of one, lingers), and
+ * otherwise ends exactly as the command ended (launcher_shim.c).
  *
  * Stopping sends SIGTERM to the whole process group, then SIGKILL after the
  * grace period. Exits are collected with waitpid (per pid, never -1) and
