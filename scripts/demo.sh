@@ -16,7 +16,9 @@ cmake --build build -j "$JOBS" --target troupe-head troupe-node troupe-cli troup
 
 RUN=$(mktemp -d /tmp/troupe-demo.XXXXXX)
 PORT=${TROUPE_DEMO_PORT:-7770}
-if (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then PORT=$((20000 + RANDOM % 20000)); fi
+# Port taken: pick one below the kernel's ephemeral range (32768+), where no
+# outgoing connection can hold it.
+if (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then PORT=$((20000 + RANDOM % 12000)); fi
 export TROUPE_HEAD=tcp://127.0.0.1:$PORT
 export PATH=$ROOT/build/client:$ROOT/build/worker/train:$PATH
 PIDS=()
