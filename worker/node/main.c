@@ -1,4 +1,9 @@
 /* troupe-node: the per-machine agent. See --help. */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,7 +25,8 @@ const tr_cfg_desc tr_node_config_table[] = {
      "advertise simulated GPUs instead of real ones: N[xMODEL][:MEM], e.g. 4xH200:141GB"},
     {"token", TR_CFG_STRING, F(token), NULL, TR_CFG_UNBOUNDED, TR_CFG_SENSITIVE, "auth token (TROUPE_TOKEN)"},
     {"address", TR_CFG_STRING, F(address), NULL, TR_CFG_UNBOUNDED, 0,
-     "address workers on other nodes use to reach this one (default: the hostname)"},
+     "address workers on other nodes use to reach this one, MASTER_ADDR (default: the hostname if it "
+     "resolves, else the first non-loopback IPv4 address)"},
     {"state_dir", TR_CFG_STRING, F(state_dir), NULL, TR_CFG_UNBOUNDED, 0,
      "worker logs and state (default: /tmp/troupe-node-NAME)"},
     {"log_level", TR_CFG_STRING, F(log_level), "info", TR_CFG_UNBOUNDED, 0, "err|warning|notice|info|debug"},
@@ -31,6 +37,36 @@ const tr_cfg_desc tr_node_config_table[] = {
 #undef F
 
 static volatile sig_atomic_t stop_flag;
+
+/* default_address is how workers elsewhere reach this node (MASTER_ADDR): the
+ * hostname when it resolves, else the first non-loopback IPv4 address, else
+ * 127.0.0.1 — a bare machine or container often has no /etc/hosts entry for
+ * its own name, and an unresolvable MASTER_ADDR fails only later, in NCCL. */
+static const char *default_address(const char *hostname, char *buf, size_t size)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    struct ifaddrs *ifs = NULL;
+
+    hints.ai_family = AF_UNSPEC;
+    if (getaddrinfo(hostname, NULL, &hints, &res) == 0) {
+        freeaddrinfo(res);
+        return hostname;
+    }
+    tr_strlcpy(buf, "127.0.0.1", size);
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+            if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET && !(i->ifa_flags & IFF_LOOPBACK)) {
+                inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, buf,
+                          (socklen_t)size);
+                break;
+            }
+        }
+        freeifaddrs(ifs);
+    }
+    TR_LOG(TR_LOG_NOTICE, "hostname %s does not resolve; workers will use address=%s (set --address)",
+           hostname, buf);
+    return buf;
+}
 
 static void on_signal(int sig)
 {
@@ -73,8 +109,9 @@ static int load_config(tr_node_agent *a, int argc, char **argv, tr_cfg_args *arg
         c->name = strdup(a->hostname);
     }
     if (c->address == NULL || c->address[0] == '\0') {
+        char addr[256];
         free(c->address);
-        c->address = strdup(a->hostname);
+        c->address = strdup(default_address(a->hostname, addr, sizeof(addr)));
     }
     if (c->state_dir == NULL || c->state_dir[0] == '\0') {
         char dir[512];

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rpc.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -114,9 +115,11 @@ int main(int argc, char **argv)
     }
     free(buf);
     if (nng_recvmsg(s, &rep, 0) != 0) {
+        /* Not nng_close: nng 1.5.2 can deadlock closing a REQ socket that keeps
+         * re-dialing a peer which drops its frames (seen ~1 in 8 runs). */
         printf("no reply\n");
-        nng_close(s);
-        return 3;
+        fflush(stdout);
+        _exit(3);
     }
     r = troupe__v1__reply__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
     if (r == NULL) {
