@@ -20,6 +20,15 @@ expect_code bad-payload INVALID_ARGUMENT
 expect_code no-name INVALID_ARGUMENT
 expect_code too-many-gpus INVALID_ARGUMENT
 expect_code dup-gpu INVALID_ARGUMENT
+# Job calls a well-behaved client never makes: the head checks them itself.
+expect_code submit-nospec INVALID_ARGUMENT
+expect_code submit-zero-workers INVALID_ARGUMENT
+expect_code submit-no-command INVALID_ARGUMENT
+expect_code submit-bad-strategy INVALID_ARGUMENT
+expect_code get-unknown NOT_FOUND
+expect_code stop-unknown NOT_FOUND
+expect_code logs-unknown NOT_FOUND
+expect_code sync-unknown-node FAILED_PRECONDITION
 
 # Oversized frames are dropped by the transport (the connection is closed).
 # rawcall gives up after 2 s; `timeout` bounds its exit, because nng 1.5.2's
@@ -37,6 +46,7 @@ pass "random bytes on the TCP port"
 # The head still serves everyone, and nothing was half-registered.
 "$RAW" "$HEAD" ping | grep -q "(OK)" || fail "head stopped serving"
 [ "$(cli -o json nodes | jqr .count)" = 1 ] || fail "a bad registration left a node behind"
+[ "$(cli -o json jobs | jqr .count)" = 0 ] || fail "a bad submission left a job behind"
 kill -0 "$HEAD_PID" || fail "head died"
 pass "head alive and serving after bad input; no half-applied change"
 
@@ -74,3 +84,17 @@ set -e
 [ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc3 -eq 1 ] || fail "cli exit codes $rc1 $rc2 $rc3"
 grep -q "UNAVAILABLE: cannot reach tcp://127.0.0.1:1" <<<"$out" || fail "unreachable message: $out"
 pass "CLI: usage errors exit 2, unreachable head exits 1: $out"
+
+# Job commands: bad ids are usage errors; unknown ids say NOT_FOUND; a spec
+# file that does not exist is named.
+set +e
+cli logs abc 2>/dev/null; rc1=$?
+cli stop 2>/dev/null; rc2=$?
+out=$(cli job 424242 2>&1); rc3=$?
+out2=$(cli submit "$T/missing.yaml" 2>&1); rc4=$?
+cli submit 2>/dev/null; rc5=$?
+set -e
+[ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc5 -eq 2 ] || fail "job usage errors should exit 2: $rc1 $rc2 $rc5"
+[ $rc3 -eq 1 ] && grep -q "NOT_FOUND: no job 424242" <<<"$out" || fail "unknown job: rc=$rc3 $out"
+[ $rc4 -eq 1 ] && grep -q "missing.yaml" <<<"$out2" || fail "missing spec file: rc=$rc4 $out2"
+pass "job commands: bad ids exit 2, unknown job NOT_FOUND, missing file named: $out2"

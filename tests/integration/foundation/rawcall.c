@@ -3,7 +3,9 @@
  *   rawcall URL MODE
  *
  * MODE: garbage | truncated | oversized | unknown-method | bad-payload |
- *       no-name | too-many-gpus | dup-gpu | ping
+ *       no-name | too-many-gpus | dup-gpu | ping |
+ *       submit-nospec | submit-zero-workers | submit-no-command | submit-bad-strategy |
+ *       get-unknown | stop-unknown | logs-unknown | sync-unknown-node
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
  * "no reply" and exits 3 when the head dropped the frame (within 2 s). */
 #include <nng/nng.h>
@@ -43,6 +45,49 @@ static int envelope(const char *method, const ProtobufCMessage *payload, const u
     return tr_envelope_encode_request(&env, buf, len, NULL);
 }
 
+/* build_job_call makes job-side requests a well-behaved client never sends:
+ * specs that skip the YAML checks, and ids nobody has. */
+static int build_job_call(const char *mode, uint8_t **buf, size_t *len)
+{
+    Troupe__V1__SubmitJobRequest sub = TROUPE__V1__SUBMIT_JOB_REQUEST__INIT;
+    Troupe__V1__JobSpec spec = TROUPE__V1__JOB_SPEC__INIT;
+    Troupe__V1__GroupSpec g = TROUPE__V1__GROUP_SPEC__INIT, *gp = &g;
+    Troupe__V1__GetJobRequest get = TROUPE__V1__GET_JOB_REQUEST__INIT;
+    Troupe__V1__StopJobRequest stop = TROUPE__V1__STOP_JOB_REQUEST__INIT;
+    Troupe__V1__GetLogsRequest logs = TROUPE__V1__GET_LOGS_REQUEST__INIT;
+    Troupe__V1__NodeSyncRequest sync = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
+    static char *cmd[] = {"true"};
+    static uint32_t nodes[] = {4};
+
+    spec.name = "raw";
+    spec.n_cluster_nodes = 1;
+    spec.cluster_nodes = nodes;
+    spec.n_groups = 1;
+    spec.groups = &gp;
+    g.name = "g";
+    g.workers = strcmp(mode, "submit-zero-workers") == 0 ? 0 : 1;
+    g.gpus = 1;
+    g.strategy = strcmp(mode, "submit-bad-strategy") == 0 ? "PAKC" : "PACK";
+    g.n_command = strcmp(mode, "submit-no-command") == 0 ? 0 : 1;
+    g.command = cmd;
+    sub.spec = strcmp(mode, "submit-nospec") == 0 ? NULL : &spec;
+    get.job_id = stop.job_id = logs.job_id = 987654;
+    sync.node_id = 987654;
+    if (strncmp(mode, "submit-", 7) == 0) {
+        return envelope("troupe.v1.Head/SubmitJob", &sub.base, NULL, 0, buf, len);
+    }
+    if (strcmp(mode, "get-unknown") == 0) {
+        return envelope("troupe.v1.Head/GetJob", &get.base, NULL, 0, buf, len);
+    }
+    if (strcmp(mode, "stop-unknown") == 0) {
+        return envelope("troupe.v1.Head/StopJob", &stop.base, NULL, 0, buf, len);
+    }
+    if (strcmp(mode, "logs-unknown") == 0) {
+        return envelope("troupe.v1.Head/GetLogs", &logs.base, NULL, 0, buf, len);
+    }
+    return envelope("troupe.v1.Head/NodeSync", &sync.base, NULL, 0, buf, len);
+}
+
 static int build(const char *mode, uint8_t **buf, size_t *len)
 {
     Troupe__V1__RegisterNodeRequest reg = TROUPE__V1__REGISTER_NODE_REQUEST__INIT;
@@ -78,6 +123,11 @@ static int build(const char *mode, uint8_t **buf, size_t *len)
     if (strcmp(mode, "ping") == 0) {
         Troupe__V1__PingRequest p = TROUPE__V1__PING_REQUEST__INIT;
         return envelope("troupe.v1.Head/Ping", &p.base, NULL, 0, buf, len);
+    }
+    if (strncmp(mode, "submit-", 7) == 0 || strcmp(mode, "get-unknown") == 0 ||
+        strcmp(mode, "stop-unknown") == 0 || strcmp(mode, "logs-unknown") == 0 ||
+        strcmp(mode, "sync-unknown-node") == 0) {
+        return build_job_call(mode, buf, len);
     }
     reg.hostname = strcmp(mode, "no-name") == 0 ? "" : "h";
     reg.name = strcmp(mode, "no-name") == 0 ? "" : "raw";
