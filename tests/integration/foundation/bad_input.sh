@@ -73,7 +73,16 @@ set +e
 out=$("$NODE_BIN" --fake-gpus 3xH200:lots 2>&1); rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "should look like" <<<"$out" || fail "bad --fake-gpus: $out"
-pass "bad flags: out of range, missing state dir, bad --fake-gpus"
+set +e
+out=$(timeout 10 "$NODE_BIN" --head "$HEAD" --name badlabel --fake-gpus 2 --labels "=H200" 2>&1); rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "empty key" <<<"$out" || fail "label without key: rc=$rc $out"
+printf 'head: "%s"\nfake_gpu: 4\n' "$HEAD" >"$T/node.yaml"
+set +e
+out2=$("$NODE_BIN" --config "$T/node.yaml" --check-config 2>&1); rc2=$?
+set -e
+[ $rc2 -eq 2 ] && grep -q "node.yaml:2:1: unknown key 'fake_gpu'" <<<"$out2" || fail "node config: rc=$rc2 $out2"
+pass "bad flags: out of range, missing state dir, bad --fake-gpus, label without key, node config typo"
 
 # The CLI: unknown command, bad option, unreachable head.
 set +e
