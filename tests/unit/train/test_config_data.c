@@ -30,10 +30,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    char cmd[256];
-    tr_train_config_fini(&f->cfg);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    train_fixture_cleanup(&f->cfg, f->dir);
     free(f);
     return 0;
 }

@@ -38,4 +38,17 @@
         }                                                                                                    \
     } while (0)
 
+
+/* train_fixture_cleanup frees a test's config and removes its temp dir;
+ * shared by the train suites' teardowns. */
+#include <stdlib.h>
+#include "train.h"
+static inline void train_fixture_cleanup(tr_train_config *cfg, const char *dir)
+{
+    char cmd[256];
+    tr_train_config_fini(cfg);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 #endif
