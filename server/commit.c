@@ -14,6 +14,7 @@
  * Parked calls that reach their deadline first are answered by the RPC layer;
  * on_expire then unlinks them if they are still queued (whoever unlinks a
  * waiter releases its call). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +26,17 @@ typedef struct tr_commit_waiter {
     tr_rpc_call *call;
     tr_commit_fn fn;
     uint64_t arg;
+    void (*drop)(void *); /* frees arg (a pointer) whatever happens; may be NULL */
     struct tr_commit_waiter *next;
 } tr_commit_waiter;
+
+static void waiter_free(tr_commit_waiter *w)
+{
+    if (w->drop != NULL) {
+        w->drop((void *)(uintptr_t)w->arg);
+    }
+    free(w);
+}
 
 typedef struct tr_head_ev {
     char *kind, *msg;
@@ -118,7 +128,7 @@ static void on_waiter_expire(tr_rpc_call *call, void *arg)
                 h->waiters_tail = pp;
             }
             tr_rpc_call_release(call);
-            free(w);
+            waiter_free(w);
             break;
         }
     }
@@ -127,14 +137,24 @@ static void on_waiter_expire(tr_rpc_call *call, void *arg)
 
 void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
 {
+    tr_head_after_commit_owned(h, call, fn, arg, NULL);
+}
+
+void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
+                                void (*drop)(void *))
+{
     tr_commit_waiter *w = calloc(1, sizeof(*w));
     if (w == NULL) {
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+        if (drop != NULL) {
+            drop((void *)(uintptr_t)arg);
+        }
         return;
     }
     w->call = call;
     w->fn = fn;
     w->arg = arg;
+    w->drop = drop;
     *h->waiters_tail = w;
     h->waiters_tail = &w->next;
     tr_rpc_defer(call, on_waiter_expire, h);
@@ -259,7 +279,7 @@ static void answer(tr_head *h, batch *b, int rv, const tr_err *err)
                                err->msg);
         }
         tr_rpc_call_release(w->call);
-        free(w);
+        waiter_free(w);
     }
 }
 

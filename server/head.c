@@ -32,9 +32,9 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"advertise", TR_CFG_STRING, F(advertise), NULL, TR_CFG_UNBOUNDED, 0,
      "URL workers use to reach the head (TROUPE_HEAD in their environment); default: listen"},
     {"master_port_base", TR_CFG_INT, F(master_port_base), "29500", 1024, 65000, 0,
-     "first port of the MASTER_PORT band (one port per running worker group)"},
+     "first port of the MASTER_PORT band (one port per running worker group on its rank 0's host)"},
     {"master_port_count", TR_CFG_INT, F(master_port_count), "500", 1, 20000, 0,
-     "size of the MASTER_PORT band"},
+     "size of the MASTER_PORT band, per host; a group waits PENDING when its host has none free"},
     {NULL, 0, 0, NULL, 0, 0, 0, NULL},
 };
 #undef F
@@ -51,6 +51,8 @@ static const tr_rpc_method head_methods[] = {
     {"troupe.v1.Head/StopJob", tr_head_stop_job},
     {"troupe.v1.Head/GetLogs", tr_head_get_logs},
     {"troupe.v1.Head/NodeSync", tr_head_node_sync},
+    {"troupe.v1.Head/SubmitJobs", tr_head_submit_jobs},
+    {"troupe.v1.Head/StopJobs", tr_head_stop_jobs},
     {NULL, NULL},
 };
 

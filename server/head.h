@@ -66,7 +66,7 @@ typedef struct tr_head {
     struct tr_head_job **jobs; /* in id order */
     size_t n_jobs, cap_jobs;
     size_t first_unsettled;    /* jobs below this index are settled */
-    uint8_t *ports_used; /* master port band, one byte per port */
+    struct tr_port_map *ports; /* master port band per master address (jobs.c) */
     int stopping;
     pthread_t reaper;
 
@@ -93,6 +93,10 @@ void tr_head_dirty_node(tr_head *h, uint64_t id);
 void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, const char *msg);
 uint64_t tr_head_new_id(tr_head *h, int table);
 void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg);
+/* tr_head_after_commit_owned: arg is a pointer that drop frees once the call
+ * is answered, fails or expires (fn must not free it). */
+void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
+                                void (*drop)(void *));
 
 /* tr_head_start opens the store, recovers state, starts the RPC server and
  * the liveness reaper. */

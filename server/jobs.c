@@ -269,22 +269,116 @@ static void bump_job_nodes(tr_head *h, tr_head_job *hj)
     }
 }
 
-static int port_alloc(tr_head *h)
+/* Master ports are unique per master address (the host of a group's rank
+ * 0), not cluster-wide: that is all a rendezvous needs, and the band then
+ * never limits how many groups run at once (a host masters at most one group
+ * per GPU). Agents sharing a host share its table. Tables live in a small
+ * hash map keyed by the address, created on first use. */
+typedef struct tr_port_tab {
+    char *addr;
+    uint8_t *used; /* one byte per port of the band */
+} tr_port_tab;
+
+struct tr_port_map {
+    tr_port_tab *slots;
+    size_t cap, n;
+};
+
+static uint64_t addr_hash(const char *s)
 {
-    for (int64_t i = 0; i < h->cfg.master_port_count; i++) {
-        if (!h->ports_used[i]) {
-            h->ports_used[i] = 1;
+    uint64_t x = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) {
+        x = (x ^ (uint8_t)*s) * 1099511628211ull;
+    }
+    return x;
+}
+
+static tr_port_tab *port_slot(tr_port_tab *slots, size_t cap, const char *addr)
+{
+    size_t i = (size_t)addr_hash(addr) & (cap - 1);
+    while (slots[i].addr != NULL && strcmp(slots[i].addr, addr) != 0) {
+        i = (i + 1) & (cap - 1);
+    }
+    return &slots[i];
+}
+
+static int port_map_grow(struct tr_port_map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    tr_port_tab *slots = calloc(cap, sizeof(*slots));
+    if (slots == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (m->slots[i].addr != NULL) {
+            *port_slot(slots, cap, m->slots[i].addr) = m->slots[i];
+        }
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    return 0;
+}
+
+static uint8_t *port_table(tr_head *h, const char *addr)
+{
+    struct tr_port_map *m = h->ports;
+    tr_port_tab *t;
+
+    if (m == NULL && (m = h->ports = calloc(1, sizeof(*m))) == NULL) {
+        return NULL;
+    }
+    if ((m->n + 1) * 2 > m->cap && port_map_grow(m) != 0) {
+        return NULL;
+    }
+    t = port_slot(m->slots, m->cap, addr);
+    if (t->addr == NULL) {
+        char *a = strdup(addr);
+        uint8_t *u = calloc((size_t)h->cfg.master_port_count + 1, 1);
+        if (a == NULL || u == NULL) {
+            free(a);
+            free(u);
+            return NULL;
+        }
+        t->addr = a;
+        t->used = u;
+        m->n++;
+    }
+    return t->used;
+}
+
+static void port_map_free(tr_head *h)
+{
+    struct tr_port_map *m = h->ports;
+    for (size_t i = 0; m != NULL && i < m->cap; i++) {
+        free(m->slots[i].addr);
+        free(m->slots[i].used);
+    }
+    if (m != NULL) {
+        free(m->slots);
+    }
+    free(m);
+    h->ports = NULL;
+}
+
+static int port_alloc(tr_head *h, const char *addr)
+{
+    uint8_t *used = port_table(h, addr);
+    for (int64_t i = 0; used != NULL && i < h->cfg.master_port_count; i++) {
+        if (!used[i]) {
+            used[i] = 1;
             return (int)(h->cfg.master_port_base + i);
         }
     }
     return -1;
 }
 
-static void port_mark(tr_head *h, uint32_t port, int used)
+static void port_mark(tr_head *h, const char *addr, uint32_t port, int used)
 {
+    uint8_t *tab = port_table(h, addr);
     int64_t i = (int64_t)port - h->cfg.master_port_base;
-    if (i >= 0 && i < h->cfg.master_port_count) {
-        h->ports_used[i] = (uint8_t)used;
+    if (tab != NULL && i >= 0 && i < h->cfg.master_port_count) {
+        tab[i] = (uint8_t)used;
     }
 }
 
@@ -387,17 +481,23 @@ static int make_records(tr_head *h, tr_head_job *hj, const tr_sched_placement *p
         size_t n = 0;
         const tr_sched_worker *gw = tr_sched_placement_group(pl, g, &n);
         tr_head_node *hn = (n > 0) ? tr_head_node_find(h, gw[0].node_id) : NULL;
+        const char *addr = hn ? hn->n->address : "127.0.0.1";
         Troupe__V1__GroupInfo *gi = malloc(sizeof(*gi));
-        int port = port_alloc(h);
+        int port = gi != NULL ? port_alloc(h, addr) : -1;
         if (gi == NULL || port < 0) {
             free(gi);
-            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "no free master port in %lld..%lld",
+            if (gi == NULL) {
+                return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+            }
+            return tr_err_set(err, TROUPE_UNAVAILABLE,
+                              "waiting for a master port: all of %lld..%lld are in use on %s (head "
+                              "master_port_base/master_port_count)",
                               (long long)h->cfg.master_port_base,
-                              (long long)(h->cfg.master_port_base + h->cfg.master_port_count - 1));
+                              (long long)(h->cfg.master_port_base + h->cfg.master_port_count - 1), addr);
         }
         troupe__v1__group_info__init(gi);
         tr_jobs_set_str(&gi->name, j->spec->groups[g]->name);
-        tr_jobs_set_str(&gi->master_addr, hn ? hn->n->address : "127.0.0.1");
+        tr_jobs_set_str(&gi->master_addr, addr);
         gi->master_port = (uint32_t)port;
         gi->world_size = (uint32_t)n;
         j->groups[j->n_groups++] = gi;
@@ -408,7 +508,7 @@ static int make_records(tr_head *h, tr_head_job *hj, const tr_sched_placement *p
 static void release_ports(tr_head *h, tr_head_job *hj)
 {
     for (size_t g = 0; g < hj->j->n_groups; g++) {
-        port_mark(h, hj->j->groups[g]->master_port, 0);
+        port_mark(h, hj->j->groups[g]->master_addr, hj->j->groups[g]->master_port, 0);
     }
 }
 
@@ -434,11 +534,20 @@ static void job_start(tr_head *h, tr_head_job *hj, tr_sched_placement *pl)
     clear_records(hj);
     hj->pl = pl;
     if (make_records(h, hj, pl, &err) != TROUPE_OK) {
-        /* Could not describe the placement: give it back and fail loudly. */
+        /* Could not describe the placement: give it back. A host out of
+         * master ports is a shortage like busy GPUs (wait, PENDING, retried
+         * when something is released); anything else fails loudly. */
         release_ports(h, hj);
         tr_sched_release(h->sched, pl);
         hj->pl = NULL;
         clear_records(hj);
+        if (err.code == TROUPE_UNAVAILABLE) {
+            if (strcmp(hj->j->reason, err.msg) != 0) {
+                tr_jobs_set_str(&hj->j->reason, err.msg);
+                tr_jobs_touch(h, hj);
+            }
+            return;
+        }
         hj->j->state = TROUPE__V1__JOB_STATE__JOB_FAILED;
         hj->j->ended_ms = tr_wall_ms();
         tr_jobs_set_str(&hj->j->reason, err.msg);
@@ -733,7 +842,7 @@ uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id)
     return tr_sched_node_get(h->sched, node_id, &info, NULL) == TROUPE_OK ? info.free_gpus : 0;
 }
 
-int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err)
+int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err)
 {
     Troupe__V1__Job tmpl = TROUPE__V1__JOB__INIT;
     Troupe__V1__Job *j;
@@ -780,8 +889,16 @@ int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr
     }
     *id = hj->j->id;
     job_note(h, hj, "SUBMITTED", "submitted");
-    tr_jobs_schedule(h);
     return TROUPE_OK;
+}
+
+int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err)
+{
+    int rv = tr_jobs_admit(h, spec, id, err);
+    if (rv == TROUPE_OK) {
+        tr_jobs_schedule(h);
+    }
+    return rv;
 }
 
 int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err)
@@ -892,7 +1009,7 @@ static int restore_placement(tr_head *h, tr_head_job *hj, tr_err *err)
     if (rv == TROUPE_OK) {
         hj->pl = tr_sched_find(h->sched, j->id);
         for (size_t g = 0; g < j->n_groups; g++) {
-            port_mark(h, j->groups[g]->master_port, 1);
+            port_mark(h, j->groups[g]->master_addr, j->groups[g]->master_port, 1);
         }
     }
 out:
@@ -959,9 +1076,8 @@ int tr_jobs_init(tr_head *h, tr_err *err)
     if ((rv = tr_sched_open(&h->sched, err)) != TROUPE_OK) {
         return rv;
     }
-    h->ports_used = calloc((size_t)h->cfg.master_port_count + 1, 1);
     snprintf(dir, sizeof(dir), "%s/logs", h->cfg.state_dir);
-    if (h->ports_used == NULL || tr_mkdir_p(dir) != 0) {
+    if (tr_mkdir_p(dir) != 0) {
         return tr_err_set(err, TROUPE_INTERNAL, "cannot prepare %s: %s", dir, strerror(errno));
     }
     for (size_t i = 0; i < h->n_nodes; i++) {
@@ -990,6 +1106,5 @@ void tr_jobs_fini(tr_head *h)
     h->n_jobs = h->cap_jobs = 0;
     tr_sched_close(h->sched);
     h->sched = NULL;
-    free(h->ports_used);
-    h->ports_used = NULL;
+    port_map_free(h);
 }

@@ -46,6 +46,9 @@ uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
 
 /* Internals shared by jobs*.c. */
 tr_head_job *tr_jobs_find(tr_head *h, uint64_t id);
+/* tr_jobs_admit validates and records a job as PENDING without scheduling
+ * (a batch admits all, then schedules once); tr_jobs_submit does both. */
+int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
 int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
 int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err);
 void tr_jobs_touch(tr_head *h, tr_head_job *hj); /* version++, persist, wake waiters */
@@ -70,6 +73,8 @@ void tr_head_submit_job(tr_rpc_call *call, void *user);
 void tr_head_get_job(tr_rpc_call *call, void *user);
 void tr_head_list_jobs(tr_rpc_call *call, void *user);
 void tr_head_stop_job(tr_rpc_call *call, void *user);
+void tr_head_submit_jobs(tr_rpc_call *call, void *user); /* jobs_batch.c */
+void tr_head_stop_jobs(tr_rpc_call *call, void *user);
 void tr_head_get_logs(tr_rpc_call *call, void *user);
 void tr_head_node_sync(tr_rpc_call *call, void *user);
 

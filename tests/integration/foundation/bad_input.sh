@@ -29,6 +29,8 @@ expect_code get-unknown NOT_FOUND
 expect_code stop-unknown NOT_FOUND
 expect_code logs-unknown NOT_FOUND
 expect_code sync-unknown-node FAILED_PRECONDITION
+expect_code submit-batch-too-many INVALID_ARGUMENT
+expect_code stop-batch-too-many INVALID_ARGUMENT
 
 # Oversized frames are dropped by the transport (the connection is closed).
 # rawcall gives up after 2 s; `timeout` bounds its exit, because nng 1.5.2's

@@ -5,7 +5,8 @@
  * MODE: garbage | truncated | oversized | unknown-method | bad-payload |
  *       no-name | too-many-gpus | dup-gpu | ping |
  *       submit-nospec | submit-zero-workers | submit-no-command | submit-bad-strategy |
- *       get-unknown | stop-unknown | logs-unknown | sync-unknown-node
+ *       get-unknown | stop-unknown | logs-unknown | sync-unknown-node |
+ *       submit-batch-too-many | stop-batch-too-many
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
  * "no reply" and exits 3 when the head dropped the frame (within 2 s). */
 #include <nng/nng.h>
@@ -30,19 +31,45 @@ static int envelope(const char *method, const ProtobufCMessage *payload, const u
                     uint8_t **buf, size_t *len)
 {
     tr_envelope env = {0};
-    uint8_t pbuf[8192];
+    uint8_t *pbuf = NULL;
+    int rv;
     env.method = method;
     env.request_id = 42;
     env.timeout_ms = 2000;
     env.token = getenv("TROUPE_TOKEN");
     if (payload != NULL) {
+        pbuf = malloc(protobuf_c_message_get_packed_size(payload) + 1);
         env.payload_len = protobuf_c_message_pack(payload, pbuf);
         env.payload = pbuf;
     } else {
         env.payload = raw;
         env.payload_len = rawlen;
     }
-    return tr_envelope_encode_request(&env, buf, len, NULL);
+    rv = tr_envelope_encode_request(&env, buf, len, NULL);
+    free(pbuf);
+    return rv;
+}
+
+/* build_batch: SubmitJobs / StopJobs with one item more than the head takes. */
+static int build_batch(const char *mode, Troupe__V1__JobSpec *spec, uint8_t **buf, size_t *len)
+{
+    enum { N = 4097 };
+    Troupe__V1__SubmitJobsRequest sub = TROUPE__V1__SUBMIT_JOBS_REQUEST__INIT;
+    Troupe__V1__StopJobsRequest stop = TROUPE__V1__STOP_JOBS_REQUEST__INIT;
+    static Troupe__V1__JobSpec *specs[N];
+    static uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        specs[i] = spec;
+        ids[i] = (uint64_t)i + 1;
+    }
+    if (strcmp(mode, "stop-batch-too-many") == 0) {
+        stop.n_job_ids = N;
+        stop.job_ids = ids;
+        return envelope("troupe.v1.Head/StopJobs", &stop.base, NULL, 0, buf, len);
+    }
+    sub.n_specs = N;
+    sub.specs = specs;
+    return envelope("troupe.v1.Head/SubmitJobs", &sub.base, NULL, 0, buf, len);
 }
 
 /* build_job_call makes job-side requests a well-behaved client never sends:
@@ -73,11 +100,14 @@ static int build_job_call(const char *mode, uint8_t **buf, size_t *len)
     sub.spec = strcmp(mode, "submit-nospec") == 0 ? NULL : &spec;
     get.job_id = stop.job_id = logs.job_id = 987654;
     sync.node_id = 987654;
-    if (strncmp(mode, "submit-", 7) == 0) {
+    if (strncmp(mode, "submit-", 7) == 0 && strstr(mode, "batch") == NULL) {
         return envelope("troupe.v1.Head/SubmitJob", &sub.base, NULL, 0, buf, len);
     }
     if (strcmp(mode, "get-unknown") == 0) {
         return envelope("troupe.v1.Head/GetJob", &get.base, NULL, 0, buf, len);
+    }
+    if (strcmp(mode, "submit-batch-too-many") == 0 || strcmp(mode, "stop-batch-too-many") == 0) {
+        return build_batch(mode, &spec, buf, len);
     }
     if (strcmp(mode, "stop-unknown") == 0) {
         return envelope("troupe.v1.Head/StopJob", &stop.base, NULL, 0, buf, len);
@@ -126,7 +156,7 @@ static int build(const char *mode, uint8_t **buf, size_t *len)
     }
     if (strncmp(mode, "submit-", 7) == 0 || strcmp(mode, "get-unknown") == 0 ||
         strcmp(mode, "stop-unknown") == 0 || strcmp(mode, "logs-unknown") == 0 ||
-        strcmp(mode, "sync-unknown-node") == 0) {
+        strcmp(mode, "sync-unknown-node") == 0 || strcmp(mode, "stop-batch-too-many") == 0) {
         return build_job_call(mode, buf, len);
     }
     reg.hostname = strcmp(mode, "no-name") == 0 ? "" : "h";

@@ -31,8 +31,8 @@ job=$(cli -o json job "$id")
 # PACK keeps the 4x2 policy group on one node (NVLink); SPREAD puts gen on 2.
 [ "$(jqr '[.workers[] | select(.group=="policy") | .node] | unique | length' <<<"$job")" = 1 ] || fail "policy not packed"
 [ "$(jqr '[.workers[] | select(.group=="generation") | .node] | unique | length' <<<"$job")" = 2 ] || fail "gen not spread"
-ports=$(jqr '[.groups[].master_port] | unique | length' <<<"$job")
-[ "$ports" = 2 ] || fail "master ports not unique per group"
+ports=$(jqr '[.groups[] | "\(.master_addr):\(.master_port)"] | unique | length' <<<"$job")
+[ "$ports" = 2 ] || fail "master addr:port not unique per group"
 for w in $(jqr '.workers[].name' <<<"$job"); do
     f="$T/out/$w.env"; [ -f "$f" ] || fail "$w wrote no env"
     wj=$(jq --arg n "$w" '.workers[] | select(.name==$n)' <<<"$job")
