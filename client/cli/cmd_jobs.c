@@ -301,27 +301,167 @@ static int follow(tr_cli *cli, uint64_t id, const char *worker)
     return 130;
 }
 
+/* wait_all waits for every job to end, one line per job as it ends; 0 when
+ * all SUCCEEDED. Lost contact with the head is retried for 60 s. */
+static int wait_all(tr_cli *cli, const uint64_t *ids, size_t n)
+{
+    int failed = 0;
+    for (size_t i = 0; i < n && !interrupted; i++) {
+        uint64_t version = 0;
+        int64_t lost_since = 0;
+        while (!interrupted) {
+            troupe_job *j = NULL;
+            troupe_error err;
+            int rv = troupe_wait_job(cli->client, ids[i], version, 1000, &j, &err);
+            if (rv == TROUPE_UNAVAILABLE || rv == TROUPE_DEADLINE_EXCEEDED) {
+                if (lost_since == 0) {
+                    lost_since = now_ms();
+                    fprintf(stderr, "troupe: lost contact with the head (%s); retrying for 60 s\n",
+                            err.message);
+                } else if (now_ms() - lost_since > 60000) {
+                    fprintf(stderr,
+                            "troupe: head unreachable for 60 s; jobs may still be running (troupe jobs)\n");
+                    return 1;
+                }
+                continue;
+            }
+            if (rv != TROUPE_OK) {
+                tr_cli_fail(cli, &err);
+                return 1;
+            }
+            lost_since = 0;
+            version = j->version;
+            if (terminal(j->state)) {
+                fprintf(stderr, "troupe: job %" PRIu64 " (%s) %s after %.1f s: %s\n", j->id, j->name,
+                        troupe_job_state_name(j->state),
+                        secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
+                failed |= j->state != TROUPE_JOB_SUCCEEDED;
+                troupe_job_free(j);
+                break;
+            }
+            troupe_job_free(j);
+        }
+    }
+    if (interrupted) {
+        fprintf(stderr, "\ntroupe: detached; the jobs keep running (troupe jobs)\n");
+        return 130;
+    }
+    return failed;
+}
+
+static void batch_json(const troupe_batch *b, char **names, const char *key)
+{
+    printf("{\"jobs\":[");
+    for (size_t i = 0; i < b->count; i++) {
+        const troupe_batch_item *it = &b->items[i];
+        printf("%s{\"%s\":", i ? "," : "", key);
+        if (names != NULL) {
+            tr_json_str(stdout, names[i]);
+        } else {
+            printf("%" PRIu64, it->job_id);
+        }
+        printf(",\"job_id\":%" PRIu64 ",\"code\":\"%s\",\"state\":\"%s\",\"message\":", it->job_id,
+               troupe_strerror(it->code), troupe_job_state_name(it->state));
+        tr_json_str(stdout, it->message);
+        putchar('}');
+    }
+    printf("]}\n");
+}
+
+/* submit_many parses every file first (nothing is submitted if one is bad),
+ * then submits them in one SubmitJobs call. */
+static int submit_many(tr_cli *cli, char **paths, size_t n, int no_wait)
+{
+    troupe_spec **specs = calloc(n, sizeof(*specs));
+    uint64_t *ids = calloc(n, sizeof(*ids));
+    troupe_batch *b = NULL;
+    size_t n_ids = 0;
+    troupe_error err;
+    int rv = 1;
+
+    if (specs == NULL || ids == NULL) {
+        fprintf(stderr, "troupe: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (troupe_spec_load(paths[i], &specs[i], &err) != TROUPE_OK) {
+            fprintf(stderr, "troupe: %s (nothing submitted)\n", err.message);
+            goto out;
+        }
+    }
+    if (tr_cli_connect(cli) != 0) {
+        goto out;
+    }
+    troupe_submit_batch(cli->client, (const troupe_spec *const *)specs, n, 0, &b, &err);
+    if (b == NULL) {
+        tr_cli_fail(cli, &err);
+        goto close;
+    }
+    if (cli->json) {
+        batch_json(b, paths, "file");
+    }
+    for (size_t i = 0; i < b->count; i++) {
+        const troupe_batch_item *it = &b->items[i];
+        if (it->code != TROUPE_OK) {
+            fprintf(stderr, "troupe: %s refused: %s: %s\n", paths[i], troupe_strerror(it->code), it->message);
+            continue;
+        }
+        ids[n_ids++] = it->job_id;
+        if (!cli->json) {
+            printf("%" PRIu64 "\n", it->job_id);
+        }
+    }
+    fflush(stdout);
+    rv = b->failed ? 1 : 0;
+    if (!no_wait && n_ids > 0) {
+        signal(SIGINT, on_sigint);
+        fprintf(stderr, "troupe: waiting for %zu jobs to end (Ctrl-C detaches; they keep running)\n", n_ids);
+        rv |= wait_all(cli, ids, n_ids);
+    }
+close:
+    troupe_client_close(cli->client);
+out:
+    for (size_t i = 0; specs != NULL && i < n; i++) {
+        troupe_spec_free(specs[i]);
+    }
+    troupe_batch_free(b);
+    free(specs);
+    free(ids);
+    return rv;
+}
+
 int tr_cli_cmd_submit(tr_cli *cli, int argc, char **argv)
 {
-    const char *path = NULL;
+    char **paths = calloc((size_t)argc, sizeof(*paths));
+    const char *path;
+    size_t n = 0;
     int no_wait = 0, rv;
     troupe_error err;
     uint64_t id = 0;
 
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; paths != NULL && i < argc; i++) {
         if (strcmp(argv[i], "--no-wait") == 0) {
             no_wait = 1;
-        } else if (path == NULL && argv[i][0] != '-') {
-            path = argv[i];
+        } else if (argv[i][0] != '-') {
+            paths[n++] = argv[i];
         } else {
-            fprintf(stderr, "usage: troupe submit JOB.yaml [--no-wait]\n");
-            return 2;
+            n = 0;
+            break;
         }
     }
-    if (path == NULL) {
-        fprintf(stderr, "usage: troupe submit JOB.yaml [--no-wait]\n");
+    if (n == 0 || n > TROUPE_BATCH_MAX) {
+        fprintf(stderr, "usage: troupe submit JOB.yaml [JOB.yaml ...] [--no-wait]%s\n",
+                n > TROUPE_BATCH_MAX ? " (at most 4096 files)" : "");
+        free(paths);
         return 2;
     }
+    if (n > 1) {
+        rv = submit_many(cli, paths, n, no_wait);
+        free(paths);
+        return rv;
+    }
+    path = paths[0];
+    free(paths);
     if (tr_cli_connect(cli) != 0) {
         return 1;
     }
@@ -410,63 +550,114 @@ static size_t count_active(const troupe_job *j)
     return n;
 }
 
+/* wait_stopped waits (60 s) until no worker of any of the jobs runs. */
+static int wait_stopped(tr_cli *cli, const uint64_t *ids, size_t n)
+{
+    int64_t until = now_ms() + 60000; /* covers the default 10 s grace period */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t version = 0;
+        for (;;) {
+            troupe_job *j = NULL;
+            troupe_error err;
+            size_t left;
+            if (now_ms() >= until) {
+                fprintf(stderr,
+                        "troupe: job %" PRIu64
+                        " still has workers running after 60 s (see troupe job %" PRIu64 ")\n",
+                        ids[i], ids[i]);
+                return 1;
+            }
+            if (troupe_wait_job(cli->client, ids[i], version, 1000, &j, &err) != TROUPE_OK) {
+                tr_cli_fail(cli, &err);
+                return 1;
+            }
+            version = j->version;
+            left = count_active(j);
+            troupe_job_free(j);
+            if (left == 0) {
+                fprintf(stderr, "troupe: job %" PRIu64 " STOPPED; no worker left running\n", ids[i]);
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* stop_ids stops one job (StopJob) or several (one StopJobs call). */
+static int stop_ids(tr_cli *cli, const uint64_t *ids, size_t n, uint64_t *stopped, size_t *n_stopped)
+{
+    troupe_batch *b = NULL;
+    troupe_error err;
+    int rv = 0;
+
+    *n_stopped = 0;
+    if (n == 1) {
+        if (troupe_stop_job(cli->client, ids[0], &err) != TROUPE_OK) {
+            tr_cli_fail(cli, &err);
+            return 1;
+        }
+        stopped[(*n_stopped)++] = ids[0];
+        return 0;
+    }
+    troupe_stop_batch(cli->client, ids, n, &b, &err);
+    if (b == NULL) {
+        tr_cli_fail(cli, &err);
+        return 1;
+    }
+    if (cli->json) {
+        batch_json(b, NULL, "id");
+    }
+    for (size_t i = 0; i < b->count; i++) {
+        if (b->items[i].code == TROUPE_OK) {
+            stopped[(*n_stopped)++] = ids[i];
+        } else {
+            fprintf(stderr, "troupe: job %" PRIu64 ": %s: %s\n", ids[i], troupe_strerror(b->items[i].code),
+                    b->items[i].message);
+            rv = 1;
+        }
+    }
+    troupe_batch_free(b);
+    return rv;
+}
+
 int tr_cli_cmd_stop(tr_cli *cli, int argc, char **argv)
 {
-    int no_wait = 0, rv;
-    uint64_t id = 0, version = 0;
-    int64_t until;
-    troupe_error err;
+    uint64_t *ids = calloc((size_t)argc, sizeof(*ids)), *stopped = calloc((size_t)argc, sizeof(*ids));
+    size_t n = 0, n_stopped = 0;
+    int no_wait = 0, rv = 2;
 
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; ids != NULL && stopped != NULL && i < argc; i++) {
         if (strcmp(argv[i], "--no-wait") == 0) {
             no_wait = 1;
-        } else if (id == 0 && argv[i][0] != '-') {
-            if ((rv = parse_id(argv[i], &id)) != 0) {
-                return rv;
+        } else if (argv[i][0] != '-') {
+            if (parse_id(argv[i], &ids[n++]) != 0) {
+                goto out;
             }
         } else {
-            fprintf(stderr, "usage: troupe stop ID [--no-wait]\n");
-            return 2;
+            n = 0;
+            break;
         }
     }
-    if (id == 0) {
-        fprintf(stderr, "usage: troupe stop ID [--no-wait]\n");
-        return 2;
+    if (n == 0 || n > TROUPE_BATCH_MAX) {
+        fprintf(stderr, "usage: troupe stop ID [ID ...] [--no-wait]\n");
+        goto out;
     }
     if (tr_cli_connect(cli) != 0) {
-        return 1;
+        rv = 1;
+        goto out;
     }
-    if (troupe_stop_job(cli->client, id, &err) != TROUPE_OK) {
-        tr_cli_fail(cli, &err);
-        troupe_client_close(cli->client);
-        return 1;
-    }
-    fprintf(stderr,
-            "troupe: job %" PRIu64 " stopping (SIGTERM, then SIGKILL after the node's grace period)\n", id);
-    /* Wait until every worker has exited, with a deadline that covers the
-     * default 10 s grace period. */
-    until = now_ms() + 60000;
-    rv = no_wait ? 0 : 1;
-    while (!no_wait && now_ms() < until) {
-        troupe_job *j = NULL;
-        if (troupe_wait_job(cli->client, id, version, 1000, &j, &err) != TROUPE_OK) {
-            tr_cli_fail(cli, &err);
-            break;
-        }
-        version = j->version;
-        size_t left = count_active(j);
-        troupe_job_free(j);
-        if (left == 0) {
-            fprintf(stderr, "troupe: job %" PRIu64 " STOPPED; no worker left running\n", id);
-            rv = 0;
-            break;
-        }
-    }
-    if (rv != 0) {
+    rv = stop_ids(cli, ids, n, stopped, &n_stopped);
+    for (size_t i = 0; i < n_stopped; i++) {
         fprintf(stderr,
-                "troupe: job %" PRIu64 " still has workers running after 60 s (see troupe job %" PRIu64 ")\n",
-                id, id);
+                "troupe: job %" PRIu64 " stopping (SIGTERM, then SIGKILL after the node's grace period)\n",
+                stopped[i]);
+    }
+    if (!no_wait && n_stopped > 0) {
+        rv |= wait_stopped(cli, stopped, n_stopped);
     }
     troupe_client_close(cli->client);
+out:
+    free(ids);
+    free(stopped);
     return rv;
 }

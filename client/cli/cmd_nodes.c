@@ -13,10 +13,13 @@ const tr_cli_cmd tr_cli_commands[] = {
     {"ping", tr_cli_cmd_ping, "ping [-n COUNT]", "round-trip to the head and print the latency"},
     {"submit", tr_cli_cmd_submit, "submit JOB.yaml [--no-wait]",
      "submit a job, print its id, follow its logs until it ends (exit 0 on SUCCEEDED)"},
+    {"submit", tr_cli_cmd_submit, "submit A.yaml B.yaml ... [--no-wait]",
+     "submit several jobs in one call (all files checked first), print their ids, wait for all to end"},
     {"jobs", tr_cli_cmd_jobs, "jobs [--active]", "list jobs"},
     {"job", tr_cli_cmd_job, "job ID", "one job: state, reason, groups, per-worker placement and exit codes"},
     {"logs", tr_cli_cmd_logs, "logs ID [-f] [--worker NAME]", "print a job's logs; -f follows until it ends"},
-    {"stop", tr_cli_cmd_stop, "stop ID [--no-wait]", "stop a job and wait until none of its workers runs"},
+    {"stop", tr_cli_cmd_stop, "stop ID [ID ...] [--no-wait]",
+     "stop jobs (several in one call) and wait until none of their workers runs"},
     {NULL, NULL, NULL, NULL},
 };
 

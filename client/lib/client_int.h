@@ -5,6 +5,7 @@
 #include "err.h"
 #include "rpc.h"
 #include "troupe/client.h"
+#include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
 
 struct troupe_client {
@@ -23,5 +24,23 @@ static inline troupe_status tr_client_finish(troupe_error *err, const tr_err *e,
     }
     return (troupe_status)rv;
 }
+
+/* A troupe_job and what it points into: msg is owned unless NULL (a batch
+ * keeps its jobs inside its own reply message). */
+typedef struct job_impl {
+    troupe_job pub; /* first: the public pointer is the impl pointer */
+    Troupe__V1__Job *msg;
+    troupe_worker *workers;
+    troupe_group *groups;
+    troupe_job_event *events;
+} job_impl;
+
+/* tr_client_job_view points ji->pub at m (arrays allocated here); -1 when out
+ * of memory. tr_client_job_clear frees the arrays and an owned msg. */
+int tr_client_job_view(job_impl *ji, const Troupe__V1__Job *m);
+void tr_client_job_clear(job_impl *ji);
+
+/* tr_client_submit_spec sends one SubmitJob. */
+troupe_status tr_client_submit_spec(troupe_client *c, Troupe__V1__JobSpec *spec, uint64_t *job_id, tr_err *e);
 
 #endif

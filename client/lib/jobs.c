@@ -28,7 +28,7 @@ TROUPE_API const char *troupe_worker_state_name(int s)
     return (s >= 0 && s <= 5) ? names[s] : "UNKNOWN";
 }
 
-static troupe_status submit_spec(troupe_client *c, Troupe__V1__JobSpec *spec, uint64_t *job_id, tr_err *e)
+troupe_status tr_client_submit_spec(troupe_client *c, Troupe__V1__JobSpec *spec, uint64_t *job_id, tr_err *e)
 {
     Troupe__V1__SubmitJobRequest req = TROUPE__V1__SUBMIT_JOB_REQUEST__INIT;
     Troupe__V1__SubmitJobReply *rep = NULL;
@@ -54,7 +54,7 @@ TROUPE_API troupe_status troupe_submit_file(troupe_client *c, const char *path, 
 
     *job_id = 0;
     if ((rv = tr_jobspec_load(path, &spec, &e)) == TROUPE_OK) {
-        rv = submit_spec(c, spec, job_id, &e);
+        rv = tr_client_submit_spec(c, spec, job_id, &e);
     }
     tr_jobspec_free(spec);
     return tr_client_finish(err, &e, rv);
@@ -69,19 +69,11 @@ TROUPE_API troupe_status troupe_submit_yaml(troupe_client *c, const char *text, 
 
     *job_id = 0;
     if ((rv = tr_jobspec_parse(text, len, name ? name : "job", base_dir, &spec, &e)) == TROUPE_OK) {
-        rv = submit_spec(c, spec, job_id, &e);
+        rv = tr_client_submit_spec(c, spec, job_id, &e);
     }
     tr_jobspec_free(spec);
     return tr_client_finish(err, &e, rv);
 }
-
-typedef struct job_impl {
-    troupe_job pub; /* first: the public pointer is the impl pointer */
-    Troupe__V1__Job *msg;
-    troupe_worker *workers;
-    troupe_group *groups;
-    troupe_job_event *events;
-} job_impl;
 
 /* fill_job points a public job at its message; workers/groups arrays are
  * caller-provided (may be NULL when the message has none). */
@@ -131,18 +123,42 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
     }
 }
 
-TROUPE_API void troupe_job_free(troupe_job *job)
+int tr_client_job_view(job_impl *ji, const Troupe__V1__Job *m)
 {
-    job_impl *ji = (job_impl *)job;
-    if (ji == NULL) {
-        return;
+    ji->workers = calloc(m->n_workers + 1, sizeof(*ji->workers));
+    ji->groups = calloc(m->n_groups + 1, sizeof(*ji->groups));
+    ji->events = calloc(m->n_events + 1, sizeof(*ji->events));
+    if (ji->workers == NULL || ji->groups == NULL || ji->events == NULL) {
+        return -1;
     }
+    fill_job(&ji->pub, m, ji->workers, ji->groups);
+    for (size_t i = 0; i < m->n_events; i++) {
+        const Troupe__V1__JobEvent *e = m->events[i];
+        ji->events[i] = (troupe_job_event){e->ts_ms, e->kind, e->message};
+    }
+    ji->pub.n_events = m->n_events;
+    ji->pub.events = ji->events;
+    ji->pub.events_dropped = m->events_dropped;
+    return 0;
+}
+
+void tr_client_job_clear(job_impl *ji)
+{
     if (ji->msg != NULL) {
         troupe__v1__job__free_unpacked(ji->msg, NULL);
     }
     free(ji->workers);
     free(ji->groups);
     free(ji->events);
+}
+
+TROUPE_API void troupe_job_free(troupe_job *job)
+{
+    job_impl *ji = (job_impl *)job;
+    if (ji == NULL) {
+        return;
+    }
+    tr_client_job_clear(ji);
     free(ji);
 }
 
@@ -176,21 +192,10 @@ TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint
     ji->msg = rep->job;
     rep->job = NULL;
     troupe__v1__get_job_reply__free_unpacked(rep, NULL);
-    ji->workers = calloc(ji->msg->n_workers + 1, sizeof(*ji->workers));
-    ji->groups = calloc(ji->msg->n_groups + 1, sizeof(*ji->groups));
-    ji->events = calloc(ji->msg->n_events + 1, sizeof(*ji->events));
-    if (ji->workers == NULL || ji->groups == NULL || ji->events == NULL) {
+    if (tr_client_job_view(ji, ji->msg) != 0) {
         troupe_job_free(&ji->pub);
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
-    fill_job(&ji->pub, ji->msg, ji->workers, ji->groups);
-    for (size_t i = 0; i < ji->msg->n_events; i++) {
-        const Troupe__V1__JobEvent *e = ji->msg->events[i];
-        ji->events[i] = (troupe_job_event){e->ts_ms, e->kind, e->message};
-    }
-    ji->pub.n_events = ji->msg->n_events;
-    ji->pub.events = ji->events;
-    ji->pub.events_dropped = ji->msg->events_dropped;
     *out = &ji->pub;
     return tr_client_finish(err, &e, TROUPE_OK);
 }

@@ -182,7 +182,7 @@ typedef struct troupe_job {
     const troupe_worker *workers;
     size_t n_groups;
     const troupe_group *groups;
-    size_t n_events;        /* lifecycle history, oldest first (latest 64) */
+    size_t n_events; /* lifecycle history, oldest first (latest 64) */
     const troupe_job_event *events;
     uint32_t events_dropped; /* older history entries not in events */
 } troupe_job;
@@ -227,6 +227,66 @@ TROUPE_API void troupe_job_list_free(troupe_job_list *list);
  * SIGKILL after the node's grace period. FAILED_PRECONDITION if it already
  * ended. Returns at once; watch with troupe_wait_job until no worker runs. */
 TROUPE_API troupe_status troupe_stop_job(troupe_client *c, uint64_t job_id, troupe_error *err);
+
+/* ---- specs and batches ---------------------------------------------------
+ * A parsed job spec can be submitted many times without parsing again, and
+ * many jobs can be submitted or stopped in one call: one round trip, one
+ * group commit. This is the shape of Ray's placement-group microbenchmark
+ * (create 100, wait, remove 100); the items are the same work as the
+ * one-job calls, with the same checks and records. */
+
+typedef struct troupe_spec troupe_spec; /* a parsed, validated job spec */
+
+/* troupe_spec_parse / troupe_spec_load parse YAML as troupe_submit_yaml /
+ * troupe_submit_file do (errors name file:line:col). Free with
+ * troupe_spec_free. */
+TROUPE_API troupe_status troupe_spec_parse(const char *text, size_t len, const char *name,
+                                           const char *base_dir, troupe_spec **out, troupe_error *err);
+TROUPE_API troupe_status troupe_spec_load(const char *path, troupe_spec **out, troupe_error *err);
+TROUPE_API void troupe_spec_free(troupe_spec *spec);
+
+/* troupe_submit_spec submits a parsed spec (not retried). */
+TROUPE_API troupe_status troupe_submit_spec(troupe_client *c, const troupe_spec *spec, uint64_t *job_id,
+                                            troupe_error *err);
+
+#define TROUPE_BATCH_MAX 4096 /* items per batch call */
+
+typedef struct troupe_batch_item {
+    uint64_t job_id;        /* 0 for a refused submit */
+    troupe_status code;     /* this item's outcome */
+    const char *message;    /* why, when code != OK; "" otherwise */
+    troupe_job_state state; /* the job's state when the head acknowledged it */
+    const char *reason;
+    const troupe_job *job; /* TROUPE_BATCH_JOBS: the job as placed (workers,
+                              nodes, GPUs); NULL otherwise. Owned by the batch:
+                              never troupe_job_free it. */
+} troupe_batch_item;
+
+typedef struct troupe_batch {
+    size_t count;  /* one item per input, in order */
+    size_t failed; /* items whose code is not OK */
+    const troupe_batch_item *items;
+} troupe_batch;
+
+#define TROUPE_BATCH_JOBS 1u /* submit: return each placed job with its workers */
+
+/* troupe_submit_batch submits n parsed specs in one call (n <=
+ * TROUPE_BATCH_MAX). Jobs are admitted in order and placed as one-by-one
+ * submits would place them; the reply comes once every accepted job is on
+ * disk. When the head answered, *out holds one item per spec (free with
+ * troupe_batch_free) and the return is OK if every item is OK, else the
+ * first failed item's code with err naming it; on any other error *out is
+ * NULL. Not retried (not idempotent). */
+TROUPE_API troupe_status troupe_submit_batch(troupe_client *c, const troupe_spec *const *specs, size_t n,
+                                             unsigned flags, troupe_batch **out, troupe_error *err);
+
+/* troupe_stop_batch stops n jobs in one call, each as troupe_stop_job would
+ * (NOT_FOUND / FAILED_PRECONDITION per item); results as troupe_submit_batch. */
+TROUPE_API troupe_status troupe_stop_batch(troupe_client *c, const uint64_t *job_ids, size_t n,
+                                           troupe_batch **out, troupe_error *err);
+
+/* troupe_batch_free frees a batch and the jobs in it; NULL is a no-op. */
+TROUPE_API void troupe_batch_free(troupe_batch *batch);
 
 /* troupe_read_logs returns whole log lines ("[worker] text\n") from offset
  * (only `worker`'s lines when it is not NULL/empty). With wait_ms > 0 it waits
