@@ -52,9 +52,9 @@ typedef struct rec {
     size_t len;
 } rec;
 
-static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id)
+static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id, int scan)
 {
-    for (size_t i = 0; i < *n; i++) {
+    for (size_t i = 0; scan && i < *n; i++) {
         if ((*arr)[i] == id) {
             return 0; /* already marked: written once per batch */
         }
@@ -77,9 +77,18 @@ static void wake(tr_head *h)
     pthread_cond_signal(&h->commit_cv);
 }
 
+/* A job carries its own mark, so marking it again is O(1) however many jobs
+ * a batch touches (a list scan made big batches quadratic); nodes change
+ * rarely and keep the scan. */
 void tr_head_dirty_job(tr_head *h, uint64_t id)
 {
-    if (push_id(&h->dirty_jobs, &h->n_dirty_jobs, &h->cap_dirty_jobs, id) != 0) {
+    tr_head_job *hj = tr_jobs_find(h, id);
+    if (hj == NULL || hj->dirty) {
+        return;
+    }
+    hj->dirty = 1;
+    if (push_id(&h->dirty_jobs, &h->n_dirty_jobs, &h->cap_dirty_jobs, id, 0) != 0) {
+        hj->dirty = 0;
         TR_LOG(TR_LOG_ERR, "out of memory marking job=%llu for the store", (unsigned long long)id);
     }
     wake(h);
@@ -87,7 +96,7 @@ void tr_head_dirty_job(tr_head *h, uint64_t id)
 
 void tr_head_dirty_node(tr_head *h, uint64_t id)
 {
-    if (push_id(&h->dirty_nodes, &h->n_dirty_nodes, &h->cap_dirty_nodes, id) != 0) {
+    if (push_id(&h->dirty_nodes, &h->n_dirty_nodes, &h->cap_dirty_nodes, id, 1) != 0) {
         TR_LOG(TR_LOG_ERR, "out of memory marking node=%llu for the store", (unsigned long long)id);
     }
     wake(h);
@@ -167,6 +176,7 @@ static int pack_job(tr_head *h, uint64_t id, rec *r)
     if (hj == NULL) {
         return -1;
     }
+    hj->dirty = 0;
     r->table = "jobs";
     r->id = id;
     r->state = (int)hj->j->state;

@@ -882,11 +882,11 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
     hj->j->id = tr_head_new_id(h, TR_ID_JOBS);
     snprintf(hj->log_path, sizeof(hj->log_path), "%s/logs/job-%llu.log", h->cfg.state_dir,
              (unsigned long long)hj->j->id);
-    tr_head_dirty_job(h, hj->j->id);
     if (jobs_append(h, hj) != 0) {
         job_free(hj);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
+    tr_head_dirty_job(h, hj->j->id);
     *id = hj->j->id;
     job_note(h, hj, "SUBMITTED", "submitted");
     return TROUPE_OK;

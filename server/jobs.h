@@ -29,6 +29,7 @@ typedef struct tr_head_job {
     uint64_t *issued; /* per worker: its node's version when assigned */
     int64_t deadline; /* tr_now_ms() timeout; 0 = none */
     int requeue;      /* back to PENDING once the GPUs are released */
+    int dirty;        /* marked for the next group commit (commit.c) */
     char log_path[4200];
     uint64_t log_size;
     tr_head_wait *job_waiters;

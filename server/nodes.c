@@ -31,8 +31,24 @@ static const char *state_name(int s)
     }
 }
 
+/* Nodes are kept in id order (ids only grow and records are never removed;
+ * recovery loads them sorted), so lookups are a binary search: they run
+ * several times per placement and per NodeSync. A miss falls back to a scan,
+ * which keeps the answer right even if that order were ever broken. */
 tr_head_node *tr_head_node_find(tr_head *h, uint64_t id)
 {
+    size_t lo = 0, hi = h->n_nodes;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (h->nodes[mid].n->id < id) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo < h->n_nodes && h->nodes[lo].n->id == id) {
+        return &h->nodes[lo];
+    }
     for (size_t i = 0; i < h->n_nodes; i++) {
         if (h->nodes[i].n->id == id) {
             return &h->nodes[i];
