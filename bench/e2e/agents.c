@@ -44,7 +44,7 @@ static int register_one(tr_rpc_client *rpc, size_t i, unsigned ngpus, uint64_t *
     Troupe__V1__RegisterNodeRequest req = TROUPE__V1__REGISTER_NODE_REQUEST__INIT;
     Troupe__V1__RegisterNodeReply *rep = NULL;
     Troupe__V1__Gpu gpus[16], *gp[16];
-    char name[32], uuid[16][48];
+    char name[32], addr[32], uuid[16][48];
     int rv;
 
     snprintf(name, sizeof(name), "sim-%04zu", i);
@@ -60,7 +60,10 @@ static int register_one(tr_rpc_client *rpc, size_t i, unsigned ngpus, uint64_t *
     }
     req.name = name;
     req.hostname = name;
-    req.address = "127.0.0.1";
+    /* A distinct (never dialled) address per simulated node, as on a real
+     * cluster: master ports are allocated per host. */
+    snprintf(addr, sizeof(addr), "10.%zu.%zu.%zu", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+    req.address = addr;
     req.gpus = gp;
     req.n_gpus = ngpus;
     req.pid = (uint32_t)getpid();

@@ -11,6 +11,13 @@
  *      which no longer holds the job, and reports its complete worker list.
  *   5. troupe_wait_job until no worker of the job is RUNNING or PENDING: the
  *      head has then returned the job's GPUs to the scheduler.
+ * With a batch size B > 1 a thread does the same for B groups at a time
+ * through troupe_submit_batch / troupe_stop_batch, the way Ray's ray_perf
+ * measures placement groups (create 100, wait, remove them): one SubmitJobs
+ * (the reply holds every job as placed, acknowledged once on disk), one
+ * StopJobs, one sync of each node the B jobs used, and a check that the
+ * batch's last job has no RUNNING/PENDING worker left. Each group is one
+ * cycle; latencies are per batch.
  * A cycle that takes longer than the cycle deadline is an error, reported in
  * the cell, never a hang. Throughput counts cycles that ended inside the
  * measured window; latencies are those cycles'. */
@@ -28,6 +35,9 @@ typedef struct thr {
     const eb_cycle_opts *o;
     const char *yaml;
     size_t yaml_len;
+    int batch;
+    troupe_spec **specs; /* batch > 1: the parsed spec, batch times */
+    uint64_t *ids, *node_ids;
     atomic_int *phase;
     double t_begin, t_end; /* window, set by the driver */
     double *lat, *place, *release;
@@ -203,6 +213,143 @@ static int one_cycle(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error 
     return rv;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* check_placed: every item of the submit batch must be a RUNNING job with
+ * its workers listed; collects the ids and the distinct nodes used. */
+static int check_placed(const troupe_batch *b, thr *t, size_t *n_nodes, troupe_error *e)
+{
+    size_t nn = 0;
+
+    for (size_t i = 0; i < b->count; i++) {
+        const troupe_batch_item *it = &b->items[i];
+        if (it->state != TROUPE_JOB_RUNNING || it->job == NULL || it->job->n_workers == 0) {
+            snprintf(e->message, sizeof(e->message), "job %llu of the batch is %s, not placed: %.200s",
+                     (unsigned long long)it->job_id, troupe_job_state_name(it->state), it->reason);
+            return TROUPE_FAILED_PRECONDITION;
+        }
+        t->ids[i] = it->job_id;
+        for (size_t w = 0; w < it->job->n_workers; w++) {
+            t->node_ids[nn++] = it->job->workers[w].node_id;
+        }
+    }
+    qsort(t->node_ids, nn, sizeof(uint64_t), cmp_u64);
+    *n_nodes = 0;
+    for (size_t i = 0; i < nn; i++) {
+        if (*n_nodes == 0 || t->node_ids[*n_nodes - 1] != t->node_ids[i]) {
+            t->node_ids[(*n_nodes)++] = t->node_ids[i];
+        }
+    }
+    return TROUPE_OK;
+}
+
+static int sync_node_ids(tr_rpc_client *rpc, const uint64_t *ids, size_t n, int64_t until, thr *t,
+                         troupe_error *e)
+{
+    for (size_t i = 0; i < n; i++) {
+        eb_node *node = eb_cluster_find(t->o->cluster, ids[i]);
+        unsigned calls = 0;
+        tr_err err;
+        int rv;
+        if (node == NULL) {
+            snprintf(e->message, sizeof(e->message), "job placed a worker on unknown node %llu",
+                     (unsigned long long)ids[i]);
+            return TROUPE_INTERNAL;
+        }
+        rv = eb_agent_sync(rpc, node, left_ms(until) + 1, &calls, &err);
+        t->rpcs += calls;
+        if (rv != TROUPE_OK) {
+            snprintf(e->message, sizeof(e->message), "NodeSync node=%llu: %.200s", (unsigned long long)ids[i],
+                     err.msg);
+            return rv;
+        }
+    }
+    return TROUPE_OK;
+}
+
+/* one_batch places and releases t->batch groups with batch calls. */
+static int one_batch(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error *e)
+{
+    int64_t until = tr_now_ms() + t->o->cycle_deadline_ms;
+    double t0 = eb_now_s(), t1;
+    troupe_batch *sub = NULL, *stop = NULL;
+    size_t n = (size_t)t->batch, n_nodes = 0;
+    int rv;
+
+    rv = troupe_submit_batch(c, (const troupe_spec *const *)t->specs, n, TROUPE_BATCH_JOBS, &sub, e);
+    t->rpcs++;
+    if (rv == TROUPE_OK) {
+        rv = check_placed(sub, t, &n_nodes, e);
+    }
+    if (rv == TROUPE_OK && t->first_job == 0) {
+        t->first_job = t->ids[0];
+    }
+    t1 = eb_now_s();
+    if (rv == TROUPE_OK) {
+        rv = troupe_stop_batch(c, t->ids, n, &stop, e);
+        t->rpcs++;
+    }
+    if (rv == TROUPE_OK) {
+        rv = sync_node_ids(rpc, t->node_ids, n_nodes, until, t, e);
+    }
+    if (rv == TROUPE_OK) {
+        /* The agents' reports were acknowledged after the head applied them,
+         * so every job of the batch is released by now: check the last one. */
+        rv = wait_released(c, t->ids[n - 1], tr_now_ms(), t, e);
+    }
+    troupe_batch_free(sub);
+    troupe_batch_free(stop);
+    if (rv == TROUPE_OK) {
+        double t2 = eb_now_s();
+        t->completed += n;
+        if (atomic_load(t->phase) == PH_MEASURE && t2 >= t->t_begin) {
+            if (record(t, t2 - t0, t1 - t0, t2 - t1) != 0) {
+                snprintf(e->message, sizeof(e->message), "out of memory");
+                return TROUPE_RESOURCE_EXHAUSTED;
+            }
+        }
+    }
+    return rv;
+}
+
+/* batch_prepare parses the spec once and sizes the per-batch arrays. */
+static int batch_prepare(thr *t, troupe_error *e)
+{
+    troupe_spec *spec = NULL;
+    int w = 0, rv = troupe_spec_parse(t->yaml, t->yaml_len, "e2e.yaml", NULL, &spec, e);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    sscanf(t->yaml, "name: e2e-w%d", &w);
+    t->specs = calloc((size_t)t->batch, sizeof(*t->specs));
+    t->ids = calloc((size_t)t->batch, sizeof(*t->ids));
+    t->node_ids = calloc((size_t)t->batch * (size_t)(w > 0 ? w : 1), sizeof(*t->node_ids));
+    if (t->specs == NULL || t->ids == NULL || t->node_ids == NULL) {
+        troupe_spec_free(spec);
+        snprintf(e->message, sizeof(e->message), "out of memory");
+        return TROUPE_RESOURCE_EXHAUSTED;
+    }
+    for (int i = 0; i < t->batch; i++) {
+        t->specs[i] = spec; /* the same spec B times; specs[0] owns it */
+    }
+    return TROUPE_OK;
+}
+
+static void batch_release(thr *t)
+{
+    if (t->specs != NULL) {
+        troupe_spec_free(t->specs[0]);
+    }
+    free(t->specs);
+    free(t->ids);
+    free(t->node_ids);
+}
+
 static void *thr_main(void *arg)
 {
     thr *t = arg;
@@ -220,8 +367,13 @@ static void *thr_main(void *arg)
         t->errors++;
         goto out;
     }
+    if (t->batch > 1 && (rv = batch_prepare(t, &e)) != TROUPE_OK) {
+        snprintf(t->note, sizeof(t->note), "%s: %.200s", troupe_strerror(rv), e.message);
+        t->errors++;
+        goto out;
+    }
     while (atomic_load(t->phase) != PH_DONE) {
-        rv = one_cycle(c, rpc, t, &e);
+        rv = t->batch > 1 ? one_batch(c, rpc, t, &e) : one_cycle(c, rpc, t, &e);
         if (rv != TROUPE_OK) {
             /* Stop this thread: a broken cycle may have left GPUs held, and
              * going on would measure a different cluster. */
@@ -231,6 +383,7 @@ static void *thr_main(void *arg)
         }
     }
 out:
+    batch_release(t);
     troupe_client_close(c);
     tr_rpc_client_close(rpc);
     return NULL;
@@ -288,8 +441,8 @@ static void summarize(thr *ts, int k, eb_cell *cell)
         qsort(lat, n, sizeof(double), eb_cmp_double);
         qsort(pl, n, sizeof(double), eb_cmp_double);
         qsort(rel, n, sizeof(double), eb_cmp_double);
-        cell->cycles = n;
-        cell->per_s = (double)n / cell->window_s;
+        cell->cycles = n * (uint64_t)(cell->batch > 1 ? cell->batch : 1);
+        cell->per_s = (double)cell->cycles / cell->window_s;
         cell->p50_ms = eb_pct(lat, n, 0.50) * 1e3;
         cell->p99_ms = eb_pct(lat, n, 0.99) * 1e3;
         cell->place_p50_ms = eb_pct(pl, n, 0.50) * 1e3;
@@ -322,7 +475,8 @@ int eb_cycles_run(const eb_cycle_opts *o, eb_cell *cell)
     memset(ts, 0, sizeof(ts));
     cell->load1 = eb_load1();
     for (int i = 0; i < k; i++) {
-        ts[i] = (thr){.o = o, .yaml = yaml, .yaml_len = len, .phase = &phase, .t_begin = 1e300};
+        ts[i] = (thr){
+            .o = o, .yaml = yaml, .yaml_len = len, .batch = cell->batch, .phase = &phase, .t_begin = 1e300};
         pthread_create(&th[i], NULL, thr_main, &ts[i]);
     }
     tr_sleep_ms(o->warmup_ms);

@@ -114,8 +114,9 @@ typedef struct eb_cell {
     int sync_full;
     int workers; /* W: one group of W workers x 1 GPU */
     int clients; /* K: concurrent client threads */
+    int batch;   /* B: groups per SubmitJobs/StopJobs call; 1 = one-job calls */
     int ran;
-    uint64_t cycles; /* completed in the window */
+    uint64_t cycles; /* groups placed and released in the window */
     uint64_t errors;
     double window_s;
     double per_s, p50_ms, p99_ms, place_p50_ms, release_p50_ms;

@@ -21,6 +21,7 @@ typedef struct args {
     const char *head_bin, *node_bin, *json, *tmp, *log_level;
     int workers[MAX_LIST], n_workers;
     int clients[MAX_LIST], n_clients;
+    int batches[MAX_LIST], n_batches;
     int syncs[2], n_syncs;
     size_t nodes;
     double seconds;
@@ -33,6 +34,7 @@ static void usage(FILE *out, const char *prog)
             "usage: %s --head TROUPE_HEAD [--node TROUPE_NODE] [--json FILE]\n"
             "  --workers 1,8,64      workers (1 GPU each) per group\n"
             "  --clients 1,8,32      concurrent client threads\n"
+            "  --batch 1,100         groups per call (1: SubmitJob/StopJob; more: SubmitJobs/StopJobs)\n"
             "  --sync true,false     head sync_full settings to measure\n"
             "  --nodes 1000          simulated nodes (4/8/16 GPUs)\n"
             "  --seconds 2           measured window per cell (after --warmup-ms 300)\n"
@@ -76,6 +78,8 @@ static int parse_args(int argc, char **argv, args *a)
                 .n_workers = 3,
                 .clients = {1, 8, 32},
                 .n_clients = 3,
+                .batches = {1},
+                .n_batches = 1,
                 .syncs = {1, 0},
                 .n_syncs = 2,
                 .nodes = 1000,
@@ -103,6 +107,8 @@ static int parse_args(int argc, char **argv, args *a)
             ok = (a->n_workers = parse_list(v, a->workers, MAX_LIST)) > 0;
         } else if (ok && strcmp(k, "--clients") == 0) {
             ok = (a->n_clients = parse_list(v, a->clients, MAX_LIST)) > 0;
+        } else if (ok && strcmp(k, "--batch") == 0) {
+            ok = (a->n_batches = parse_list(v, a->batches, MAX_LIST)) > 0;
         } else if (ok && strcmp(k, "--sync") == 0) {
             ok = parse_syncs(v, a) == 0;
         } else if (ok && strcmp(k, "--nodes") == 0) {
@@ -131,7 +137,36 @@ static int parse_args(int argc, char **argv, args *a)
     return 0;
 }
 
-/* run_head_w measures every K for one (sync_full, W) on a fresh head. */
+/* run_cell measures one (B, K) on a running head, unless the groups in
+ * flight would not fit the cluster at once (they would wait PENDING, which
+ * is not what the cell measures). */
+static int run_cell(const args *a, const eb_head *h, eb_cluster *cl, eb_cell *c)
+{
+    eb_cycle_opts co = {.url = h->url,
+                        .head_pid = h->pid,
+                        .cluster = cl,
+                        .warmup_ms = a->warmup_ms,
+                        .duration_ms = (int)(a->seconds * 1000),
+                        .cycle_deadline_ms = (uint32_t)a->deadline_ms};
+    double in_flight = (double)c->workers * c->batch * c->clients;
+    int rv = 0;
+
+    if (in_flight > 0.8 * cl->gpus_total) {
+        snprintf(c->note, sizeof(c->note), "skipped: %.0f GPUs in flight, cluster has %u", in_flight,
+                 cl->gpus_total);
+    } else if (eb_cycles_run(&co, c) != 0) {
+        rv = -1;
+    }
+    fprintf(stderr,
+            "  sync_full=%d W=%-2d B=%-3d K=%-2d %8.0f cycles/s  p50 %.2f ms  p99 %.2f ms  cpu/cycle head "
+            "%.3f ms "
+            "bench %.3f ms  load %.1f%s%s\n",
+            c->sync_full, c->workers, c->batch, c->clients, c->per_s, c->p50_ms, c->p99_ms, c->head_cpu_ms,
+            c->bench_cpu_ms, c->load1, c->note[0] ? "  " : "", c->note);
+    return rv;
+}
+
+/* run_head_w measures every (B, K) for one (sync_full, W) on a fresh head. */
 static int run_head_w(const args *a, int sync_full, int w, eb_cell *cells, double *reg_s)
 {
     eb_head_opts ho = {
@@ -151,24 +186,15 @@ static int run_head_w(const args *a, int sync_full, int w, eb_cell *cells, doubl
         eb_head_stop(&h);
         return -1;
     }
-    for (int k = 0; k < a->n_clients; k++) {
-        eb_cycle_opts co = {.url = h.url,
-                            .head_pid = h.pid,
-                            .cluster = &cl,
-                            .warmup_ms = a->warmup_ms,
-                            .duration_ms = (int)(a->seconds * 1000),
-                            .cycle_deadline_ms = (uint32_t)a->deadline_ms};
-        eb_cell *c = &cells[k];
-        *c = (eb_cell){.sync_full = sync_full, .workers = w, .clients = a->clients[k]};
-        if (eb_cycles_run(&co, c) != 0) {
-            rv = -1;
+    for (int b = 0; b < a->n_batches; b++) {
+        for (int k = 0; k < a->n_clients; k++) {
+            eb_cell *c = &cells[b * a->n_clients + k];
+            *c = (eb_cell){
+                .sync_full = sync_full, .workers = w, .clients = a->clients[k], .batch = a->batches[b]};
+            if (run_cell(a, &h, &cl, c) != 0) {
+                rv = -1;
+            }
         }
-        fprintf(
-            stderr,
-            "  sync_full=%d W=%-2d K=%-2d %8.0f cycles/s  p50 %.2f ms  p99 %.2f ms  cpu/cycle head %.3f ms "
-            "bench %.3f ms  load %.1f%s%s\n",
-            sync_full, w, c->clients, c->per_s, c->p50_ms, c->p99_ms, c->head_cpu_ms, c->bench_cpu_ms,
-            c->load1, c->note[0] ? "  " : "", c->note);
     }
     eb_cluster_free(&cl);
     eb_head_stop(&h);
@@ -185,7 +211,7 @@ static void settings_json(const args *a, char *buf, size_t size)
 
 int main(int argc, char **argv)
 {
-    static eb_cell cells[2 * MAX_LIST * MAX_LIST];
+    static eb_cell cells[2 * MAX_LIST * MAX_LIST * MAX_LIST];
     eb_startup st = {0}, *stp = NULL;
     double reg[2] = {0, 0};
     size_t n = 0;
@@ -202,7 +228,7 @@ int main(int argc, char **argv)
         for (int w = 0; w < a.n_workers; w++) {
             double r = 0;
             failed |= run_head_w(&a, a.syncs[s], a.workers[w], &cells[n], &r) != 0;
-            n += (size_t)a.n_clients;
+            n += (size_t)(a.n_clients * a.n_batches);
             if (w == 0) {
                 reg[a.syncs[s] ? 0 : 1] = r;
             }
