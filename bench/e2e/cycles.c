@@ -459,6 +459,30 @@ static void summarize(thr *ts, int k, eb_cell *cell)
     free(rel);
 }
 
+/* check_all_released: once every thread stopped, the head must show every
+ * GPU free and no job PENDING or RUNNING, or the cell's cycles did not
+ * really release what they placed. */
+static void check_all_released(const eb_cycle_opts *o, eb_cell *cell)
+{
+    troupe_client_opts co = {.head_url = o->url, .timeout_ms = 10000};
+    troupe_client *c = NULL;
+    troupe_cluster cl;
+    troupe_job_list *active = NULL;
+    troupe_error e = {0};
+
+    if (troupe_client_open(&c, &co, &e) != TROUPE_OK || troupe_get_cluster(c, &cl, &e) != TROUPE_OK ||
+        troupe_list_jobs(c, 1, &active, &e) != TROUPE_OK) {
+        snprintf(cell->note, sizeof(cell->note), "end-of-cell check: %.200s", e.message);
+        cell->errors++;
+    } else if (cl.gpus_free != cl.gpus_total || active->count != 0) {
+        snprintf(cell->note, sizeof(cell->note), "after the cell: %u of %u GPUs free, %zu jobs active",
+                 cl.gpus_free, cl.gpus_total, active->count);
+        cell->errors++;
+    }
+    troupe_job_list_free(active);
+    troupe_client_close(c);
+}
+
 int eb_cycles_run(const eb_cycle_opts *o, eb_cell *cell)
 {
     pthread_t th[256];
@@ -494,6 +518,7 @@ int eb_cycles_run(const eb_cycle_opts *o, eb_cell *cell)
         pthread_join(th[i], NULL);
     }
     summarize(ts, k, cell);
+    check_all_released(o, cell);
     if (cell->cycles > 0) {
         cell->head_cpu_ms = head_cpu * 1e3 / (double)cell->cycles;
         cell->bench_cpu_ms = self_cpu * 1e3 / (double)cell->cycles;

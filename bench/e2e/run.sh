@@ -6,9 +6,11 @@
 # Build first, e.g.
 #   cmake -S . -B build-e2e -G Ninja -DTROUPE_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DTROUPE_BENCH_GRPC=OFF
 #   cmake --build build-e2e --target troupe-bench-e2e troupe-head troupe-node
-# The defaults measure sync_full true and false x 1, 8 and 64 workers per group x 1, 8
-# and 32 clients on 1,000 simulated nodes (3 s per cell), then submit -> 64 workers
-# RUNNING with 4 real agents (5 runs): about 1.5 minutes. State dirs go to $TMPDIR or
+# The defaults measure sync_full true and false x 1, 8 and 64 workers per group x
+# batches of 1, 10 and 100 groups per call x 1, 8 and 32 clients on 1,000 simulated
+# nodes (3 s per cell; cells whose groups in flight would not fit the cluster are
+# skipped), then submit -> 64 workers RUNNING with 4 real agents (5 runs): about
+# 3 minutes. State dirs go to $TMPDIR or
 # /var/tmp (must be a disk, not a tmpfs, for the fsyncs to be real).
 set -eu
 
@@ -33,5 +35,5 @@ done
 
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n) $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)," \
      "head at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')" >&2
-exec "$bin" --head "$head" --node "$node" --workers 1,8,64 --clients 1,8,32 --sync true,false \
+exec "$bin" --head "$head" --node "$node" --workers 1,8,64 --batch 1,10,100 --clients 1,8,32 --sync true,false \
     --seconds 3 --startup-reps 5 --json "$out" "$@"
