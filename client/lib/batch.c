@@ -196,6 +196,11 @@ TROUPE_API troupe_status troupe_submit_batch(troupe_client *c, const troupe_spec
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     for (size_t i = 0; i < n; i++) {
+        if (specs[i] == NULL) {
+            free(req.specs);
+            return tr_client_finish(
+                err, &e, tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "spec %zu of %zu is NULL", i + 1, n));
+        }
         req.specs[i] = specs[i]->msg; /* borrowed for packing */
     }
     req.n_specs = n;
