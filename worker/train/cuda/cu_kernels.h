@@ -25,9 +25,12 @@ cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int
 template <typename T>
 cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, const T *a, const T *b,
                                   const T *w, const T *bias, int N, int C, cudaStream_t s);
-/* dinp += LN backward; dw, db (fp32) += their gradients. */
+/* dinp += LN backward; dw, db (fp32) += their gradients. With dres != NULL,
+ * dres (fp32, C) += the column sums of the updated dinp: dinp is the
+ * residual stream's gradient, whose column sums are the bias gradient of the
+ * projection that added into that stream. */
 template <typename T>
-cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, float *dres, const T *dout, const T *inp, const T *w,
                          const float *mean, const float *rstd, int N, int C, cudaStream_t s);
 
 /* tanh-approximation GELU, as GPT-2 and the CPU backend use. */
@@ -85,9 +88,11 @@ cudaError_t tr_cu_attn_naive_bwd(T *dqkv, T *scratch, const T *dy, const T *att,
                                  int NH, int hd, cudaStream_t s);
 
 /* Fused flash-style path (bf16, head size 64): keeps only lse[B][NH][T]
- * (log2 domain) for backward. dsum is scratch of B*NH*T floats. */
+ * (log2 domain) for backward. dsum is scratch of B*NH*T floats. With dbias
+ * != NULL, backward also adds the column sums of dqkv (the qkv bias
+ * gradient, 3*NH*64 fp32) into dbias. */
 cudaError_t tr_cu_flash_fwd(bf16 *y, float *lse, const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s);
-cudaError_t tr_cu_flash_bwd(bf16 *dqkv, float *dsum, const bf16 *dy, const bf16 *y, const float *lse,
-                            const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s);
+cudaError_t tr_cu_flash_bwd(bf16 *dqkv, float *dbias, float *dsum, const bf16 *dy, const bf16 *y,
+                            const float *lse, const bf16 *qkv, int B, int Tn, int NH, cudaStream_t s);
 
 #endif

@@ -35,25 +35,58 @@ cudaError_t tr_cu_encoder_fwd(T *out, const int32_t *idx, const T *wte, const T 
     return cudaGetLastError();
 }
 
-/* Embedding backward scatters with fp32 atomics: rows of wte are hit by
- * however many tokens share an id, which no static partition knows. */
+/* add4 adds four floats at p (16-byte aligned) with one vector atomic where
+ * the architecture has it (sm_90), else four scalar ones. */
+__device__ __forceinline__ void add4(float *p, float a, float b, float c, float d)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4 *>(p), make_float4(a, b, c, d));
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+    atomicAdd(p + 2, c);
+    atomicAdd(p + 3, d);
+#endif
+}
+
+/* Embedding backward. A thread owns 16 bytes of columns of one position t
+ * and walks the B tokens at that position: it scatters each token's row into
+ * dwte with vector atomics (rows of wte are hit by however many tokens share
+ * an id, which no static partition knows) and sums the rows for dwpe[t]
+ * itself, which it then owns outright. One atomic per element for wpe and
+ * four scalar ones per vector for wte cost 0.25 ms per 124M B=16 step. */
 template <typename T>
-__global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int BT,
-                                   int Tn, int C)
+__global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn,
+                                   int C)
 {
     constexpr int N = Vec<T>::N;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
-    if (i >= (size_t)BT * C) {
+    if (i >= (size_t)Tn * C) {
         return;
     }
-    int row = (int)(i / C), c = (int)(i % C), t = row % Tn;
-    Vec<T> d = Vec<T>::load(dout + i);
-    float *we = dwte + (size_t)idx[row] * C + c, *pe = dwpe + (size_t)t * C + c;
+    int t = (int)(i / C), c = (int)(i % C);
+    float acc[N];
 #pragma unroll
     for (int k = 0; k < N; k++) {
-        float x = tr_to_f(d.e[k]);
-        atomicAdd(we + k, x);
-        atomicAdd(pe + k, x);
+        acc[k] = 0.0f;
+    }
+#pragma unroll 4
+    for (int b = 0; b < B; b++) {
+        int row = b * Tn + t;
+        Vec<T> d = Vec<T>::load(dout + (size_t)row * C + c);
+        float *we = dwte + (size_t)idx[row] * C + c;
+#pragma unroll
+        for (int k = 0; k < N; k += 4) {
+            float x0 = tr_to_f(d.e[k]), x1 = tr_to_f(d.e[k + 1]), x2 = tr_to_f(d.e[k + 2]),
+                  x3 = tr_to_f(d.e[k + 3]);
+            add4(we + k, x0, x1, x2, x3);
+            acc[k] += x0, acc[k + 1] += x1, acc[k + 2] += x2, acc[k + 3] += x3;
+        }
+    }
+    float *pe = dwpe + (size_t)t * C + c;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        pe[k] += acc[k];
     }
 }
 
@@ -61,8 +94,8 @@ template <typename T>
 cudaError_t tr_cu_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *idx, int B, int Tn,
                               int C, cudaStream_t s)
 {
-    size_t threads = (size_t)B * Tn * C / Vec<T>::N;
-    encoder_bwd_kernel<<<tr_cdiv(threads, 256), 256, 0, s>>>(dwte, dwpe, dout, idx, B * Tn, Tn, C);
+    size_t threads = (size_t)Tn * C / Vec<T>::N;
+    encoder_bwd_kernel<<<tr_cdiv(threads, 128), 128, 0, s>>>(dwte, dwpe, dout, idx, B, Tn, C);
     return cudaGetLastError();
 }
 
@@ -138,21 +171,22 @@ cudaError_t tr_cu_residual_ln_fwd(T *res, T *out, float *mean, float *rstd, cons
 
 /* A warp per row, a grid of a few blocks per SM striding over rows. A lane
  * always handles the same columns, so each warp sums the weight and bias
- * gradients into its own slice of shared memory without atomics; the block
- * then adds its warps' slices and issues only 2*C global atomics. */
+ * gradients (and, with dres, the column sums of the new dinp) into its own
+ * slice of shared memory without atomics; the block then adds its warps'
+ * slices and issues only 2*C (3*C) global atomics. */
 #define TR_LN_BWD_WARPS 4
 template <typename T>
-__global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
-                              const float *mean, const float *rstd, int N, int C)
+__global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, float *dres, const T *dout, const T *inp,
+                              const T *w, const float *mean, const float *rstd, int N, int C)
 {
     constexpr int V = Vec<T>::N;
-    extern __shared__ float sh[]; /* per warp: dw[C], db[C] */
-    for (int c = threadIdx.x; c < 2 * C * TR_LN_BWD_WARPS; c += blockDim.x) {
+    extern __shared__ float sh[]; /* per warp: dw[C], db[C], dres[C] */
+    for (int c = threadIdx.x; c < 3 * C * TR_LN_BWD_WARPS; c += blockDim.x) {
         sh[c] = 0.0f;
     }
     __syncthreads();
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *sw = sh + (size_t)warp * 2 * C, *sb = sw + C;
+    float *sw = sh + (size_t)warp * 3 * C, *sb = sw + C, *sr = sb + C;
     for (int row = blockIdx.x * TR_LN_BWD_WARPS + warp; row < N; row += gridDim.x * TR_LN_BWD_WARPS) {
         const T *g = dout + (size_t)row * C, *x = inp + (size_t)row * C;
         float mu = mean[row], rs = rstd[row], s1 = 0.0f, s2 = 0.0f;
@@ -178,41 +212,51 @@ __global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, const T *dout, cons
                 dv.e[k] = tr_from_f<T>(tr_to_f(dv.e[k]) + (dn - s1 - nrm * s2) * rs);
                 sw[c + k] += gg * nrm;
                 sb[c + k] += gg;
+                sr[c + k] += tr_to_f(dv.e[k]);
             }
             dv.store(di + c);
         }
     }
     __syncthreads();
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float a = 0.0f, b = 0.0f;
+        float a = 0.0f, b = 0.0f, r = 0.0f;
 #pragma unroll
         for (int k = 0; k < TR_LN_BWD_WARPS; k++) {
-            a += sh[(size_t)k * 2 * C + c];
-            b += sh[(size_t)k * 2 * C + C + c];
+            a += sh[(size_t)k * 3 * C + c];
+            b += sh[(size_t)k * 3 * C + C + c];
+            r += sh[(size_t)k * 3 * C + 2 * C + c];
         }
         atomicAdd(dw + c, a);
         atomicAdd(db + c, b);
+        if (dres != nullptr) {
+            atomicAdd(dres + c, r);
+        }
     }
 }
 
-/* Register-resident variant for rows of up to 32 * V * CH elements (C <= 1024
- * in bf16): each lane loads its slice of dout, inp and dinp once, keeps w and
- * its running dw/db in registers across rows, and touches shared memory only
- * once at the end. Several independent 16-byte loads per lane are in flight
- * at once, which is what the generic kernel above lacks. */
-template <typename T, int CH>
-__global__ void __launch_bounds__(128)
-    ln_bwd_reg_kernel(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+/* Variant for rows of up to 32 * V * CH elements (C <= 1024 in bf16), CH the
+ * exact number of 32-lane column chunks. A warp takes R rows per iteration
+ * and issues all their loads (3 * R * CH independent 16-byte loads per lane)
+ * before it reduces any of them: one row at a time left too few bytes in
+ * flight to stream at DRAM bandwidth (ncu, 124M B=16: 1.24 ms for 2.5 GB per
+ * step, about 2 TB/s). A lane always handles the same columns, so it keeps
+ * its running dw/db (and dres) column sums in its warp's slice of shared
+ * memory, laid out lane-minor so that the float4 read-modify-writes are free
+ * of bank conflicts; in registers they cost a block per SM. */
+template <typename T, int CH, int R>
+__global__ void __launch_bounds__(128, CH < 4 ? 4 : 3) /* 4 chunks need more than 128 registers */
+    ln_bwd_reg_kernel(T *dinp, float *dw, float *db, float *dres, const T *dout, const T *inp, const T *w,
                       const float *mean, const float *rstd, int N, int C)
 {
-    constexpr int V = Vec<T>::N;
-    extern __shared__ float sh[]; /* dw[C], db[C] */
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-        sh[c] = 0.0f;
+    constexpr int V = Vec<T>::N, H = V / 4, W = 4; /* H float4 per Vec; W warps */
+    constexpr int SLICE = CH * H * 32;             /* float4 per accumulator per warp */
+    extern __shared__ float4 sh4[];                /* [warp][dw, db, dres][CH][H][lane] */
+    for (int i = threadIdx.x; i < W * 3 * SLICE; i += blockDim.x) {
+        sh4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     __syncthreads();
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    float aw[CH][V], ab[CH][V];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float4 *acc = sh4 + warp * 3 * SLICE;
     Vec<T> wv[CH];
 #pragma unroll
     for (int k = 0; k < CH; k++) {
@@ -220,91 +264,157 @@ __global__ void __launch_bounds__(128)
         if (c < C) {
             wv[k] = Vec<T>::load(w + c);
         }
-#pragma unroll
-        for (int e = 0; e < V; e++) {
-            aw[k][e] = ab[k][e] = 0.0f;
-        }
     }
-    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
-        const T *g = dout + (size_t)row * C, *x = inp + (size_t)row * C;
-        T *di = dinp + (size_t)row * C;
-        Vec<T> gv[CH], xv[CH], dv[CH];
+    for (int row0 = (blockIdx.x * W + warp) * R; row0 < N; row0 += gridDim.x * W * R) {
+        Vec<T> gv[R][CH], xv[R][CH], dv[R][CH];
+        float mu[R], rs[R], s1[R], s2[R];
 #pragma unroll
-        for (int k = 0; k < CH; k++) {
-            int c = lane * V + k * 32 * V;
-            if (c < C) {
-                gv[k] = Vec<T>::load(g + c);
-                xv[k] = Vec<T>::load(x + c);
-                dv[k] = Vec<T>::load(di + c);
-            }
-        }
-        float mu = mean[row], rs = rstd[row], s1 = 0.0f, s2 = 0.0f;
+        for (int r = 0; r < R; r++) {
+            int row = min(row0 + r, N - 1); /* a row past N repeats the last; its results are not kept */
+            const T *g = dout + (size_t)row * C, *x = inp + (size_t)row * C, *di = dinp + (size_t)row * C;
 #pragma unroll
-        for (int k = 0; k < CH; k++) {
-            if (lane * V + k * 32 * V < C) {
-#pragma unroll
-                for (int e = 0; e < V; e++) {
-                    float dn = tr_to_f(gv[k].e[e]) * tr_to_f(wv[k].e[e]),
-                          nrm = (tr_to_f(xv[k].e[e]) - mu) * rs;
-                    s1 += dn;
-                    s2 += dn * nrm;
+            for (int k = 0; k < CH; k++) {
+                int c = lane * V + k * 32 * V;
+                if (c < C) {
+                    gv[r][k] = Vec<T>::load(g + c);
+                    xv[r][k] = Vec<T>::load(x + c);
+                    dv[r][k] = Vec<T>::load(di + c);
                 }
             }
+            mu[r] = mean[row];
+            rs[r] = rstd[row];
         }
-        s1 = tr_warp_sum(s1) / C;
-        s2 = tr_warp_sum(s2) / C;
 #pragma unroll
-        for (int k = 0; k < CH; k++) {
-            int c = lane * V + k * 32 * V;
-            if (c < C) {
+        for (int r = 0; r < R; r++) {
+            s1[r] = s2[r] = 0.0f;
 #pragma unroll
-                for (int e = 0; e < V; e++) {
-                    float gg = tr_to_f(gv[k].e[e]), nrm = (tr_to_f(xv[k].e[e]) - mu) * rs;
-                    float dn = gg * tr_to_f(wv[k].e[e]);
-                    dv[k].e[e] = tr_from_f<T>(tr_to_f(dv[k].e[e]) + (dn - s1 - nrm * s2) * rs);
-                    aw[k][e] += gg * nrm;
-                    ab[k][e] += gg;
+            for (int k = 0; k < CH; k++) {
+                if (lane * V + k * 32 * V < C) {
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        float dn = tr_to_f(gv[r][k].e[e]) * tr_to_f(wv[k].e[e]),
+                              nrm = (tr_to_f(xv[r][k].e[e]) - mu[r]) * rs[r];
+                        s1[r] += dn;
+                        s2[r] += dn * nrm;
+                    }
                 }
-                dv[k].store(di + c);
             }
+            s1[r] = tr_warp_sum(s1[r]) / C;
+            s2[r] = tr_warp_sum(s2[r]) / C;
         }
-    }
 #pragma unroll
-    for (int k = 0; k < CH; k++) {
-        int c = lane * V + k * 32 * V;
-        if (c < C) {
+        for (int r = 0; r < R; r++) {
+            int row = row0 + r;
+            if (row >= N) {
+                break;
+            }
+            T *di = dinp + (size_t)row * C;
 #pragma unroll
-            for (int e = 0; e < V; e++) {
-                atomicAdd(&sh[c + e], aw[k][e]);
-                atomicAdd(&sh[C + c + e], ab[k][e]);
+            for (int k = 0; k < CH; k++) {
+                int c = lane * V + k * 32 * V;
+                if (c < C) {
+#pragma unroll
+                    for (int hh = 0; hh < H; hh++) {
+                        int at = (k * H + hh) * 32 + lane;
+                        float4 a = acc[at], b = acc[SLICE + at], q = acc[2 * SLICE + at];
+                        float *pa = &a.x, *pb = &b.x, *pq = &q.x;
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            int e = hh * 4 + j;
+                            float gg = tr_to_f(gv[r][k].e[e]), nrm = (tr_to_f(xv[r][k].e[e]) - mu[r]) * rs[r];
+                            float dn = gg * tr_to_f(wv[k].e[e]);
+                            dv[r][k].e[e] =
+                                tr_from_f<T>(tr_to_f(dv[r][k].e[e]) + (dn - s1[r] - nrm * s2[r]) * rs[r]);
+                            pa[j] += gg * nrm;
+                            pb[j] += gg;
+                            pq[j] += tr_to_f(dv[r][k].e[e]); /* the rounded value, as stored */
+                        }
+                        acc[at] = a;
+                        acc[SLICE + at] = b;
+                        if (dres != nullptr) {
+                            acc[2 * SLICE + at] = q;
+                        }
+                    }
+                    dv[r][k].store(di + c);
+                }
             }
         }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        atomicAdd(dw + c, sh[c]);
-        atomicAdd(db + c, sh[C + c]);
+    /* float f of accumulator slot i is column lane * V + k * 32 * V + hh * 4 + f */
+    const float *shf = reinterpret_cast<const float *>(sh4);
+    for (int i = threadIdx.x; i < SLICE * 4; i += blockDim.x) {
+        int f = i & 3, l = (i >> 2) & 31, kh = i >> 7, c = l * V + (kh / H) * 32 * V + (kh % H) * 4 + f;
+        if (c >= C) {
+            continue;
+        }
+        float a = 0.0f, b = 0.0f, q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            a += shf[(k * 3 * SLICE) * 4 + i];
+            b += shf[(k * 3 * SLICE + SLICE) * 4 + i];
+            q += shf[(k * 3 * SLICE + 2 * SLICE) * 4 + i];
+        }
+        atomicAdd(dw + c, a);
+        atomicAdd(db + c, b);
+        if (dres != nullptr) {
+            atomicAdd(dres + c, q);
+        }
     }
 }
 
+/* carveout_max asks for the largest shared-memory carveout for fn, so that
+ * four blocks of ln_bwd_reg_kernel (36 KB each at C = 768) fit on an SM.
+ * Skipped while the stream is being captured into a graph (the attribute
+ * set on the eager pass before capture stays). */
+static cudaError_t carveout_max(const void *fn, cudaStream_t s)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(s, &st);
+    if (e != cudaSuccess || st != cudaStreamCaptureStatusNone) {
+        return e;
+    }
+    return cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+}
+
+template <typename T, int CH>
+static cudaError_t ln_bwd_reg_launch(T *dinp, float *dw, float *db, float *dres, const T *dout, const T *inp,
+                                     const T *w, const float *mean, const float *rstd, int N, int C,
+                                     cudaStream_t s)
+{
+    enum { R = 2 };
+    size_t shmem = (size_t)4 * 3 * CH * 32 * Vec<T>::N * sizeof(float);
+    int blocks = (int)tr_cdiv(N, 4 * R * 4); /* >= 4 iterations per warp, at most 4 blocks per SM */
+    if (blocks > 132 * 4) {
+        blocks = 132 * 4;
+    }
+    cudaError_t e = carveout_max((const void *)ln_bwd_reg_kernel<T, CH, R>, s);
+    if (e != cudaSuccess) {
+        return e;
+    }
+    ln_bwd_reg_kernel<T, CH, R>
+        <<<blocks, 128, shmem, s>>>(dinp, dw, db, dres, dout, inp, w, mean, rstd, N, C);
+    return cudaGetLastError();
+}
+
 template <typename T>
-cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, float *dres, const T *dout, const T *inp, const T *w,
                          const float *mean, const float *rstd, int N, int C, cudaStream_t s)
 {
-    if (C <= 32 * Vec<T>::N * 4) {
-        int blocks = (int)tr_cdiv(N, 4 * 4); /* >= 4 rows per warp, 3 blocks per SM */
-        if (blocks > 132 * 3) {
-            blocks = 132 * 3;
-        }
-        ln_bwd_reg_kernel<T, 4>
-            <<<blocks, 128, 2 * C * sizeof(float), s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-        return cudaGetLastError();
+    int ch = (int)tr_cdiv(C, 32 * Vec<T>::N);
+    switch (ch) {
+    case 1: return ln_bwd_reg_launch<T, 1>(dinp, dw, db, dres, dout, inp, w, mean, rstd, N, C, s);
+    case 2: return ln_bwd_reg_launch<T, 2>(dinp, dw, db, dres, dout, inp, w, mean, rstd, N, C, s);
+    case 3: return ln_bwd_reg_launch<T, 3>(dinp, dw, db, dres, dout, inp, w, mean, rstd, N, C, s);
+    case 4: return ln_bwd_reg_launch<T, 4>(dinp, dw, db, dres, dout, inp, w, mean, rstd, N, C, s);
+    default: break;
     }
     int blocks = (int)tr_cdiv(N, TR_LN_BWD_WARPS * 8); /* about 8 rows per warp */
     if (blocks > 132 * 4) {
         blocks = 132 * 4;
     }
-    size_t shmem = (size_t)2 * C * TR_LN_BWD_WARPS * sizeof(float);
+    size_t shmem = (size_t)3 * C * TR_LN_BWD_WARPS * sizeof(float);
     if (shmem > 48 * 1024) {
         cudaError_t e =
             cudaFuncSetAttribute(ln_bwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
@@ -312,7 +422,8 @@ cudaError_t tr_cu_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const T *
             return e;
         }
     }
-    ln_bwd_kernel<<<blocks, 32 * TR_LN_BWD_WARPS, shmem, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    ln_bwd_kernel<<<blocks, 32 * TR_LN_BWD_WARPS, shmem, s>>>(dinp, dw, db, dres, dout, inp, w, mean, rstd, N,
+                                                              C);
     return cudaGetLastError();
 }
 
@@ -524,10 +635,101 @@ __global__ void __launch_bounds__(1024) classifier_kernel(T *logits, float *loss
     }
 }
 
+/* The same with the row staged in shared memory (bf16 GPT-2 vocab: 100 KB,
+ * two rows per SM): every thread queues all its pieces of the row with
+ * cp.async at once, and the passes for the max, the sum and the gradient
+ * read shared memory, so the row leaves DRAM once and the writing pass does
+ * not depend on it staying in L2. */
+#define TR_CLS_SMEM_MAX (112 * 1024)
+template <typename T>
+__global__ void __launch_bounds__(1024, 2)
+    classifier_smem_kernel(T *logits, float *losses, const int32_t *targets, int V, int Vp, float dloss,
+                           int write_grad)
+{
+    constexpr int N = Vec<T>::N;
+    extern __shared__ int4 cls_row[];
+    __shared__ float red[32];
+    T *row = reinterpret_cast<T *>(cls_row), *x = logits + (size_t)blockIdx.x * Vp;
+    for (int c = threadIdx.x * N; c < Vp; c += blockDim.x * N) {
+        unsigned d = (unsigned)__cvta_generic_to_shared(row + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(x + c));
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f;
+    for (int c = threadIdx.x * N; c < V; c += blockDim.x * N) {
+        Vec<T> v = Vec<T>::load(row + c);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            m = c + k < V ? fmaxf(m, tr_to_f(v.e[k])) : m;
+        }
+    }
+    m = tr_warp_max(m);
+    if (threadIdx.x % 32 == 0) {
+        red[threadIdx.x / 32] = m;
+    }
+    __syncthreads();
+    m = tr_warp_max(threadIdx.x % 32 < blockDim.x / 32 ? red[threadIdx.x % 32] : -INFINITY);
+    for (int c = threadIdx.x * N; c < V; c += blockDim.x * N) {
+        Vec<T> v = Vec<T>::load(row + c);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            l += c + k < V ? __expf(tr_to_f(v.e[k]) - m) : 0.0f;
+        }
+    }
+    l = tr_block_sum(l, red); /* its first barrier also ends every read of red above */
+    int tgt = targets[blockIdx.x];
+    if (threadIdx.x == 0) {
+        losses[blockIdx.x] = logf(l) + m - tr_to_f(row[tgt]);
+    }
+    if (!write_grad) {
+        return;
+    }
+    float inv = 1.0f / l;
+    for (int c = threadIdx.x * N; c < Vp; c += blockDim.x * N) {
+        Vec<T> v = Vec<T>::load(row + c);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            int col = c + k;
+            float p = col < V ? __expf(tr_to_f(v.e[k]) - m) * inv : 0.0f;
+            v.e[k] = tr_from_f<T>(dloss * (p - (col == tgt ? 1.0f : 0.0f)));
+        }
+        v.store(x + c);
+    }
+}
+
+/* cls_smem_setup lets classifier_smem_kernel<T> take bytes of dynamic shared
+ * memory with the largest carveout. Attributes cannot be set while the
+ * stream is being captured; the eager pass before capture has set them. */
+template <typename T> static cudaError_t cls_smem_setup(size_t bytes, cudaStream_t s)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(s, &st);
+    if (e != cudaSuccess || st != cudaStreamCaptureStatusNone) {
+        return e;
+    }
+    e = cudaFuncSetAttribute(classifier_smem_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)bytes);
+    if (e != cudaSuccess) {
+        return e;
+    }
+    return cudaFuncSetAttribute(classifier_smem_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+}
+
 template <typename T>
 cudaError_t tr_cu_classifier(T *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
                              float dloss, int write_grad, cudaStream_t s)
 {
+    size_t bytes = (size_t)Vp * sizeof(T);
+    if (bytes <= TR_CLS_SMEM_MAX) {
+        cudaError_t e = cls_smem_setup<T>(bytes, s);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        classifier_smem_kernel<<<N, 1024, bytes, s>>>(logits, losses, targets, V, Vp, dloss, write_grad);
+        return cudaGetLastError();
+    }
     /* 1024 threads, so at most two rows per SM are in flight: 264 rows of
      * 100 KB (GPT-2 vocab, bf16) stay inside the 50 MB L2 between the
      * reading pass and the writing pass, and the row is read from DRAM once. */
@@ -693,7 +895,7 @@ cudaError_t tr_cu_fill_random(bf16 *dst, size_t n, uint32_t seed, cudaStream_t s
                                               cudaStream_t);                                                 \
     template cudaError_t tr_cu_residual_ln_fwd<T>(T *, T *, float *, float *, const T *, const T *,          \
                                                   const T *, const T *, int, int, cudaStream_t);             \
-    template cudaError_t tr_cu_ln_bwd<T>(T *, float *, float *, const T *, const T *, const T *,             \
+    template cudaError_t tr_cu_ln_bwd<T>(T *, float *, float *, float *, const T *, const T *, const T *,    \
                                          const float *, const float *, int, int, cudaStream_t);              \
     template cudaError_t tr_cu_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);                            \
     template cudaError_t tr_cu_gelu_bwd<T>(T *, const T *, size_t, cudaStream_t);                            \

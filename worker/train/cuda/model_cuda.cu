@@ -73,20 +73,15 @@ static int linear_dinp_dgelu(cu_backend *cb, T *dinp, const T *dout, const T *w,
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
-/* dw[OC][C] (fp32) += dout[BT][OC]^T . inp[BT][C]; db[OC] += column sums. */
+/* dw[OC][C] (fp32) += dout[BT][OC]^T . inp[BT][C]. The bias gradients are
+ * summed elsewhere (see block_bwd). */
 template <typename T>
-static int linear_dw(cu_backend *cb, float *dw, float *db, const T *inp, const T *dout, int BT, int C, int OC,
+static int linear_dw(cu_backend *cb, float *dw, const T *inp, const T *dout, int BT, int C, int OC,
                      tr_err *err)
 {
-    int rv = TROUPE_OK;
     tr_cu_gemm_args a = {dw,         inp, dout,           NULL, C, OC, BT, 0, 1, dtype_of<T>(),
                          CUDA_R_32F, 1,   TR_CU_EPI_NONE, NULL};
-    TR_TRY(tr_cu_gemm(cb->gemm, &a, err));
-    if (db != NULL) {
-        TR_CU(tr_cu_bias_grad(db, dout, BT, OC, cb->s));
-    }
-out:
-    return rv;
+    return tr_cu_gemm(cb->gemm, &a, err);
 }
 
 template <typename T> static int attention_fwd(cu_backend *cb, cu_layer *ly, int B, int Tn, tr_err *err)
@@ -101,16 +96,20 @@ out:
     return rv;
 }
 
+/* attention_bwd leaves d(loss)/d(qkv) in cb->dqkv and adds the qkv bias
+ * gradient into dbias: the flash kernels sum it on the way out, the
+ * reference path by a pass over dqkv. */
 template <typename T>
-static int attention_bwd(cu_backend *cb, cu_layer *ly, const T *dy, int B, int Tn, tr_err *err)
+static int attention_bwd(cu_backend *cb, cu_layer *ly, float *dbias, const T *dy, int B, int Tn, tr_err *err)
 {
     int rv = TROUPE_OK, NH = cb->base.cfg.heads, hd = cb->base.cfg.width / NH;
     if (cb->flash) {
-        TR_CU(tr_cu_flash_bwd((bf16 *)cb->dqkv, cb->dsum, (const bf16 *)dy, (const bf16 *)ly->atty, ly->lse,
-                              (const bf16 *)ly->qkv, B, Tn, NH, cb->s));
+        TR_CU(tr_cu_flash_bwd((bf16 *)cb->dqkv, dbias, cb->dsum, (const bf16 *)dy, (const bf16 *)ly->atty,
+                              ly->lse, (const bf16 *)ly->qkv, B, Tn, NH, cb->s));
     } else {
         TR_CU(tr_cu_attn_naive_bwd((T *)cb->dqkv, (T *)cb->att_scratch, dy, (const T *)ly->att,
                                    (const T *)ly->qkv, B, Tn, NH, hd, cb->s));
+        TR_CU(tr_cu_bias_grad(dbias, (const T *)cb->dqkv, B * Tn, 3 * NH * hd, cb->s));
     }
 out:
     return rv;
@@ -179,7 +178,12 @@ out:
 }
 
 /* One block backward; cb->dres holds d(loss)/d(res3) on entry and
- * d(loss)/d(block input) on return. */
+ * d(loss)/d(block input) on return. No bias gradient gets a pass of its own:
+ * the projections that add into the residual stream (attproj, fcproj) have
+ * as bias gradient the column sums of that stream's gradient, which the
+ * LayerNorm backward that finishes it sums on the way (ln2 for attproj here,
+ * ln1 for the previous block's fcproj, lnf for the last block's); the fc bias
+ * comes with the GELU backward, the qkv bias with the attention backward. */
 template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn, tr_err *err)
 {
     int rv = TROUPE_OK, C = cb->base.cfg.width, BT = B * Tn;
@@ -190,8 +194,7 @@ template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn,
         TR_CU(tr_cu_gelu_fwd(fg, (const T *)ly->fch, (size_t)BT * 4 * C, cb->s));
     }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCPROJW, l, 4 * C * C), G(cb, TR_P_FCPROJB, l, C), fg, dres, BT, 4 * C,
-                        C, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCPROJW, l, 4 * C * C), fg, dres, BT, 4 * C, C, err));
     if (cb->gelu_epi) {
         TR_TRY(linear_dinp_dgelu<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), (const T *)ly->fch,
                                     BT, 4 * C, C, err));
@@ -200,19 +203,19 @@ template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn,
         TR_TRY(linear_dinp<T>(cb, d4, dres, P<T>(cb, TR_P_FCPROJW, l, 4 * C * C), BT, 4 * C, C, err));
         TR_CU(tr_cu_gelu_bwd_bias(G(cb, TR_P_FCB, l, 4 * C), d4, (const T *)ly->fch, BT, 4 * C, cb->s));
     }
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCW, l, 4 * C * C), NULL, (T *)ly->ln2, d4, BT, C, 4 * C, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_FCW, l, 4 * C * C), (T *)ly->ln2, d4, BT, C, 4 * C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, d4, P<T>(cb, TR_P_FCW, l, 4 * C * C), BT, C, 4 * C, err));
-    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN2W, l, C), G(cb, TR_P_LN2B, l, C), dbtc, (const T *)ly->res2,
-                       P<T>(cb, TR_P_LN2W, l, C), ly->ln2_mean, ly->ln2_rstd, BT, C, cb->s));
+    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN2W, l, C), G(cb, TR_P_LN2B, l, C), G(cb, TR_P_ATTPROJB, l, C), dbtc,
+                       (const T *)ly->res2, P<T>(cb, TR_P_LN2W, l, C), ly->ln2_mean, ly->ln2_rstd, BT, C,
+                       cb->s));
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_ATTPROJW, l, C * C), G(cb, TR_P_ATTPROJB, l, C), (T *)ly->atty, dres,
-                        BT, C, C, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_ATTPROJW, l, C * C), (T *)ly->atty, dres, BT, C, C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, dres, P<T>(cb, TR_P_ATTPROJW, l, C * C), BT, C, C, err));
-    TR_TRY(attention_bwd<T>(cb, ly, dbtc, B, Tn, err));
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_QKVW, l, 3 * C * C), G(cb, TR_P_QKVB, l, 3 * C), (T *)ly->ln1,
-                        (T *)cb->dqkv, BT, C, 3 * C, err));
+    TR_TRY(attention_bwd<T>(cb, ly, G(cb, TR_P_QKVB, l, 3 * C), dbtc, B, Tn, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_QKVW, l, 3 * C * C), (T *)ly->ln1, (T *)cb->dqkv, BT, C, 3 * C, err));
     TR_TRY(linear_dinp<T>(cb, dbtc, (T *)cb->dqkv, P<T>(cb, TR_P_QKVW, l, 3 * C * C), BT, C, 3 * C, err));
-    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN1W, l, C), G(cb, TR_P_LN1B, l, C), dbtc, x,
+    TR_CU(tr_cu_ln_bwd(dres, G(cb, TR_P_LN1W, l, C), G(cb, TR_P_LN1B, l, C),
+                       l > 0 ? G(cb, TR_P_FCPROJB, l - 1, C) : (float *)NULL, dbtc, x,
                        P<T>(cb, TR_P_LN1W, l, C), ly->ln1_mean, ly->ln1_rstd, BT, C, cb->s));
 out:
     return rv;
@@ -224,12 +227,12 @@ template <typename T> static int backward(cu_backend *cb, int B, int Tn, tr_err 
     int BT = B * Tn;
     nvtxRangePushA("backward");
     /* the classifier left d(loss)/d(logits) in cb->logits */
-    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_WTE), NULL, (T *)cb->lnf, (T *)cb->logits, BT, C, Vp, err));
+    TR_TRY(linear_dw<T>(cb, G(cb, TR_P_WTE), (T *)cb->lnf, (T *)cb->logits, BT, C, Vp, err));
     TR_TRY(linear_dinp<T>(cb, (T *)cb->dbtc, (T *)cb->logits, P<T>(cb, TR_P_WTE), BT, C, Vp, err));
     TR_CU(cudaMemsetAsync(cb->dres, 0, (size_t)BT * C * cb->esz, cb->s));
-    TR_CU(tr_cu_ln_bwd((T *)cb->dres, G(cb, TR_P_LNFW), G(cb, TR_P_LNFB), (const T *)cb->dbtc,
-                       (const T *)cb->layers[L - 1].res3, P<T>(cb, TR_P_LNFW), cb->lnf_mean, cb->lnf_rstd, BT,
-                       C, cb->s));
+    TR_CU(tr_cu_ln_bwd((T *)cb->dres, G(cb, TR_P_LNFW), G(cb, TR_P_LNFB), G(cb, TR_P_FCPROJB, L - 1, C),
+                       (const T *)cb->dbtc, (const T *)cb->layers[L - 1].res3, P<T>(cb, TR_P_LNFW),
+                       cb->lnf_mean, cb->lnf_rstd, BT, C, cb->s));
     for (int l = L - 1; l >= 0; l--) {
         TR_TRY(block_bwd<T>(cb, l, B, Tn, err));
     }
