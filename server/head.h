@@ -40,6 +40,11 @@ typedef struct tr_head_node {
     uint64_t version;         /* assignment version: bumps when its worker set changes */
     tr_rpc_call *sync_waiter; /* a deferred NodeSync long poll, or NULL */
     int64_t sync_until;       /* tr_now_ms() when to answer the long poll anyway */
+    /* Jobs that have (or had) a worker record on this node and are not yet
+     * known settled: a superset, pruned when walked (jobs_sync.c), so a
+     * NodeSync looks at this node's jobs instead of every active one. */
+    struct tr_head_job **placed;
+    size_t n_placed, cap_placed;
 } tr_head_node;
 
 struct tr_head_job;

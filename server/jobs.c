@@ -256,6 +256,52 @@ void tr_jobs_node_bump(tr_head *h, uint64_t node_id)
     }
 }
 
+static int index_has(const tr_head_node *hn, const tr_head_job *hj)
+{
+    for (size_t i = hn->n_placed; i-- > 0;) { /* newest first: a job's workers come together */
+        if (hn->placed[i] == hj) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void tr_jobs_index_add(tr_head *h, tr_head_job *hj)
+{
+    tr_head_node *last = NULL;
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        tr_head_node *hn = tr_head_node_find(h, hj->j->workers[i]->node_id);
+        if (hn == NULL || hn == last || index_has(hn, hj)) {
+            continue;
+        }
+        last = hn;
+        if (hn->n_placed == hn->cap_placed) {
+            size_t cap = hn->cap_placed ? hn->cap_placed * 2 : 16;
+            tr_head_job **p = realloc(hn->placed, cap * sizeof(*p));
+            if (p == NULL) {
+                /* Without the entry this node's syncs would not see the job. */
+                TR_LOG(TR_LOG_ERR, "out of memory indexing job=%llu on node=%llu",
+                       (unsigned long long)hj->j->id, (unsigned long long)hn->n->id);
+                continue;
+            }
+            hn->placed = p;
+            hn->cap_placed = cap;
+        }
+        hn->placed[hn->n_placed++] = hj;
+    }
+}
+
+void tr_jobs_index_prune(tr_head_node *hn)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < hn->n_placed; i++) {
+        if (!tr_jobs_is_settled(hn->placed[i])) {
+            hn->placed[keep++] = hn->placed[i];
+        }
+    }
+    hn->n_placed = keep;
+}
+
 static void bump_job_nodes(tr_head *h, tr_head_job *hj)
 {
     for (size_t v = 0; v < hj->j->n_vnodes; v++) {
@@ -564,6 +610,7 @@ static void job_start(tr_head *h, tr_head_job *hj, tr_sched_placement *pl)
                                 hj->j->vnodes[v]->n_gpus);
     }
     tr_jobs_set_str(&hj->j->reason, "running");
+    tr_jobs_index_add(h, hj);
     issue_workers(h, hj, NULL);
     tr_jobs_touch(h, hj);
     job_note(h, hj, "STARTED", msg);
@@ -1063,6 +1110,9 @@ static int recover_job(void *arg, uint64_t id, int state, const uint8_t *data, s
     if (jobs_append(h, hj) != 0) {
         job_free(hj);
         return TROUPE_RESOURCE_EXHAUSTED;
+    }
+    if (!tr_jobs_is_settled(hj)) {
+        tr_jobs_index_add(h, hj);
     }
     return TROUPE_OK;
 }

@@ -65,6 +65,11 @@ size_t tr_jobs_first_unsettled(tr_head *h);
 void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all);
 void tr_jobs_answer_log_waiters(tr_head *h, tr_head_job *hj, int all);
 void tr_jobs_node_bump(tr_head *h, uint64_t node_id);
+/* tr_jobs_index_add lists hj on every node it has a worker record on (once
+ * per node); called whenever records are made or recovered. */
+void tr_jobs_index_add(tr_head *h, tr_head_job *hj);
+/* tr_jobs_index_prune drops settled jobs from a node's list. */
+void tr_jobs_index_prune(tr_head_node *hn);
 void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn);
 void tr_jobs_set_str(char **field, const char *s);
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);

@@ -164,16 +164,19 @@ static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSy
     size_t n = 0;
 
     rep->version = hn->version;
-    for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
-        for (size_t i = 0; wanted(h->jobs[k]) && i < h->jobs[k]->j->n_workers; i++) {
-            n += h->jobs[k]->j->workers[i]->node_id == hn->n->id && worker_live(h->jobs[k]->j->workers[i]);
+    /* No pruning here: this runs nested inside apply_reports' walk of the
+     * same list (a release can start jobs and answer this node's poll). */
+    for (size_t k = 0; k < hn->n_placed; k++) {
+        const tr_head_job *hj = hn->placed[k];
+        for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
+            n += hj->j->workers[i]->node_id == hn->n->id && worker_live(hj->j->workers[i]);
         }
     }
     if (n == 0 || (rep->workers = arena_alloc(a, n * sizeof(*rep->workers))) == NULL) {
         return;
     }
-    for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
-        const tr_head_job *hj = h->jobs[k];
+    for (size_t k = 0; k < hn->n_placed; k++) {
+        const tr_head_job *hj = hn->placed[k];
         const Troupe__V1__GroupSpec *gs;
         for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
             const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
@@ -321,8 +324,8 @@ static long worker_index(const tr_head_job *hj, const char *name)
 /* tr_jobs_apply_reports merges a node's complete worker list. Reported
  * workers are looked up by job id (settled jobs too: a last log line may
  * arrive after the release); the search for workers the node no longer has
- * walks only jobs that are not settled, so its cost does not grow with the
- * head's history. */
+ * walks only this node's jobs (its index), so its cost grows neither with
+ * the head's history nor with the jobs on other nodes. */
 void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req)
 {
     for (size_t r = 0; r < req->n_reports; r++) {
@@ -335,8 +338,11 @@ void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeS
             tr_jobs_worker_ended(h, hj, (size_t)i);
         }
     }
-    for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
-        tr_head_job *hj = h->jobs[k];
+    tr_jobs_index_prune(hn); /* the only place that shrinks the list */
+    /* By index, re-reading the array: settling a worker can release a job's
+     * GPUs and start others here, which appends to (and may move) the list. */
+    for (size_t k = 0; k < hn->n_placed; k++) {
+        tr_head_job *hj = hn->placed[k];
         if (hj->issued == NULL || tr_jobs_is_settled(hj)) {
             continue;
         }

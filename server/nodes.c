@@ -177,6 +177,7 @@ void tr_head_nodes_free(tr_head *h)
 {
     for (size_t i = 0; i < h->n_nodes; i++) {
         troupe__v1__node__free_unpacked(h->nodes[i].n, NULL);
+        free(h->nodes[i].placed);
     }
     free(h->nodes);
     h->nodes = NULL;
