@@ -13,7 +13,7 @@ const tr_cli_cmd tr_cli_commands[] = {
     {"ping", tr_cli_cmd_ping, "ping [-n COUNT]", "round-trip to the head and print the latency"},
     {"submit", tr_cli_cmd_submit, "submit JOB.yaml [--no-wait]",
      "submit a job, print its id, follow its logs until it ends (exit 0 on SUCCEEDED)"},
-    {"submit", tr_cli_cmd_submit, "submit A.yaml B.yaml ... [--no-wait]",
+    {"submit", tr_cli_cmd_submit, "submit A.yaml B.yaml... [--no-wait]",
      "submit several jobs in one call (all files checked first), print their ids, wait for all to end"},
     {"jobs", tr_cli_cmd_jobs, "jobs [--active]", "list jobs"},
     {"job", tr_cli_cmd_job, "job ID", "one job: state, reason, groups, per-worker placement and exit codes"},

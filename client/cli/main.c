@@ -14,7 +14,7 @@ static void usage(FILE *out)
                  "\n"
                  "Commands:\n");
     for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL; c++) {
-        fprintf(out, "  %-34s %s\n", c->usage, c->help);
+        fprintf(out, "  %-36s %s\n", c->usage, c->help);
     }
     fprintf(out,
             "\n"
