@@ -4,10 +4,15 @@
  * tensors are passed transposed (see backend_cuda.cu, linear_*). Matmul
  * descriptors, layouts and the heuristic's algorithm are cached per shape,
  * because asking the heuristic costs tens of microseconds and a training step
- * issues the same ~10 shapes hundreds of times. When the heuristic offers
- * several algorithms for a new shape, each is timed once on the real operands
- * (into a scratch output) and the fastest is kept: the heuristic's first pick
- * is often not the fastest for the tall-skinny products of training. */
+ * issues the same ~10 shapes hundreds of times. For a new shape a pool of
+ * candidate algorithms (the heuristic's answers under several workspace
+ * limits and reduction schemes, plus split-K copies) is timed on the real
+ * operands (into a scratch output) and the fastest is kept: the heuristic's
+ * first pick is often not the fastest for the tall-skinny products of
+ * training, least of all the weight gradients (few output tiles, K = B*T).
+ * TR_CUDA_GEMM_TUNE=0|1|2 (default 2) selects heuristic-only, the
+ * heuristic's own candidates, or the pool; TR_CUDA_GEMM_LOG=1 prints each
+ * shape's pick to stderr. */
 #ifndef TR_CU_GEMM_H
 #define TR_CU_GEMM_H
 

@@ -1,6 +1,8 @@
 /* gemm.cu - cuBLASLt matmuls with a per-shape plan cache, and the measured
  * GEMM ceiling exported through train_cuda.h. */
 #include <cublas_v2.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cu_gemm.h"
@@ -12,7 +14,8 @@ extern "C" {
 
 #define TR_GEMM_WORKSPACE (64u << 20)
 #define TR_GEMM_CACHE 64
-#define TR_GEMM_CANDIDATES 8
+#define TR_GEMM_CANDIDATES 8 /* per heuristic query: it returned no more than 8 for any shape here */
+#define TR_GEMM_MAX_CANDS 96
 
 /* TR_LT_TRY checks a cuBLAS(Lt) call, logs file:line and cuBLAS's own
  * message, and jumps to `out`. */
@@ -43,6 +46,8 @@ struct tr_cu_gemm_ctx {
     void *ws;
     gemm_plan plans[TR_GEMM_CACHE];
     int next; /* round-robin slot to reuse when the cache is full */
+    int tune; /* TR_CUDA_GEMM_TUNE, see tr_cu_gemm_create */
+    int log;  /* TR_CUDA_GEMM_LOG: print each plan's pick to stderr */
 };
 
 static void plan_free(gemm_plan *p)
@@ -65,6 +70,11 @@ int tr_cu_gemm_create(tr_cu_gemm_ctx **out, cudaStream_t s, tr_err *err)
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of host memory for the GEMM context");
     }
     g->s = s;
+    /* TR_CUDA_GEMM_TUNE: 0 takes the heuristic's first algorithm, 1 times the
+     * heuristic's (at most 8) candidates, 2 (default) times a wider pool,
+     * see plan_build */
+    g->tune = getenv("TR_CUDA_GEMM_TUNE") != NULL ? atoi(getenv("TR_CUDA_GEMM_TUNE")) : 2;
+    g->log = getenv("TR_CUDA_GEMM_LOG") != NULL && atoi(getenv("TR_CUDA_GEMM_LOG")) > 0;
     TR_LT_TRY(cublasLtCreate(&g->lt));
     TR_CU_TRY(cudaMalloc(&g->ws, TR_GEMM_WORKSPACE));
     *out = g;
@@ -118,51 +128,109 @@ out:
     return rv;
 }
 
-/* plan_tune times each candidate algorithm (one warm-up, then three runs
- * between events) on the real inputs, writing a scratch D so that an
- * accumulating product leaves the real one untouched (the forward GELU
- * epilogue rewrites its aux, which the real call then writes again), and
- * keeps the fastest. Candidates that fail to run are skipped. */
-static int plan_tune(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
-                     const cublasLtMatmulHeuristicResult_t *res, int found, tr_err *err)
+/* One algorithm to try for a plan, with the workspace it needs. */
+typedef struct gemm_cand {
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+} gemm_cand;
+
+static int cand_add(gemm_cand *c, int n, const cublasLtMatmulAlgo_t *algo, size_t ws)
 {
-    int rv = TROUPE_OK;
+    if (n >= TR_GEMM_MAX_CANDS || ws > TR_GEMM_WORKSPACE) {
+        return n;
+    }
+    for (int i = 0; i < n; i++) {
+        if (memcmp(&c[i].algo, algo, sizeof(*algo)) == 0) {
+            return n;
+        }
+    }
+    c[n].algo = *algo, c[n].ws = ws;
+    return n + 1;
+}
+
+static cublasStatus_t run_cand(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a, void *d,
+                               const cublasLtMatmulAlgo_t *algo)
+{
+    float one = 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
+    return cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, d, p->ld, d, p->ld, algo,
+                          g->ws, TR_GEMM_WORKSPACE, g->s);
+}
+
+/* time_cand returns the mean ms of `runs` launches of one candidate, or a
+ * negative value when it does not run. */
+static float time_cand(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a, void *d,
+                       const cublasLtMatmulAlgo_t *algo, int runs, cudaEvent_t e0, cudaEvent_t e1)
+{
+    float ms = -1.0f;
+    cudaEventRecord(e0, g->s);
+    for (int r = 0; r < runs; r++) {
+        if (run_cand(g, p, a, d, algo) != CUBLAS_STATUS_SUCCESS) {
+            cudaStreamSynchronize(g->s);
+            return -1.0f;
+        }
+    }
+    cudaEventRecord(e1, g->s);
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+        cudaGetLastError();
+        return -1.0f;
+    }
+    return ms / runs;
+}
+
+/* plan_tune times the candidates on the real inputs, writing a scratch D so
+ * that an accumulating product leaves the real one untouched (the forward
+ * GELU epilogue rewrites its aux, which the real call then writes again), and
+ * keeps the fastest. Each gets a warm-up and one timed launch; only those
+ * within 20% of the best so far get four more, which keeps the search over
+ * dozens of candidates of the vocabulary-sized products cheap. Candidates that
+ * fail to run are skipped. The L2 is hot here, unlike in the step, so close
+ * calls may go either way; the heuristic's first pick stays unless another
+ * wins by more than 1%. */
+static int plan_tune(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a, const gemm_cand *c, int n,
+                     tr_err *err)
+{
+    int rv = TROUPE_OK, pick = 0;
     void *scratch = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    float best = 1e30f, one = 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
+    float best = 1e30f, first = -1.0f;
     size_t dbytes = (size_t)a->m * a->n * (a->d_type == CUDA_R_32F ? 4 : 2);
     if (cudaMalloc(&scratch, dbytes) != cudaSuccess) { /* no room to tune: keep the heuristic's pick */
         cudaGetLastError();
         scratch = NULL;
         goto out;
     }
+    /* let work queued before (on any stream) drain, so that it does not skew the times */
+    TR_CU_TRY(cudaDeviceSynchronize());
     TR_CU_TRY(cudaMemsetAsync(scratch, 0, dbytes, g->s));
     TR_CU_TRY(cudaEventCreate(&e0));
     TR_CU_TRY(cudaEventCreate(&e1));
     TR_TRY(set_pointers(p, a, err));
-    for (int i = 0; i < found; i++) {
-        float ms = 0.0f;
-        cublasStatus_t st =
-            cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld, scratch,
-                           p->ld, &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
-        if (st != CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < n; i++) {
+        if (run_cand(g, p, a, scratch, &c[i].algo) != CUBLAS_STATUS_SUCCESS) { /* warm-up */
             continue;
         }
-        TR_CU_TRY(cudaEventRecord(e0, g->s));
-        for (int r = 0; r < 3; r++) {
-            cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, scratch, p->ld, scratch,
-                           p->ld, &res[i].algo, g->ws, TR_GEMM_WORKSPACE, g->s);
+        float ms = time_cand(g, p, a, scratch, &c[i].algo, 1, e0, e1);
+        if (ms < 0.0f || (g->tune >= 2 && ms > 1.2f * best && i > 0)) {
+            continue;
         }
-        TR_CU_TRY(cudaEventRecord(e1, g->s));
-        TR_CU_TRY(cudaEventSynchronize(e1));
-        TR_CU_TRY(cudaEventElapsedTime(&ms, e0, e1));
-        if (ms < best) {
+        ms = time_cand(g, p, a, scratch, &c[i].algo, g->tune >= 2 ? 4 : 3, e0, e1);
+        if (i == 0) {
+            first = ms;
+        }
+        if (ms > 0.0f && (i == 0 || ms < 0.99f * best)) {
             best = ms;
-            p->algo = res[i].algo;
+            pick = i;
         }
     }
-    TR_LOG(TR_LOG_DEBUG, "gemm plan m=%d n=%d k=%d ta=%d tb=%d epi=%d: %d candidates, best %.3f ms", a->m,
-           a->n, a->k, a->ta, a->tb, a->epilogue, found, best / 3);
+    p->algo = c[pick].algo;
+    if (g->log) {
+        double fl = 2.0 * a->m * (double)a->n * a->k;
+        fprintf(stderr,
+                "gemm plan m=%d n=%d k=%d ta=%d tb=%d acc=%d epi=%d: %d candidates, first %.4f ms, "
+                "best #%d %.4f ms (%.0f TFLOP/s)\n",
+                a->m, a->n, a->k, a->ta, a->tb, a->accumulate, a->epilogue, n, first, pick, best,
+                fl / (best * 1e-3) / 1e12);
+    }
 out:
     if (e0 != NULL) {
         cudaEventDestroy(e0);
@@ -177,11 +245,79 @@ out:
     return rv;
 }
 
-/* plan_build fills p with descriptors for a's shape and asks the heuristic for
- * the best algorithm under our workspace and 16-byte pointer alignment. */
+/* splitk_variants adds, for each candidate so far that supports split-K and
+ * does not split already, copies that split K 2-16 ways (reduced in fp32 in
+ * the workspace) which cublasLtMatmulAlgoCheck accepts. The heuristic
+ * rarely offers these for the weight gradients, whose m x n is a few dozen
+ * output tiles over a K of B*T: too few blocks for 132 SMs. */
+static int splitk_variants(tr_cu_gemm_ctx *g, gemm_plan *p, gemm_cand *c, int n)
+{
+    static const int splits[] = {2, 3, 4, 6, 8, 16};
+    int n0 = n;
+    for (int i = 0; i < n0; i++) {
+        int sup = 0, cur = 0;
+        size_t wr = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&c[i].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sup, sizeof(sup),
+                                              &wr) != CUBLAS_STATUS_SUCCESS ||
+            !sup ||
+            cublasLtMatmulAlgoConfigGetAttribute(&c[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &cur,
+                                                 sizeof(cur), &wr) != CUBLAS_STATUS_SUCCESS ||
+            cur > 1) {
+            continue;
+        }
+        for (size_t j = 0; j < sizeof(splits) / sizeof(splits[0]); j++) {
+            cublasLtMatmulAlgo_t al = c[i].algo;
+            cublasLtMatmulHeuristicResult_t r;
+            uint32_t sk = (uint32_t)splits[j], red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            if ((int)sk * 256 > p->k) {
+                break;
+            }
+            if (cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof(sk)) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+                                                     sizeof(red)) != CUBLAS_STATUS_SUCCESS) {
+                continue;
+            }
+            memset(&r, 0, sizeof(r));
+            if (cublasLtMatmulAlgoCheck(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, &al, &r) ==
+                CUBLAS_STATUS_SUCCESS) {
+                n = cand_add(c, n, &al, r.workspaceSize);
+            }
+        }
+    }
+    return n;
+}
+
+static int set_pref(cublasLtMatmulPreference_t pref, uint64_t wsb, uint32_t red, tr_err *err)
+{
+    int rv = TROUPE_OK;
+    uint32_t align = 16;
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                                   sizeof(wsb)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+                                                   sizeof(red)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align,
+                                                   sizeof(align)));
+    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
+                                                   sizeof(align)));
+out:
+    return rv;
+}
+
+/* plan_build fills p with descriptors for a's shape and picks its algorithm
+ * (see tr_cu_gemm_create for the TR_CUDA_GEMM_TUNE levels). Level 2 pools
+ * the heuristic's answers under several workspace limits and reduction
+ * schemes (each query returns at most 8, mostly the same kernel family)
+ * plus split-K copies, and times them all. */
 static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a, tr_err *err)
 {
-    int rv = TROUPE_OK, found = 0;
+    static const uint64_t ws_try[] = {TR_GEMM_WORKSPACE, 8u << 20, 1u << 20, 0};
+    static const uint32_t red_try[] = {CUBLASLT_REDUCTION_SCHEME_MASK, CUBLASLT_REDUCTION_SCHEME_NONE};
+    int rv = TROUPE_OK, found = 0, n = 0;
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t opa = a->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = a->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = a->bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -192,8 +328,10 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     }
     int64_t aux_ld = a->m;
     cublasLtMatmulHeuristicResult_t res[TR_GEMM_CANDIDATES];
-    uint64_t wsb = TR_GEMM_WORKSPACE;
-    uint32_t align = 16;
+    gemm_cand *c = (gemm_cand *)calloc(TR_GEMM_MAX_CANDS, sizeof(*c));
+    if (c == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of host memory for GEMM candidates");
+    }
     plan_free(p);
     p->m = a->m, p->n = a->n, p->k = a->k, p->ta = a->ta, p->tb = a->tb, p->has_bias = a->bias != NULL;
     p->ab_type = a->ab_type, p->d_type = a->d_type, p->epilogue = a->epilogue;
@@ -220,29 +358,34 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
                                          a->tb ? a->n : a->k));
     TR_LT_TRY(cublasLtMatrixLayoutCreate(&p->ld, a->d_type, a->m, a->n, a->m));
     TR_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                                   sizeof(wsb)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align,
-                                                   sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align,
-                                                   sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align,
-                                                   sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
-                                                   sizeof(align)));
-    TR_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
-                                             TR_GEMM_CANDIDATES, res, &found));
-    if (found == 0) {
+    for (size_t w = 0; w < (g->tune >= 2 ? sizeof(ws_try) / sizeof(ws_try[0]) : 1); w++) {
+        for (size_t r = 0; r < (g->tune >= 2 ? sizeof(red_try) / sizeof(red_try[0]) : 1); r++) {
+            TR_TRY(set_pref(pref, ws_try[w], red_try[r], err));
+            found = 0;
+            if (cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                               TR_GEMM_CANDIDATES, res, &found) != CUBLAS_STATUS_SUCCESS) {
+                continue;
+            }
+            for (int i = 0; i < found; i++) {
+                n = cand_add(c, n, &res[i].algo, res[i].workspaceSize);
+            }
+        }
+    }
+    if (n == 0) {
         rv = tr_err_set(err, TROUPE_UNIMPLEMENTED,
                         "cuBLASLt has no algorithm for m=%d n=%d k=%d ta=%d tb=%d bias=%d", a->m, a->n, a->k,
                         a->ta, a->tb, a->bias != NULL);
         goto out;
     }
-    p->algo = res[0].algo;
-    if (found > 1) {
-        TR_TRY(plan_tune(g, p, a, res, found, err));
+    if (g->tune >= 2) {
+        n = splitk_variants(g, p, c, n);
+    }
+    p->algo = c[0].algo;
+    if (g->tune >= 1 && n > 1) {
+        TR_TRY(plan_tune(g, p, a, c, n, err));
     }
 out:
+    free(c);
     if (pref != NULL) {
         cublasLtMatmulPreferenceDestroy(pref);
     }
