@@ -7,6 +7,7 @@
 #include <cuda_profiler_api.h>
 #include <math.h>
 #include <nvtx3/nvToolsExt.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cu_backend.h"
@@ -60,7 +61,7 @@ static void cuda_destroy(tr_backend *b)
     cudaFreeHost(cb->h_inputs);
     cudaFreeHost(cb->h_targets);
     cudaFreeHost(cb->h_scalar);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (cb->graph_exec[i] != NULL) {
             cudaGraphExecDestroy(cb->graph_exec[i]);
         }
@@ -226,6 +227,7 @@ extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backe
      * plain matmul plus our elementwise kernel, so they stay opt-in */
     cb->gelu_epi = 0;
     cb->use_graphs = 1;
+    cb->zero_elide = getenv("TR_CUDA_ZERO_ELIDE") == NULL || atoi(getenv("TR_CUDA_ZERO_ELIDE")) != 0;
     cb->cap_bt = (size_t)opts->micro_batch * cfg->seq_len;
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(cudaStreamCreateWithFlags(&cb->s, cudaStreamNonBlocking));
@@ -283,10 +285,46 @@ static int cuda_get_params(tr_backend *b, float *params, tr_err *err)
     return copy_out(cb, params, cb->master, b->num_params, err);
 }
 
+/* zero_tensors queues a memset of the gradients of the tensors with
+ * tr_cu_dw_tensor(i) == dw, contiguous runs in one call. */
+static cudaError_t zero_tensors(cu_backend *cb, int dw)
+{
+    for (int i = 0; i < TR_NUM_PARAM_TENSORS;) {
+        int j = i;
+        while (j < TR_NUM_PARAM_TENSORS && (tr_cu_dw_tensor(j) != 0) == (dw != 0)) {
+            j++;
+        }
+        if (j > i) {
+            cudaError_t e = cudaMemsetAsync(cb->grads + cb->offs[i], 0,
+                                            (cb->offs[j] - cb->offs[i]) * sizeof(float), cb->s);
+            if (e != cudaSuccess) {
+                return e;
+            }
+        }
+        i = j > i ? j : i + 1;
+    }
+    return cudaSuccess;
+}
+
+/* flush_zero completes an elided zero_grads before anything reads the
+ * gradients (see cu_backend.h, zero_elide). */
+static int flush_zero(cu_backend *cb, tr_err *err)
+{
+    int rv = TROUPE_OK;
+    if (cb->zero_pending) {
+        TR_CU_TRY(cudaSetDevice(cb->dev));
+        TR_CU_TRY(zero_tensors(cb, 1));
+        cb->zero_pending = 0;
+    }
+out:
+    return rv;
+}
+
 static int cuda_get_grads(tr_backend *b, float *grads, tr_err *err)
 {
     cu_backend *cb = (cu_backend *)b;
-    return copy_out(cb, grads, cb->grads, b->num_params, err);
+    int rv = flush_zero(cb, err);
+    return rv != TROUPE_OK ? rv : copy_out(cb, grads, cb->grads, b->num_params, err);
 }
 
 static int cuda_get_opt_state(tr_backend *b, float *m, float *v, tr_err *err)
@@ -314,7 +352,12 @@ static int cuda_zero_grads(tr_backend *b, tr_err *err)
     int rv = TROUPE_OK;
     cu_backend *cb = (cu_backend *)b;
     TR_CU_TRY(cudaSetDevice(cb->dev));
-    TR_CU_TRY(cudaMemsetAsync(cb->grads, 0, b->num_params * sizeof(float), cb->s));
+    if (cb->zero_elide) {
+        TR_CU_TRY(zero_tensors(cb, 0));
+        cb->zero_pending = 1;
+    } else {
+        TR_CU_TRY(cudaMemsetAsync(cb->grads, 0, b->num_params * sizeof(float), cb->s));
+    }
 out:
     return rv;
 }
@@ -378,6 +421,7 @@ static int cuda_grad_norm(tr_backend *b, float *norm, tr_err *err)
 {
     int rv = TROUPE_OK;
     cu_backend *cb = (cu_backend *)b;
+    TR_TRY(flush_zero(cb, err));
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(tr_cu_sumsq(cb->norm_dev, cb->norm_partial, cb->grads, b->num_params, cb->s));
     TR_CU_TRY(cudaMemcpyAsync(cb->h_scalar, cb->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, cb->s));
@@ -405,6 +449,7 @@ static int cuda_adamw_update(tr_backend *b, const tr_adamw *opt, tr_err *err)
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "adamw: step t=%lld must be >= 1", (long long)opt->t);
     }
     nvtxRangePushA("optimizer");
+    TR_TRY(flush_zero(cb, err));
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(cudaEventRecord(cb->ev[3], cb->s));
     if (cb->bf16) {

@@ -39,8 +39,15 @@ typedef struct cu_backend {
     /* CUDA graphs of the last pass shape, one for forward-only passes and one
      * for forward+backward (index: backward), see tr_cu_pass */
     int use_graphs;
-    cudaGraphExec_t graph_exec[2];
-    int graph_key[2][6], eager_key[2][6], have_eager_key[2];
+    cudaGraphExec_t graph_exec[3]; /* index: backward + fresh_dw (see tr_cu_pass) */
+    int graph_key[3][7], eager_key[3][7], have_eager_key[3];
+    /* zero_grads left the tensors the weight-gradient matmuls cover (wte and
+     * the four per-layer matrices) unzeroed: the next backward writes them
+     * with beta = 0 instead of accumulating, which saves a 0.5 GB memset per
+     * optimizer step at 124M. Anything that reads the gradients before that
+     * backward zeroes them first (tr_cu_flush_zero). TR_CUDA_ZERO_ELIDE=0
+     * turns it off. */
+    int zero_elide, zero_pending, fresh_dw;
     size_t offs[TR_NUM_PARAM_TENSORS + 1];
     void *params; /* T, canonical layout; == master in fp32 mode */
     float *master, *grads, *m, *v;
@@ -70,5 +77,9 @@ int tr_cu_alloc(cu_backend *cb, void **p, size_t bytes, tr_err *err);
  * gradients) for B x Tn tokens already on the device; the mean loss is left
  * in cb->loss_dev. */
 int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err);
+
+/* tr_cu_dw_tensor: parameter tensor i's gradient is written whole by a
+ * weight-gradient matmul, the first thing of a backward to touch it. */
+int tr_cu_dw_tensor(int i);
 
 #endif

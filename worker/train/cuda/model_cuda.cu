@@ -81,6 +81,7 @@ static int linear_dw(cu_backend *cb, float *dw, const T *inp, const T *dout, int
 {
     tr_cu_gemm_args a = {dw,         inp, dout,           NULL, C, OC, BT, 0, 1, dtype_of<T>(),
                          CUDA_R_32F, 1,   TR_CU_EPI_NONE, NULL};
+    a.accumulate = !cb->fresh_dw; /* after an elided zero_grads the first backward writes (cu_backend.h) */
     return tr_cu_gemm(cb->gemm, &a, err);
 }
 
@@ -286,7 +287,7 @@ static int pass_any(cu_backend *cb, int B, int Tn, float dloss, int backward, tr
 /* capture_pass records one pass into a graph and instantiates it. Any
  * failure leaves graph_exec NULL with the error cleared: the caller falls
  * back to eager launches, which then report a real error if there is one. */
-static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, const int key[6])
+static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, int slot, const int key[7])
 {
     tr_err cerr = {0, ""};
     cudaGraph_t graph = NULL;
@@ -297,7 +298,7 @@ static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backwar
     int rv = pass_any(cb, B, Tn, dloss, backward, &cerr);
     cudaError_t e = cudaStreamEndCapture(cb->s, &graph);
     if (rv == TROUPE_OK && e == cudaSuccess) {
-        e = cudaGraphInstantiate(&cb->graph_exec[backward], graph, 0);
+        e = cudaGraphInstantiate(&cb->graph_exec[slot], graph, 0);
     }
     if (graph != NULL) {
         cudaGraphDestroy(graph);
@@ -306,11 +307,11 @@ static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backwar
         TR_LOG(TR_LOG_WARNING, "cuda backend: graph capture failed (%s%s), launching eagerly", cerr.msg,
                e != cudaSuccess ? cudaGetErrorString(e) : "");
         cudaGetLastError();
-        cb->graph_exec[backward] = NULL;
+        cb->graph_exec[slot] = NULL;
         cb->use_graphs = 0;
         return;
     }
-    memcpy(cb->graph_key[backward], key, sizeof(cb->graph_key[backward]));
+    memcpy(cb->graph_key[slot], key, sizeof(cb->graph_key[slot]));
 }
 
 /* A training step launches ~300 kernels and matmuls of a few microseconds of
@@ -319,28 +320,41 @@ static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backwar
  * and tunes the matmul plans, which allocate and synchronise and so cannot be
  * captured); the second captures a graph, and later passes of the same shape
  * replay it. Everything a pass reads comes from fixed device buffers, except
- * dloss, which is part of the key. */
+ * dloss, which is part of the key, as is whether the weight gradients are
+ * written fresh (the first backward after an elided zero_grads) or added. */
 int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
 {
-    int rv = TROUPE_OK, key[6] = {B, Tn, backward, cb->flash, cb->gelu_epi, 0};
-    memcpy(&key[5], &dloss, sizeof(float));
-    cudaGraphExec_t *ge = &cb->graph_exec[backward];
-    if (*ge != NULL && (!cb->use_graphs || memcmp(key, cb->graph_key[backward], sizeof(key)) != 0)) {
+    int fresh = backward && cb->zero_pending, slot = backward + fresh;
+    int rv = TROUPE_OK, key[7] = {B, Tn, backward, cb->flash, cb->gelu_epi, fresh, 0};
+    memcpy(&key[6], &dloss, sizeof(float));
+    cudaGraphExec_t *ge = &cb->graph_exec[slot];
+    cb->fresh_dw = fresh;
+    if (*ge != NULL && (!cb->use_graphs || memcmp(key, cb->graph_key[slot], sizeof(key)) != 0)) {
         cudaGraphExecDestroy(*ge);
         *ge = NULL;
     }
-    if (cb->use_graphs && *ge == NULL && cb->have_eager_key[backward] &&
-        memcmp(key, cb->eager_key[backward], sizeof(key)) == 0) {
-        capture_pass(cb, B, Tn, dloss, backward, key);
+    if (cb->use_graphs && *ge == NULL && cb->have_eager_key[slot] &&
+        memcmp(key, cb->eager_key[slot], sizeof(key)) == 0) {
+        capture_pass(cb, B, Tn, dloss, backward, slot, key);
     }
     if (cb->use_graphs && *ge != NULL) {
         TR_CU_TRY(cudaGraphLaunch(*ge, cb->s));
         cb->have_fb = cb->have_fb || backward;
-        goto out;
+        goto done;
     }
     TR_TRY(pass_any(cb, B, Tn, dloss, backward, err));
-    memcpy(cb->eager_key[backward], key, sizeof(key));
-    cb->have_eager_key[backward] = 1;
+    memcpy(cb->eager_key[slot], key, sizeof(key));
+    cb->have_eager_key[slot] = 1;
+done:
+    if (fresh) {
+        cb->zero_pending = 0;
+    }
 out:
+    cb->fresh_dw = 0;
     return rv;
+}
+
+int tr_cu_dw_tensor(int i)
+{
+    return i == TR_P_WTE || i == TR_P_QKVW || i == TR_P_ATTPROJW || i == TR_P_FCW || i == TR_P_FCPROJW;
 }
