@@ -231,6 +231,22 @@ static void print_events(const troupe_job *j, uint64_t id, size_t *seen)
     *seen = total;
 }
 
+/* gave_up handles a lost head while following: says so once, retries for
+ * 60 s, then says what may still be running and returns 1. */
+static int gave_up(int64_t *lost_since, const troupe_error *err, const char *what)
+{
+    if (*lost_since == 0) {
+        fprintf(stderr, "troupe: lost contact with the head (%s); retrying for 60 s\n", err->message);
+        *lost_since = now_ms();
+        return 0;
+    }
+    if (now_ms() - *lost_since > 60000) {
+        fprintf(stderr, "troupe: head unreachable for 60 s; %s\n", what);
+        return 1;
+    }
+    return 0;
+}
+
 static int terminal(int state)
 {
     return state >= TROUPE_JOB_SUCCEEDED;
@@ -259,14 +275,9 @@ static int follow(tr_cli *cli, uint64_t id, const char *worker)
             rv = troupe_wait_job(cli->client, id, version, 0, &j, &err);
         }
         if (rv == TROUPE_UNAVAILABLE || rv == TROUPE_DEADLINE_EXCEEDED) {
-            if (lost_since == 0) {
-                fprintf(stderr, "troupe: lost contact with the head (%s); retrying for 60 s\n", err.message);
-                lost_since = now_ms();
-            } else if (now_ms() - lost_since > 60000) {
-                fprintf(stderr,
-                        "troupe: head unreachable for 60 s; the job may still be running "
-                        "(troupe job %" PRIu64 ")\n",
-                        id);
+            char what[64];
+            snprintf(what, sizeof(what), "the job may still be running (troupe job %" PRIu64 ")", id);
+            if (gave_up(&lost_since, &err, what)) {
                 return 1;
             }
             continue;
@@ -314,13 +325,7 @@ static int wait_all(tr_cli *cli, const uint64_t *ids, size_t n)
             troupe_error err;
             int rv = troupe_wait_job(cli->client, ids[i], version, 1000, &j, &err);
             if (rv == TROUPE_UNAVAILABLE || rv == TROUPE_DEADLINE_EXCEEDED) {
-                if (lost_since == 0) {
-                    lost_since = now_ms();
-                    fprintf(stderr, "troupe: lost contact with the head (%s); retrying for 60 s\n",
-                            err.message);
-                } else if (now_ms() - lost_since > 60000) {
-                    fprintf(stderr,
-                            "troupe: head unreachable for 60 s; jobs may still be running (troupe jobs)\n");
+                if (gave_up(&lost_since, &err, "jobs may still be running (troupe jobs)")) {
                     return 1;
                 }
                 continue;
