@@ -52,6 +52,13 @@ pass "random bytes on the TCP port"
 kill -0 "$HEAD_PID" || fail "head died"
 pass "head alive and serving after bad input; no half-applied change"
 
+# A batch with one bad item: the call is OK, that item is refused, the good one admitted.
+out=$("$RAW" "$HEAD" submit-batch-mixed) || true
+grep -q "^code=0 " <<<"$out" && grep -qE "^items=OK:\|INVALID_ARGUMENT:.*workers" <<<"$out" ||
+    fail "submit-batch-mixed: $out"
+pass "SubmitJobs with a bad second item: ${out##*items=}"
+[ "$(cli -o json jobs | jqr .count)" = 1 ] || fail "the batch's good item should be the only job"
+
 # Config files: malformed YAML and unknown keys name file:line:col.
 printf 'listen: "tcp://127.0.0.1:1"\nheartbeat_ms: [1, 2\n' >"$T/bad.yaml"
 set +e

@@ -6,7 +6,8 @@
  *       no-name | too-many-gpus | dup-gpu | ping |
  *       submit-nospec | submit-zero-workers | submit-no-command | submit-bad-strategy |
  *       get-unknown | stop-unknown | logs-unknown | sync-unknown-node |
- *       submit-batch-too-many | stop-batch-too-many
+ *       submit-batch-too-many | stop-batch-too-many | submit-batch-mixed
+ * (submit-batch-mixed also prints "items=CODE:message|..." for the items)
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
  * "no reply" and exits 3 when the head dropped the frame (within 2 s). */
 #include <nng/nng.h>
@@ -50,9 +51,21 @@ static int envelope(const char *method, const ProtobufCMessage *payload, const u
     return rv;
 }
 
-/* build_batch: SubmitJobs / StopJobs with one item more than the head takes. */
+/* build_batch: SubmitJobs / StopJobs with one item more than the head takes,
+ * or (submit-batch-mixed) a good spec followed by one with zero workers. */
 static int build_batch(const char *mode, Troupe__V1__JobSpec *spec, uint8_t **buf, size_t *len)
 {
+    if (strcmp(mode, "submit-batch-mixed") == 0) {
+        Troupe__V1__SubmitJobsRequest two = TROUPE__V1__SUBMIT_JOBS_REQUEST__INIT;
+        Troupe__V1__JobSpec bad = *spec;
+        Troupe__V1__GroupSpec g0 = *spec->groups[0], *gp0 = &g0;
+        Troupe__V1__JobSpec *pair[2] = {spec, &bad};
+        g0.workers = 0;
+        bad.groups = &gp0;
+        two.n_specs = 2;
+        two.specs = pair;
+        return envelope("troupe.v1.Head/SubmitJobs", &two.base, NULL, 0, buf, len);
+    }
     enum { N = 4097 };
     Troupe__V1__SubmitJobsRequest sub = TROUPE__V1__SUBMIT_JOBS_REQUEST__INIT;
     Troupe__V1__StopJobsRequest stop = TROUPE__V1__STOP_JOBS_REQUEST__INIT;
@@ -106,7 +119,8 @@ static int build_job_call(const char *mode, uint8_t **buf, size_t *len)
     if (strcmp(mode, "get-unknown") == 0) {
         return envelope("troupe.v1.Head/GetJob", &get.base, NULL, 0, buf, len);
     }
-    if (strcmp(mode, "submit-batch-too-many") == 0 || strcmp(mode, "stop-batch-too-many") == 0) {
+    if (strcmp(mode, "submit-batch-too-many") == 0 || strcmp(mode, "stop-batch-too-many") == 0 ||
+        strcmp(mode, "submit-batch-mixed") == 0) {
         return build_batch(mode, &spec, buf, len);
     }
     if (strcmp(mode, "stop-unknown") == 0) {
@@ -207,6 +221,18 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("code=%d (%s) message=%s\n", r->code, troupe_strerror(r->code), r->message);
+    if (strcmp(argv[2], "submit-batch-mixed") == 0 && r->code == 0) {
+        Troupe__V1__SubmitJobsReply *b =
+            troupe__v1__submit_jobs_reply__unpack(NULL, r->payload.len, r->payload.data);
+        printf("items=");
+        for (size_t i = 0; b != NULL && i < b->n_results; i++) {
+            printf("%s%s:%s", i ? "|" : "", troupe_strerror(b->results[i]->code), b->results[i]->message);
+        }
+        printf("\n");
+        if (b != NULL) {
+            troupe__v1__submit_jobs_reply__free_unpacked(b, NULL);
+        }
+    }
     troupe__v1__reply__free_unpacked(r, NULL);
     nng_msg_free(rep);
     nng_close(s);
