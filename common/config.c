@@ -5,6 +5,7 @@
  * setter that flags and environment variables use. That single setter is the
  * only place values are parsed and bounds checked. */
 #include "config.h"
+#include "url.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -56,7 +57,15 @@ static int set_value(const tr_cfg_desc *d, void *obj, const char *v, const char 
 
     switch (d->type) {
     case TR_CFG_STRING: {
-        char *copy = strdup(v);
+        char *copy;
+        if (v[0] != '\0' && (d->flags & (TR_CFG_URL | TR_CFG_HOST))) {
+            tr_err why;
+            int rv = (d->flags & TR_CFG_URL) ? tr_url_check(v, &why) : tr_host_check(v, &why);
+            if (rv != TROUPE_OK) {
+                return tr_err_set(err, rv, "%s: %s: '%s': %s", where, d->name, v, why.msg);
+            }
+        }
+        copy = strdup(v);
         if (copy == NULL) {
             return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", where);
         }

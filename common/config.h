@@ -30,6 +30,8 @@ typedef enum tr_cfg_type {
 enum {
     TR_CFG_SENSITIVE = 1u << 0, /* redacted by tr_cfg_print, never logged */
     TR_CFG_REQUIRED = 1u << 1,  /* tr_cfg_validate fails when still unset/empty */
+    TR_CFG_URL = 1u << 2,       /* STRING: an RPC address, checked by tr_url_check (url.h) */
+    TR_CFG_HOST = 1u << 3,      /* STRING: a host name or IP address (tr_host_check) */
 };
 
 typedef struct tr_cfg_desc {

@@ -28,6 +28,7 @@
 #include <yaml.h>
 
 #include "jobspec_int.h"
+#include "names.h"
 
 #define PATH_LEN 160 /* a key path in messages: "groups[12].resources.memory" */
 
@@ -375,6 +376,12 @@ static int js_labels(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec)
             rv = js_string(c, yaml_document_get_node(c->doc, p->value),
                            js_path(path, "cluster.labels", js_sval(k)), &l->value);
         }
+        if (rv == TROUPE_OK) { /* the node label rules (names.h), named at the value's position */
+            tr_err why;
+            if (tr_label_check(l->key, l->value, &why) != TROUPE_OK) {
+                rv = js_fail(c, yaml_document_get_node(c->doc, p->value), "cluster.labels: %s", why.msg);
+            }
+        }
     }
     return rv;
 }
@@ -706,7 +713,7 @@ static int js_restart(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec
     return rv;
 }
 
-static const char *const profile_keys[] = {"steps", "workers", NULL};
+static const char *const profile_keys[] = {"steps", "workers", "nsys", "nsys_options", NULL};
 
 /* js_profile_values checks both values, then stores them. */
 static int js_profile_values(js_ctx *c, const yaml_node_t *steps, const yaml_node_t *workers,
@@ -741,19 +748,48 @@ static int js_profile_values(js_ctx *c, const yaml_node_t *steps, const yaml_nod
 /* js_profile: steps and workers go together, as NeMo RL asserts for its
  * NRL_NSYS_PROFILE_STEP_RANGE and NRL_NSYS_WORKER_PATTERNS; a profile mapping
  * with neither (all commented out) means no profiling. */
+static int js_bool(js_ctx *c, const yaml_node_t *n, const char *path, int *out)
+{
+    const char *s;
+    int rv = js_scalar(c, n, path, "true or false", &s);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0) {
+        return js_fail(c, n, "%s: true or false, not '%s'", path, s);
+    }
+    *out = strcmp(s, "true") == 0;
+    return TROUPE_OK;
+}
+
 static int js_profile(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec)
 {
-    yaml_node_t *steps, *workers;
+    yaml_node_t *steps, *workers, *nsys, *opts;
+    const char *o;
+    int on = 0;
     int rv = js_expect(c, n, "profile", YAML_MAPPING_NODE, "a mapping with steps and workers");
 
     if (rv == TROUPE_OK) {
-        rv = js_check_keys(c, n, "profile", profile_keys, "steps and workers");
+        rv = js_check_keys(c, n, "profile", profile_keys, "steps, workers, nsys and nsys_options");
     }
     if (rv != TROUPE_OK) {
         return rv;
     }
     steps = js_opt(c, n, "steps");
     workers = js_opt(c, n, "workers");
+    nsys = js_opt(c, n, "nsys");
+    opts = js_opt(c, n, "nsys_options");
+    if (nsys != NULL && (rv = js_bool(c, nsys, "profile.nsys", &on)) != TROUPE_OK) {
+        return rv;
+    }
+    if (opts != NULL && !on) {
+        return js_fail(c, opts, "profile.nsys_options: goes with nsys: true");
+    }
+    if (on && (steps == NULL || workers == NULL)) {
+        return js_fail(c, nsys, "profile.nsys: needs steps and workers (the workers that run under nsys and the "
+                                "steps it captures)");
+    }
     if (steps == NULL && workers == NULL) {
         return TROUPE_OK;
     }
@@ -761,11 +797,221 @@ static int js_profile(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec
         return js_fail(c, n, "profile: steps and workers go together (set both or neither); %s is missing",
                        steps == NULL ? "steps" : "workers");
     }
-    return js_profile_values(c, steps, workers, spec);
+    if ((rv = js_profile_values(c, steps, workers, spec)) != TROUPE_OK || !on) {
+        return rv;
+    }
+    spec->profile->nsys = 1;
+    if (opts != NULL && (rv = js_scalar(c, opts, "profile.nsys_options", "nsys options", &o)) == TROUPE_OK) {
+        rv = js_copy(c, opts, "profile.nsys_options", o, &spec->profile->nsys_options);
+    }
+    return rv;
 }
 
-static const char *const top_keys[] = {"name",    "cluster",   "groups",  "env", "workdir",
-                                       "restart", "timeout_s", "profile", NULL};
+/* ---- health ------------------------------------------------------------ */
+
+static const char *const health_keys[] = {"stall_after",   "on_stall",      "straggler_factor", "straggler_window",
+                                          "memory_window", "memory_slope_mb", "memory_near",      NULL};
+
+static int js_double(js_ctx *c, const yaml_node_t *n, const char *path, double *out)
+{
+    const char *s;
+    char *end = NULL;
+    int rv = js_scalar(c, n, path, "a number", &s);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    errno = 0;
+    *out = strtod(s, &end);
+    if (s[0] == '\0' || end == s || *end != '\0' || errno == ERANGE || !isfinite(*out)) {
+        return js_fail(c, n, "%s: expected a number, got '%s'", path, s);
+    }
+    return TROUPE_OK;
+}
+
+/* js_health_stall reads stall_after (a duration, or "auto") and on_stall
+ * (warn or fail). */
+static int js_health_stall(js_ctx *c, const yaml_node_t *n, Troupe__V1__HealthSpec *h)
+{
+    yaml_node_t *v;
+    const char *s;
+    tr_err e = {0};
+    int64_t ms = 0;
+    int rv = TROUPE_OK;
+
+    if ((v = js_opt(c, n, "stall_after")) != NULL &&
+        (rv = js_scalar(c, v, "health.stall_after", "a duration such as 30s, or auto", &s)) == TROUPE_OK &&
+        strcmp(s, "auto") != 0) {
+        if (tr_js_duration_parse(s, &ms, &e) != TROUPE_OK) {
+            return js_fail(c, v, "health.stall_after: %s", e.msg);
+        }
+        if (ms < 100) {
+            return js_fail(c, v, "health.stall_after: %s is shorter than 100 ms (or write auto)", s);
+        }
+        h->stall_after_ms = (uint32_t)ms;
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "on_stall")) != NULL &&
+        (rv = js_scalar(c, v, "health.on_stall", "warn or fail", &s)) == TROUPE_OK) {
+        if (strcmp(s, "warn") != 0 && strcmp(s, "fail") != 0) {
+            return js_fail(c, v, "health.on_stall: expected warn or fail, got '%s'", s);
+        }
+        h->on_stall_set = 1;
+        h->on_stall_fail = strcmp(s, "fail") == 0;
+    }
+    return rv;
+}
+
+/* js_health_numbers reads the straggler and memory thresholds; their bounds
+ * are checked after (tr_js_health_check), pointing at the key. */
+static int js_health_numbers(js_ctx *c, const yaml_node_t *n, Troupe__V1__HealthSpec *h)
+{
+    yaml_node_t *v;
+    long long w = 0;
+    int rv = TROUPE_OK;
+
+    if ((v = js_opt(c, n, "straggler_factor")) != NULL) {
+        rv = js_double(c, v, "health.straggler_factor", &h->straggler_factor);
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "straggler_window")) != NULL) {
+        rv = js_int(c, v, "health.straggler_window", 2, TR_JS_MAX_HEALTH_WINDOW, &w);
+        h->straggler_window = (uint32_t)w;
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "memory_window")) != NULL) {
+        rv = js_int(c, v, "health.memory_window", 2, TR_JS_MAX_HEALTH_WINDOW, &w);
+        h->memory_window = (uint32_t)w;
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "memory_slope_mb")) != NULL) {
+        rv = js_double(c, v, "health.memory_slope_mb", &h->memory_slope_mb);
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "memory_near")) != NULL) {
+        rv = js_double(c, v, "health.memory_near", &h->memory_near);
+    }
+    return rv;
+}
+
+/* js_health: `health: {stall_after: 30s, on_stall: fail, ...}`; anything
+ * left out is the head's default. */
+static int js_health(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec)
+{
+    Troupe__V1__HealthSpec *h;
+    const char *bad = NULL;
+    tr_err e = {0};
+    int rv = js_expect(c, n, "health", YAML_MAPPING_NODE, "a mapping of health thresholds");
+
+    if (rv == TROUPE_OK) {
+        rv = js_check_keys(c, n, "health", health_keys,
+                           "stall_after, on_stall, straggler_factor, straggler_window, memory_window, "
+                           "memory_slope_mb or memory_near");
+    }
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    if ((h = malloc(sizeof(*h))) == NULL) {
+        return js_oom(c);
+    }
+    troupe__v1__health_spec__init(h);
+    spec->health = h;
+    if ((rv = js_health_stall(c, n, h)) == TROUPE_OK) {
+        rv = js_health_numbers(c, n, h);
+    }
+    if (rv == TROUPE_OK && tr_js_health_check(h, &bad, &e) != TROUPE_OK) {
+        const yaml_node_t *at = bad != NULL ? js_find(c, n, bad, NULL) : NULL;
+        rv = js_fail(c, at ? at : n, "%s", e.msg);
+    }
+    return rv;
+}
+
+static const char *const comm_keys[] = {"name", "groups", NULL};
+
+/* js_comm reads one communicator; its rules (tr_js_comm_check) run once the
+ * whole list is read, pointing at the offending name or group entry. */
+static int js_comm(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V1__CommunicatorSpec *cs)
+{
+    char sub[PATH_LEN];
+    yaml_node_t *v = NULL;
+    int rv = js_expect(c, n, path, YAML_MAPPING_NODE, "a mapping with name and groups");
+
+    if (rv == TROUPE_OK) {
+        rv = js_check_keys(c, n, path, comm_keys, "name and groups");
+    }
+    if (rv == TROUPE_OK && (rv = js_req(c, n, path, "name", &v)) == TROUPE_OK) {
+        rv = js_name(c, v, js_path(sub, path, "name"), &cs->name);
+    }
+    if (rv == TROUPE_OK && (rv = js_req(c, n, path, "groups", &v)) == TROUPE_OK) {
+        rv = js_expect(c, v, js_path(sub, path, "groups"), YAML_SEQUENCE_NODE, "a list of group names");
+    }
+    if (rv == TROUPE_OK && js_len(v) > TR_JS_MAX_GROUPS) {
+        rv = js_fail(c, v, "%s: at most %d groups", sub, TR_JS_MAX_GROUPS);
+    }
+    if (rv == TROUPE_OK && (cs->groups = calloc(js_len(v) + 1, sizeof(char *))) == NULL) {
+        rv = js_oom(c);
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < js_len(v); i++) {
+        char item[PATH_LEN];
+        snprintf(item, sizeof(item), "%s.groups[%zu]", path, i);
+        rv = js_name(c, js_item(c, v, i), item, &cs->groups[cs->n_groups]);
+        cs->n_groups += rv == TROUPE_OK;
+    }
+    return rv;
+}
+
+/* js_communicators: `communicators: [{name: refit, groups: [policy,
+ * generation]}]`, checked against the groups read before. */
+static int js_communicators(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec)
+{
+    size_t count = js_len(n), bad = SIZE_MAX;
+    int rv = js_expect(c, n, "communicators", YAML_SEQUENCE_NODE, "a list of communicators");
+    tr_err e = {0};
+
+    if (rv == TROUPE_OK && count > TR_JS_MAX_GROUPS) {
+        rv = js_fail(c, n, "communicators: at most %d", TR_JS_MAX_GROUPS);
+    }
+    if (rv == TROUPE_OK && (spec->communicators = calloc(count + 1, sizeof(*spec->communicators))) == NULL) {
+        rv = js_oom(c);
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < count; i++) {
+        Troupe__V1__CommunicatorSpec *cs = malloc(sizeof(*cs));
+        const yaml_node_t *item = js_item(c, n, i);
+        char path[PATH_LEN];
+        if (cs == NULL) {
+            return js_oom(c);
+        }
+        troupe__v1__communicator_spec__init(cs);
+        spec->communicators[spec->n_communicators++] = cs;
+        snprintf(path, sizeof(path), "communicators[%zu]", i);
+        rv = js_comm(c, item, path, cs);
+        if (rv == TROUPE_OK && tr_js_comm_check(spec, i, &bad, &e) != TROUPE_OK) {
+            const yaml_node_t *at = js_find(c, item, bad == SIZE_MAX ? "name" : "groups", NULL);
+            if (bad != SIZE_MAX && at != NULL) {
+                at = js_item(c, at, bad);
+            }
+            rv = js_fail(c, at ? at : item, "%s: %s", path, e.msg);
+        }
+    }
+    return rv;
+}
+
+/* js_nrl_env: NeMo RL's NRL_NSYS_* variables in the job's env, checked where
+ * they are written. */
+static int js_nrl_env(js_ctx *c, const yaml_node_t *root, const Troupe__V1__JobSpec *spec)
+{
+    const char *bad = NULL;
+    const yaml_node_t *env = js_opt(c, root, "env"), *at = NULL;
+    yaml_node_t *key = NULL;
+    tr_err e = {0};
+
+    if (tr_js_nrl_env(spec, &bad, &e) == TROUPE_OK) {
+        return TROUPE_OK;
+    }
+    if (env != NULL && bad != NULL) {
+        at = js_find(c, env, bad, &key);
+        at = (at == NULL || js_is_null(at) || strstr(e.msg, "without") != NULL) ? key : at;
+    }
+    return js_fail(c, at ? at : env, "%s", e.msg);
+}
+
+static const char *const top_keys[] = {"name",    "cluster",   "groups",  "env",           "workdir",
+                                       "restart", "timeout_s", "profile", "communicators", "health", NULL};
 
 static int js_top_optional(js_ctx *c, const yaml_node_t *root, const char *base_dir,
                            Troupe__V1__JobSpec *spec)
@@ -790,7 +1036,13 @@ static int js_top_optional(js_ctx *c, const yaml_node_t *root, const char *base_
     if (rv == TROUPE_OK && (v = js_opt(c, root, "profile")) != NULL) {
         rv = js_profile(c, v, spec);
     }
-    return rv;
+    if (rv == TROUPE_OK && (v = js_opt(c, root, "communicators")) != NULL) {
+        rv = js_communicators(c, v, spec);
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, root, "health")) != NULL) {
+        rv = js_health(c, v, spec);
+    }
+    return rv == TROUPE_OK ? js_nrl_env(c, root, spec) : rv;
 }
 
 static int js_root(js_ctx *c, const yaml_node_t *root, const char *base_dir, Troupe__V1__JobSpec *spec)
@@ -800,7 +1052,7 @@ static int js_root(js_ctx *c, const yaml_node_t *root, const char *base_dir, Tro
 
     if (rv == TROUPE_OK) {
         rv = js_check_keys(c, root, "the job", top_keys,
-                           "name, cluster, groups, env, workdir, restart, timeout_s or profile");
+                           "name, cluster, groups, env, workdir, restart, timeout_s, profile, communicators or health");
     }
     if (rv == TROUPE_OK && (rv = js_req(c, root, "", "name", &v)) == TROUPE_OK) {
         rv = js_name(c, v, "name", &spec->name);

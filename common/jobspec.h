@@ -83,4 +83,8 @@ void tr_jobspec_free(Troupe__V1__JobSpec *spec);
  * only, no spaces or signs. On error *start and *stop are 0. */
 int tr_profile_range_parse(const char *s, int *start, int *stop, tr_err *err);
 
+/* tr_js_wants_nsys: the job asks for its profiled workers to run under nsys
+ * (profile: {nsys: true}, or TROUPE_NSYS=1 in its env). */
+int tr_js_wants_nsys(const Troupe__V1__JobSpec *spec);
+
 #endif

@@ -23,6 +23,7 @@
 #define TR_JS_MAX_ARGS 256       /* command arguments of one group */
 #define TR_JS_MAX_ENV 1024       /* env entries of a job: top level and every group together */
 #define TR_JS_MAX_RESTARTS 1000  /* restart.max_restarts */
+#define TR_JS_MAX_HEALTH_WINDOW 512 /* health.*_window (server/health_judge.h: TR_HJ_MAX_WINDOW) */
 #define TR_JS_MAX_STRING 4096    /* bytes of any one string (a path, an argument, a value) */
 #define TR_JS_MAX_TEXT (1 << 20) /* bytes of YAML text */
 /* Bytes of strings copied into one spec. YAML aliases let a small file name
@@ -62,5 +63,29 @@ int tr_js_resolve_dir(const char *base, const char *dir, char **out, tr_err *err
 /* tr_js_globs_check checks profile worker patterns: comma-separated fnmatch
  * globs, at least one non-empty, every '[' closed. */
 int tr_js_globs_check(const char *s, tr_err *err);
+
+/* Worker runtime parts of a spec (jobspec_runtime.c). */
+#define TR_JS_NRL_RANGE "NRL_NSYS_PROFILE_STEP_RANGE"
+#define TR_JS_NRL_PATTERNS "NRL_NSYS_WORKER_PATTERNS"
+#define TR_JS_NSYS "TROUPE_NSYS" /* 1: run the profiled workers under nsys (as profile: {nsys: true}) */
+
+/* tr_js_comm_check checks communicators[i]: a valid name unlike any group's
+ * or earlier communicator's, 1..TR_JS_MAX_GROUPS existing groups, none twice.
+ * *bad_group is the index of the offending group entry (SIZE_MAX when the
+ * name or the list itself is at fault). */
+int tr_js_comm_check(const Troupe__V1__JobSpec *spec, size_t i, size_t *bad_group, tr_err *err);
+
+/* tr_js_nrl_env checks NeMo RL's profiling variables in the job's env: both
+ * or neither, a valid range and patterns, and no disagreement with profile:.
+ * *bad_key names the variable at fault (NULL when none is). */
+int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, tr_err *err);
+
+/* tr_js_duration_parse reads "30s", "500ms", "2m", "1h" or a plain number of
+ * seconds ("2.5") into *ms; at most 7 days (jobspec_health.c). */
+int tr_js_duration_parse(const char *s, int64_t *ms, tr_err *err);
+
+/* tr_js_health_check checks a job's health settings (NULL: none); 0 is "the
+ * head's default" for each. *bad_key names the key at fault. */
+int tr_js_health_check(const Troupe__V1__HealthSpec *h, const char **bad_key, tr_err *err);
 
 #endif

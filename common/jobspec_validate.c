@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "jobspec_int.h"
+#include "names.h"
 
 #define NAME_RULE "1 to 63 of letters, digits, '.', '_' or '-'"
 
@@ -67,8 +68,13 @@ static int check_cluster(const Troupe__V1__JobSpec *spec, tr_err *err)
     }
     for (size_t i = 0; i < spec->n_cluster_labels; i++) {
         const Troupe__V1__Label *l = spec->cluster_labels ? spec->cluster_labels[i] : NULL;
+        int rv;
         if (l == NULL || str(l->key)[0] == '\0') {
             return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cluster: label %zu has no key", i);
+        }
+        if ((rv = tr_label_check(l->key, l->value, err)) != TROUPE_OK) {
+            tr_err_prefix(err, "cluster.labels");
+            return rv;
         }
     }
     return TROUPE_OK;
@@ -163,6 +169,14 @@ static int check_profile(const Troupe__V1__ProfileSpec *p, tr_err *err)
 {
     int start, stop, rv;
 
+    if (p != NULL && !p->nsys && str(p->nsys_options)[0] != '\0') {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "profile: nsys_options goes with nsys: true");
+    }
+    if (p != NULL && p->nsys && (str(p->steps)[0] == '\0' || str(p->workers)[0] == '\0')) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "profile: nsys needs steps and workers (the workers that run under nsys and the steps it "
+                          "captures)");
+    }
     if (p == NULL || (str(p->steps)[0] == '\0' && str(p->workers)[0] == '\0')) {
         return TROUPE_OK;
     }
@@ -178,6 +192,21 @@ static int check_profile(const Troupe__V1__ProfileSpec *p, tr_err *err)
         tr_err_prefix(err, "profile");
     }
     return rv;
+}
+
+/* check_runtime: named communicators and NeMo RL's profiling variables. */
+static int check_runtime(const Troupe__V1__JobSpec *spec, tr_err *err)
+{
+    const char *bad_key;
+    size_t bad_group;
+    int rv;
+
+    for (size_t i = 0; i < spec->n_communicators; i++) {
+        if ((rv = tr_js_comm_check(spec, i, &bad_group, err)) != TROUPE_OK) {
+            return rv;
+        }
+    }
+    return tr_js_nrl_env(spec, &bad_key, err);
 }
 
 int tr_jobspec_validate(const Troupe__V1__JobSpec *spec, tr_err *err)
@@ -212,5 +241,12 @@ int tr_jobspec_validate(const Troupe__V1__JobSpec *spec, tr_err *err)
                           "job %s: workdir '%s' must be an absolute path of at most %d bytes", spec->name,
                           spec->workdir, TR_JS_MAX_STRING);
     }
-    return check_profile(spec->profile, err);
+    if ((rv = check_profile(spec->profile, err)) != TROUPE_OK) {
+        return rv;
+    }
+    const char *bad_key = NULL;
+    if ((rv = tr_js_health_check(spec->health, &bad_key, err)) != TROUPE_OK) {
+        return rv;
+    }
+    return check_runtime(spec, err);
 }

@@ -27,6 +27,31 @@ void tr_log_init(const char *prog, int level)
     tr_log_level = level;
 }
 
+/* escape_message formats the message into out and escapes control bytes
+ * (\n as "\\n", others as "\\xNN"): text from clients (a job name with a
+ * newline) can then never forge a line of its own. Returns the length. */
+static size_t escape_message(char *out, size_t size, const char *fmt, va_list ap)
+{
+    char raw[2048];
+    size_t k = 0;
+    int w = vsnprintf(raw, sizeof(raw), fmt, ap);
+    size_t len = w < 0 ? 0 : ((size_t)w < sizeof(raw) ? (size_t)w : sizeof(raw) - 1);
+
+    for (size_t i = 0; i < len && k + 5 < size; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c == '\n') {
+            out[k++] = '\\';
+            out[k++] = 'n';
+        } else if (c < 0x20 || c == 0x7f) {
+            k += (size_t)snprintf(out + k, size - k, "\\x%02x", c);
+        } else {
+            out[k++] = (char)c;
+        }
+    }
+    out[k] = '\0';
+    return k;
+}
+
 void tr_log_write(int level, const char *fmt, ...)
 {
     char line[2048];
@@ -42,8 +67,7 @@ void tr_log_write(int level, const char *fmt, ...)
                           (int)getpid(), level_name(level));
     va_start(ap, fmt);
     if (n < sizeof(line)) {
-        int w = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-        n = (w < 0) ? n : n + (size_t)w;
+        n += escape_message(line + n, sizeof(line) - n, fmt, ap);
     }
     va_end(ap);
     if (n > sizeof(line) - 2) {

@@ -31,6 +31,12 @@
 int tr_rpc_from_nng(int nng_rv, const char *what, tr_err *err);
 
 #define TR_RPC_DEFAULT_MAX_FRAME (4u * 1024u * 1024u)
+/* A frame over max_frame but at most TR_RPC_FRAME_SLACK times it is read,
+ * answered RESOURCE_EXHAUSTED, logged with the peer's address and the size,
+ * and counted (tr_rpc_server_oversized). A larger one never reaches the
+ * server: nng drops it and closes that connection (nng 1.5 reports nothing
+ * the server could log). */
+#define TR_RPC_FRAME_SLACK 2u
 
 /* ---- server -------------------------------------------------------------- */
 
@@ -41,21 +47,115 @@ typedef struct tr_rpc_call tr_rpc_call;
  * defer (tr_rpc_defer) before returning. */
 typedef void (*tr_rpc_handler)(tr_rpc_call *call, void *user);
 
+/* Credentials and scopes.
+ *
+ * Every call is authenticated before its method is looked up, and every
+ * method is registered with the scopes allowed to call it (tr_rpc_method.scopes):
+ *   admin  - the cluster credential (the head's `token`); may call every method
+ *   user   - minted by `troupe token create --scope user`: the CLI and libtroupe
+ *   node   - minted by `troupe token create --scope node`: one agent's own node
+ *   worker - minted by the head per job and attempt: calls about its own job
+ * A call whose credential's scope is not in the method's set is answered
+ * PERMISSION_DENIED naming the scope it lacks. scopes = 0 means admin only, so
+ * a method added without thinking about scopes is closed, not open.
+ *
+ * Finer checks ("its own job", "its own node") are the handler's: it reads
+ * the caller with tr_rpc_call_principal. For worker methods use
+ * tr_rpc_require_job below.
+ *
+ * Contract with the worker runtime (libtroupe's worker API): a worker reads
+ * its credential from the file named by $TROUPE_CREDENTIALS (the whole file,
+ * one trailing newline stripped), else from $TROUPE_TOKEN. A new worker-scoped
+ * method (rendezvous, barriers, profile control, metrics) is one table entry
+ *     {"troupe.v1.Head/Barrier", tr_head_barrier, TR_SCOPES_WORKER_JOB},
+ * plus, in its handler, after unpacking the request:
+ *     if (!tr_rpc_require_job(call, req->job_id)) { goto out; }  // answered
+ */
+enum {
+    TR_SCOPE_ADMIN = 1u << 0,
+    TR_SCOPE_USER = 1u << 1,
+    TR_SCOPE_NODE = 1u << 2,
+    TR_SCOPE_WORKER = 1u << 3,
+};
+#define TR_SCOPES_USER (TR_SCOPE_ADMIN | TR_SCOPE_USER)
+#define TR_SCOPES_NODE (TR_SCOPE_ADMIN | TR_SCOPE_NODE)
+/* users, and workers about their own job (the handler calls tr_rpc_require_job) */
+#define TR_SCOPES_WORKER_JOB (TR_SCOPE_ADMIN | TR_SCOPE_USER | TR_SCOPE_WORKER)
+#define TR_SCOPES_ANY (TR_SCOPE_ADMIN | TR_SCOPE_USER | TR_SCOPE_NODE | TR_SCOPE_WORKER)
+
+typedef struct tr_rpc_principal {
+    unsigned scope;   /* exactly one TR_SCOPE_* */
+    uint64_t cred_id; /* minted user/node credentials: their id; 0 otherwise */
+    uint64_t job_id;  /* worker credentials: the job */
+    uint32_t attempt; /* worker credentials: the job's attempt */
+} tr_rpc_principal;
+
+/* tr_rpc_auth_fn maps a presented token (never NULL, may be "") to a
+ * principal, or returns UNAUTHENTICATED with a reason in err that names no
+ * secret. Called on nng worker threads, concurrently. */
+typedef int (*tr_rpc_auth_fn)(void *user, const char *token, tr_rpc_principal *out, tr_err *err);
+
+/* tr_rpc_scope_name returns "admin", "user", "node", "worker" (one bit). */
+const char *tr_rpc_scope_name(unsigned scope);
+
 typedef struct tr_rpc_method {
     const char *name; /* "troupe.v1.Head/RegisterNode"; NULL ends the table */
     tr_rpc_handler fn;
+    unsigned scopes; /* TR_SCOPE_* allowed to call it; 0 = admin only */
 } tr_rpc_method;
 
+/* TLS (tls+tcp:// URLs; nng's TLS transport). Files are PEM. */
+enum {
+    TR_TLS_CLIENT_NONE = 0,  /* server: no client certificates */
+    TR_TLS_CLIENT_NODES = 1, /* server: node credentials (agents) must come over a connection whose client
+                              * certificate verified against ca_file; others need none */
+    TR_TLS_CLIENT_ALL = 2,   /* server: every client must present one (the handshake fails otherwise) */
+};
+typedef struct tr_rpc_tls {
+    const char *ca_file;     /* client: the CA that signed the server's certificate (required);
+                              * server: the CA that signs client certificates (with client_auth) */
+    const char *cert_file;   /* own certificate (chain); required on a server */
+    const char *key_file;    /* own private key (unencrypted) */
+    const char *server_name; /* client: the name the server's certificate must carry; NULL = the URL's host */
+    int client_auth;         /* server: TR_TLS_CLIENT_* */
+} tr_rpc_tls;
+
 typedef struct tr_rpc_server_opts {
-    const char *url;             /* tcp://host:port or ipc:///path */
-    const char *token;           /* NULL or "" = no auth; borrowed for the server's life */
-    size_t max_frame;            /* frames larger are dropped by nng; 0 = default */
+    const char *url;             /* tcp://host:port, tls+tcp://host:port or ipc:///path */
+    tr_rpc_tls tls;              /* for tls+tcp:// */
+    const char *token;           /* admin credential; NULL or "" = no auth (every caller is admin) */
+    tr_rpc_auth_fn auth;         /* other credentials, when token is set; NULL = admin only */
+    void *auth_user;
+    size_t max_frame;            /* larger frames are refused, see TR_RPC_FRAME_SLACK; 0 = default */
     int contexts;                /* receiving contexts; 0 = 64 */
     uint32_t default_timeout_ms; /* for requests that carry none; 0 = 30000 */
     uint32_t max_timeout_ms;     /* clamp on request deadlines; 0 = 24 h */
     const tr_rpc_method *methods;
     void *user; /* passed to handlers */
+    /* Called (on an nng thread, with no server lock held) when a peer's
+     * connection closes, with the pipe id tr_rpc_call_pipe gave for its
+     * calls; NULL = not wanted. Must not call back into the server. */
+    void (*on_pipe_closed)(uint32_t pipe, void *user);
+    /* Bounds before authentication (rpc_conns.h says how they work). */
+    int max_connections;         /* connection cap; 0 = 16384. Lowered to fit the
+                                  * descriptor limit less fd_reserve */
+    int fd_reserve;              /* descriptors kept for the owner's own files; 0 = 128 */
+    size_t inflight_budget;      /* frame bytes strangers may hold together; 0 = 64 MiB */
+    size_t frame_floor;          /* the per-frame limit never drops below it; 0 = 64 KiB */
+    uint32_t preauth_timeout_ms; /* close a connection with no authenticated call by then; 0 = 10 s */
+    uint32_t idle_timeout_ms;    /* close an authenticated connection idle this long; 0 = 5 min */
 } tr_rpc_server_opts;
+
+/* Connection counters (tr_rpc_server_conn_stats). */
+typedef struct tr_rpc_conn_stats {
+    uint64_t open;         /* connections now */
+    uint64_t unauthenticated; /* of which never made an authenticated call */
+    uint64_t max;          /* the effective cap */
+    uint64_t refused;      /* refused at the cap (every connection had authenticated) */
+    uint64_t displaced;    /* strangers closed at the cap to make room */
+    uint64_t closed_idle;  /* closed by preauth_timeout_ms / idle_timeout_ms */
+    uint64_t frame_limit;  /* per-frame receive limit now (bytes) */
+} tr_rpc_conn_stats;
 
 /* tr_rpc_server_start listens on opts->url and starts serving. On success *out
  * owns the server; stop it with tr_rpc_server_stop. The methods table is
@@ -70,11 +170,54 @@ void tr_rpc_server_stop(tr_rpc_server *srv);
 /* tr_rpc_server_served returns the number of requests answered so far. */
 uint64_t tr_rpc_server_served(const tr_rpc_server *srv);
 
+/* tr_rpc_server_oversized returns the number of oversized frames refused. */
+uint64_t tr_rpc_server_oversized(const tr_rpc_server *srv);
+
+/* Per-method counts and latency, for the head's /metrics (server/http).
+ * Latency is from the request's arrival to its answer, so a deferred call
+ * (a long poll) counts the time it was held. Buckets are upper bounds in
+ * seconds (Prometheus "le"); the last, +Inf, is implicit. */
+#define TR_RPC_LATENCY_BUCKETS 14
+extern const double tr_rpc_latency_bounds[TR_RPC_LATENCY_BUCKETS];
+#define TR_RPC_CODES 17 /* gRPC status codes 0..16 */
+
+typedef struct tr_rpc_method_stats {
+    const char *method;                           /* the table's name; "other": refused before a method */
+    uint64_t by_code[TR_RPC_CODES];               /* answers by status code */
+    uint64_t buckets[TR_RPC_LATENCY_BUCKETS + 1]; /* answers per bucket, not cumulative; last = +Inf */
+    double sum_s;                                 /* total latency */
+} tr_rpc_method_stats;
+
+/* tr_rpc_server_stats copies the counters of up to n entries into out: one
+ * per method of the table, in its order, then "other" (frames refused before
+ * a method was known: undecodable, unauthenticated, unknown method). Returns
+ * the number of entries there are (methods + 1), which may exceed n.
+ * Thread-safe; method names are borrowed from the server's table. */
+size_t tr_rpc_server_stats(tr_rpc_server *srv, tr_rpc_method_stats *out, size_t n);
+/* tr_rpc_server_conn_stats copies the connection counters. */
+void tr_rpc_server_conn_stats(tr_rpc_server *srv, tr_rpc_conn_stats *out);
+
 /* Accessors valid until the call is answered (and, for deferred calls, until
  * the last reference is released). */
 const char *tr_rpc_call_method(const tr_rpc_call *call);
+/* tr_rpc_call_pipe names the connection the request came in on (nng pipe id;
+ * ids are not reused while the server runs). */
+uint32_t tr_rpc_call_pipe(const tr_rpc_call *call);
 uint64_t tr_rpc_call_id(const tr_rpc_call *call);
 int64_t tr_rpc_call_deadline(const tr_rpc_call *call); /* tr_now_ms() clock */
+/* tr_rpc_call_server: the server the call arrived on. Handlers use it rather
+ * than a pointer their owner stores after tr_rpc_server_start returns: calls
+ * can arrive before that store. */
+tr_rpc_server *tr_rpc_call_server(const tr_rpc_call *call);
+
+/* tr_rpc_call_principal returns who made the call (valid like the accessors
+ * above). Without auth every caller is admin. */
+const tr_rpc_principal *tr_rpc_call_principal(const tr_rpc_call *call);
+
+/* tr_rpc_require_job returns 1 when the caller may act on job_id: any
+ * non-worker credential, or a worker credential of that job. Otherwise it
+ * answers the call PERMISSION_DENIED itself and returns 0. */
+int tr_rpc_require_job(tr_rpc_call *call, uint64_t job_id);
 
 /* tr_rpc_unpack decodes the request payload as desc. On failure it answers the
  * call INVALID_ARGUMENT itself and returns NULL; on success the caller frees the
@@ -116,6 +259,7 @@ typedef struct tr_rpc_client_opts {
     int wait_for_server; /* 0: fail at open when the server is unreachable;
                           * 1: connect in the background (agents that outlive the head) */
     size_t max_frame;    /* 0 = default */
+    tr_rpc_tls tls;      /* for tls+tcp:// (ca_file required) */
 } tr_rpc_client_opts;
 
 enum {
@@ -126,6 +270,11 @@ enum {
  * it with tr_rpc_client_close. UNAVAILABLE with "cannot reach URL: reason" when
  * wait_for_server is 0 and nothing answers. */
 int tr_rpc_client_open(const tr_rpc_client_opts *opts, tr_rpc_client **out, tr_err *err);
+
+/* tr_rpc_client_explain: for a tls+tcp:// client whose calls fail to reach
+ * the server, repeats the TLS handshake and prefixes err with why it fails
+ * (expired certificate, another CA, another name, not TLS); 1 if it did. */
+int tr_rpc_client_explain(tr_rpc_client *c, tr_err *err);
 
 /* tr_rpc_client_close closes the client; NULL is a no-op. No call may be in
  * flight on it. */

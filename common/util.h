@@ -11,6 +11,11 @@ int64_t tr_now_ms(void);
 /* tr_wall_ms returns CLOCK_REALTIME in unix milliseconds (for records). */
 int64_t tr_wall_ms(void);
 
+/* tr_abstime_in fills ts (CLOCK_REALTIME, as pthread_cond_timedwait wants)
+ * with the time ms from now. */
+struct timespec;
+void tr_abstime_in(struct timespec *ts, int64_t ms);
+
 /* tr_sleep_ms sleeps, resuming after signals until the time has passed. */
 void tr_sleep_ms(int64_t ms);
 

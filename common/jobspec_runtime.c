@@ -1,0 +1,153 @@
+/* jobspec_runtime.c - the spec's worker-runtime parts: named communicators
+ * across groups, and NeMo RL's profiling variables in the job's env. Rules
+ * without positions, shared by the YAML walk (which adds file:line:col) and
+ * tr_jobspec_validate. */
+#include <stdint.h>
+#include <string.h>
+
+#include "jobspec_int.h"
+
+static int has_group(const Troupe__V1__JobSpec *spec, const char *name)
+{
+    for (size_t g = 0; g < spec->n_groups; g++) {
+        if (spec->groups[g] != NULL && spec->groups[g]->name != NULL && strcmp(spec->groups[g]->name, name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int comm_name_check(const Troupe__V1__JobSpec *spec, size_t i, tr_err *err)
+{
+    const Troupe__V1__CommunicatorSpec *c = spec->communicators[i];
+
+    if (!tr_js_name_ok(c->name)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "communicator name '%s' is not valid (1 to %d of A-Z a-z 0-9 . _ -)",
+                          c->name ? c->name : "", TR_JS_NAME_MAX);
+    }
+    if (has_group(spec, c->name)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "communicator %s has the name of a group (every group is already a communicator)",
+                          c->name);
+    }
+    for (size_t k = 0; k < i; k++) {
+        if (spec->communicators[k] != NULL && spec->communicators[k]->name != NULL &&
+            strcmp(spec->communicators[k]->name, c->name) == 0) {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "duplicate communicator name '%s'", c->name);
+        }
+    }
+    if (c->n_groups == 0 || c->n_groups > TR_JS_MAX_GROUPS) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "communicator %s: expected 1 to %d groups, got %zu",
+                          c->name, TR_JS_MAX_GROUPS, c->n_groups);
+    }
+    return TROUPE_OK;
+}
+
+int tr_js_comm_check(const Troupe__V1__JobSpec *spec, size_t i, size_t *bad_group, tr_err *err)
+{
+    const Troupe__V1__CommunicatorSpec *c = spec->communicators[i];
+    int rv;
+
+    *bad_group = SIZE_MAX;
+    if (c == NULL) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "communicators[%zu] is empty", i);
+    }
+    if ((rv = comm_name_check(spec, i, err)) != TROUPE_OK) {
+        return rv;
+    }
+    for (size_t g = 0; g < c->n_groups; g++) {
+        const char *name = c->groups[g] ? c->groups[g] : "";
+        *bad_group = g;
+        if (!has_group(spec, name)) {
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "communicator %s: no group named '%s'", c->name, name);
+        }
+        for (size_t k = 0; k < g; k++) {
+            if (strcmp(c->groups[k], name) == 0) {
+                return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "communicator %s: group %s is listed twice",
+                                  c->name, name);
+            }
+        }
+    }
+    *bad_group = SIZE_MAX;
+    return TROUPE_OK;
+}
+
+static const char *env_get(const Troupe__V1__JobSpec *spec, const char *key)
+{
+    for (size_t i = 0; i < spec->n_env; i++) {
+        if (spec->env[i] != NULL && spec->env[i]->key != NULL && strcmp(spec->env[i]->key, key) == 0) {
+            return spec->env[i]->value ? spec->env[i]->value : "";
+        }
+    }
+    return NULL;
+}
+
+int tr_js_wants_nsys(const Troupe__V1__JobSpec *spec)
+{
+    const char *v = env_get(spec, TR_JS_NSYS);
+    return (spec->profile != NULL && spec->profile->nsys) || (v != NULL && strcmp(v, "1") == 0);
+}
+
+/* nsys_env: TROUPE_NSYS is 0 or 1, and 1 needs a range and patterns (the NRL
+ * variables or profile:). */
+static int nsys_env(const Troupe__V1__JobSpec *spec, const char *range, const char **bad_key, tr_err *err)
+{
+    const char *v = env_get(spec, TR_JS_NSYS);
+    int has_profile = spec->profile != NULL && spec->profile->steps != NULL && spec->profile->steps[0];
+
+    if (v == NULL) {
+        return TROUPE_OK;
+    }
+    *bad_key = TR_JS_NSYS;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "env: %s is 0 or 1, not '%s'", TR_JS_NSYS, v);
+    }
+    if (strcmp(v, "1") == 0 && range == NULL && !has_profile) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "env: %s=1 needs %s and %s (or profile: steps and workers): which workers run under "
+                          "nsys and the steps it captures",
+                          TR_JS_NSYS, TR_JS_NRL_RANGE, TR_JS_NRL_PATTERNS);
+    }
+    *bad_key = NULL;
+    return TROUPE_OK;
+}
+
+int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, tr_err *err)
+{
+    const char *range = env_get(spec, TR_JS_NRL_RANGE), *pats = env_get(spec, TR_JS_NRL_PATTERNS);
+    int a, b, rv;
+
+    *bad_key = NULL;
+    if ((rv = nsys_env(spec, range, bad_key, err)) != TROUPE_OK) {
+        return rv;
+    }
+    if (range == NULL && pats == NULL) {
+        return TROUPE_OK;
+    }
+    if (range == NULL || pats == NULL) {
+        *bad_key = range ? TR_JS_NRL_RANGE : TR_JS_NRL_PATTERNS;
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "env: %s is set without %s (set both or neither)",
+                          *bad_key, range ? TR_JS_NRL_PATTERNS : TR_JS_NRL_RANGE);
+    }
+    *bad_key = TR_JS_NRL_RANGE;
+    if ((rv = tr_profile_range_parse(range, &a, &b, err)) != TROUPE_OK) {
+        tr_err_prefix(err, "env: %s", TR_JS_NRL_RANGE);
+        return rv;
+    }
+    *bad_key = TR_JS_NRL_PATTERNS;
+    if ((rv = tr_js_globs_check(pats, err)) != TROUPE_OK) {
+        tr_err_prefix(err, "env: %s", TR_JS_NRL_PATTERNS);
+        return rv;
+    }
+    if (spec->profile != NULL && spec->profile->steps != NULL && spec->profile->steps[0] &&
+        (strcmp(spec->profile->steps, range) != 0 || strcmp(spec->profile->workers, pats) != 0)) {
+        *bad_key = TR_JS_NRL_RANGE;
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "env: %s=%s and %s=%s disagree with profile: {steps: %s, workers: %s}; set one of them",
+                          TR_JS_NRL_RANGE, range, TR_JS_NRL_PATTERNS, pats, spec->profile->steps,
+                          spec->profile->workers);
+    }
+    *bad_key = NULL;
+    return TROUPE_OK;
+}
