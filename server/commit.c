@@ -13,20 +13,46 @@
  *
  * Parked calls that reach their deadline first are answered by the RPC layer;
  * on_expire then unlinks them if they are still queued (whoever unlinks a
- * waiter releases its call). */
+ * waiter releases its call).
+ *
+ * A batch that cannot be written - disk full, I/O error, or memory running
+ * out while it is taken - is never dropped: its records are marked again,
+ * its events and parked replies go back to the front of the queue, and the
+ * writer retries with a backoff (100 ms doubling to 2 s), taking whatever
+ * changed meanwhile along. Nobody is told that such a change failed: it is
+ * in memory and will be saved, so its caller waits for the write (or its own
+ * deadline). While writes fail the store is "failing": one log line on
+ * entering and one on leaving, `troupe status` shows it, and handlers that
+ * would make new changes refuse them (tr_head_store_refuse) until a write
+ * succeeds again. What such a change causes does not leave the head before
+ * it is on disk either: agents are told assignment versions whose changes
+ * are saved (jobs_sync.c), job long polls are answered once the job is. */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
 
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
+
+/* Test hook (head.h): NULL - always, outside unit tests - is calloc. */
+void *(*tr_commit_calloc_hook)(size_t n, size_t size);
+
+static void *commit_calloc(size_t n, size_t size)
+{
+    return tr_commit_calloc_hook != NULL ? tr_commit_calloc_hook(n, size) : calloc(n, size);
+}
 
 typedef struct tr_commit_waiter {
     tr_rpc_call *call;
     tr_commit_fn fn;
     uint64_t arg;
     void (*drop)(void *); /* frees arg (a pointer) whatever happens; may be NULL */
+    int resend;           /* its caller re-sends: answer at once if not saved */
     struct tr_commit_waiter *next;
 } tr_commit_waiter;
 
@@ -72,24 +98,43 @@ static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id, int scan
     return 0;
 }
 
+/* Broadcast: the writer waits on commit_cv, and so does a handler that had
+ * no memory to park its reply (wait_saved). */
 static void wake(tr_head *h)
 {
-    pthread_cond_signal(&h->commit_cv);
+    pthread_cond_broadcast(&h->commit_cv);
+}
+
+uint64_t tr_head_change_seq(const tr_head *h)
+{
+    return h->taken_seq + 1;
+}
+
+void tr_head_commit_nudge(tr_head *h)
+{
+    h->commit_nudge = 1;
+    wake(h);
 }
 
 /* A job carries its own mark, so marking it again is O(1) however many jobs
  * a batch touches (a list scan made big batches quadratic); nodes change
- * rarely and keep the scan. */
+ * rarely and keep the scan. A mark that finds no memory for the list is not
+ * lost: the job stays marked and the next batch walks every job for marks. */
 void tr_head_dirty_job(tr_head *h, uint64_t id)
 {
     tr_head_job *hj = tr_jobs_find(h, id);
-    if (hj == NULL || hj->dirty) {
+    if (hj == NULL) {
+        return;
+    }
+    hj->save_seq = tr_head_change_seq(h);
+    if (hj->dirty) {
         return;
     }
     hj->dirty = 1;
     if (push_id(&h->dirty_jobs, &h->n_dirty_jobs, &h->cap_dirty_jobs, id, 0) != 0) {
-        hj->dirty = 0;
-        TR_LOG(TR_LOG_ERR, "out of memory marking job=%llu for the store", (unsigned long long)id);
+        h->rescan_jobs = 1;
+        TR_LOG(TR_LOG_ERR, "out of memory listing job=%llu for the store; the writer walks all jobs",
+               (unsigned long long)id);
     }
     wake(h);
 }
@@ -97,7 +142,9 @@ void tr_head_dirty_job(tr_head *h, uint64_t id)
 void tr_head_dirty_node(tr_head *h, uint64_t id)
 {
     if (push_id(&h->dirty_nodes, &h->n_dirty_nodes, &h->cap_dirty_nodes, id, 1) != 0) {
-        TR_LOG(TR_LOG_ERR, "out of memory marking node=%llu for the store", (unsigned long long)id);
+        h->rescan_nodes = 1;
+        TR_LOG(TR_LOG_ERR, "out of memory listing node=%llu for the store; the writer writes all nodes",
+               (unsigned long long)id);
     }
     wake(h);
 }
@@ -110,12 +157,24 @@ void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, co
             free(e->kind);
         }
         free(e);
+        /* History only: the records it describes are marked on their own. */
+        TR_LOG(TR_LOG_ERR, "out of memory: event %s node=%llu job=%llu not recorded", kind,
+               (unsigned long long)node, (unsigned long long)job);
         return;
     }
     e->node = node;
     e->job = job;
     *h->events_tail = e;
     h->events_tail = &e->next;
+    wake(h);
+}
+
+void tr_head_forget_job(tr_head *h, uint64_t id)
+{
+    if (push_id(&h->deleted_jobs, &h->n_deleted_jobs, &h->cap_deleted_jobs, id, 0) != 0) {
+        TR_LOG(TR_LOG_ERR, "out of memory deleting job=%llu from the store; it returns after a restart",
+               (unsigned long long)id);
+    }
     wake(h);
 }
 
@@ -144,17 +203,44 @@ static void on_waiter_expire(tr_rpc_call *call, void *arg)
     pthread_mutex_unlock(&h->mu);
 }
 
-void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
+/* wait_cv waits on commit_cv (h->mu held) for at most ms. */
+static void wait_cv(tr_head *h, int64_t ms)
 {
-    tr_head_after_commit_owned(h, call, fn, arg, NULL);
+    struct timespec ts;
+    tr_abstime_in(&ts, ms);
+    pthread_cond_timedwait(&h->commit_cv, &h->mu, &ts);
 }
 
-void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
-                                void (*drop)(void *))
+/* wait_saved is the fallback when there is no memory to park a reply: hold
+ * this handler (h->mu released while waiting) until the change is on disk,
+ * then answer; at the call's deadline answer DEADLINE_EXCEEDED like a parked
+ * call. The caller must never be told the change failed: it is applied. */
+static void wait_saved(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
+{
+    uint64_t seq = tr_head_change_seq(h);
+    int64_t deadline = tr_rpc_call_deadline(call);
+
+    tr_head_commit_nudge(h);
+    while (h->saved_seq < seq && !h->commit_stop && tr_now_ms() < deadline) {
+        int64_t left = deadline - tr_now_ms();
+        wait_cv(h, left > 100 ? 100 : left); /* re-check stop and the clock */
+    }
+    if (h->saved_seq >= seq) {
+        fn(h, call, arg);
+    } else {
+        tr_rpc_reply_error(call, TROUPE_DEADLINE_EXCEEDED,
+                           "the change is applied but not yet saved (state store: %s); it is saved when "
+                           "the store can write",
+                           h->store_failing ? h->store_error : "busy");
+    }
+}
+
+static void park_waiter(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg, void (*drop)(void *),
+                        int resend)
 {
     tr_commit_waiter *w = calloc(1, sizeof(*w));
     if (w == NULL) {
-        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+        wait_saved(h, call, fn, arg);
         if (drop != NULL) {
             drop((void *)(uintptr_t)arg);
         }
@@ -164,68 +250,140 @@ void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, 
     w->fn = fn;
     w->arg = arg;
     w->drop = drop;
+    w->resend = resend;
     *h->waiters_tail = w;
     h->waiters_tail = &w->next;
     tr_rpc_defer(call, on_waiter_expire, h);
     wake(h);
 }
 
+void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
+{
+    park_waiter(h, call, fn, arg, NULL, 0);
+}
+
+void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
+                                void (*drop)(void *))
+{
+    park_waiter(h, call, fn, arg, drop, 0);
+}
+
+void tr_head_after_commit_or_resend(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
+{
+    park_waiter(h, call, fn, arg, NULL, 1);
+}
+
+/* pack_job returns 0 when packed, 1 when the job is gone (nothing to
+ * write), -1 when out of memory. */
 static int pack_job(tr_head *h, uint64_t id, rec *r)
 {
     tr_head_job *hj = tr_jobs_find(h, id);
     if (hj == NULL) {
-        return -1;
+        return 1;
     }
-    hj->dirty = 0;
     r->table = "jobs";
     r->id = id;
     r->state = (int)hj->j->state;
     r->len = troupe__v1__job__get_packed_size(hj->j);
-    r->buf = malloc(r->len ? r->len : 1);
-    if (r->buf != NULL) {
-        troupe__v1__job__pack(hj->j, r->buf);
+    if ((r->buf = commit_calloc(1, r->len ? r->len : 1)) == NULL) {
+        return -1;
     }
-    return r->buf ? 0 : -1;
+    troupe__v1__job__pack(hj->j, r->buf);
+    hj->dirty = 0;
+    return 0;
 }
 
 static int pack_node(tr_head *h, uint64_t id, rec *r)
 {
     tr_head_node *hn = tr_head_node_find(h, id);
     if (hn == NULL) {
-        return -1;
+        return 1;
     }
     r->table = "nodes";
     r->id = id;
     r->state = (int)hn->n->state;
     r->len = troupe__v1__node__get_packed_size(hn->n);
-    r->buf = malloc(r->len ? r->len : 1);
-    if (r->buf != NULL) {
-        troupe__v1__node__pack(hn->n, r->buf);
+    if ((r->buf = commit_calloc(1, r->len ? r->len : 1)) == NULL) {
+        return -1;
     }
-    return r->buf ? 0 : -1;
+    troupe__v1__node__pack(hn->n, r->buf);
+    return 0;
 }
 
 typedef struct batch {
+    uint64_t seq;
     rec *recs;
     size_t n;
     tr_head_ev *events;
     tr_commit_waiter *waiters;
     uint64_t next_id[2];
     int ids;
+    uint64_t *deleted; /* jobs whose record and events go */
+    size_t n_deleted;
 } batch;
 
-/* take moves everything marked so far into b. Caller holds h->mu. */
-static void take(tr_head *h, batch *b)
+/* pack_all packs every marked record into b->recs (sized by the caller);
+ * -1 when out of memory (what was packed stays in b for the caller). */
+static int pack_all(tr_head *h, batch *b)
 {
-    memset(b, 0, sizeof(*b));
-    b->recs = calloc(h->n_dirty_jobs + h->n_dirty_nodes + 1, sizeof(*b->recs));
-    for (size_t i = 0; b->recs != NULL && i < h->n_dirty_jobs; i++) {
-        b->n += pack_job(h, h->dirty_jobs[i], &b->recs[b->n]) == 0;
+    int rv = 0;
+    for (size_t i = 0; rv >= 0 && i < h->n_dirty_jobs; i++) {
+        rv = pack_job(h, h->dirty_jobs[i], &b->recs[b->n]);
+        b->n += rv == 0;
     }
-    for (size_t i = 0; b->recs != NULL && i < h->n_dirty_nodes; i++) {
-        b->n += pack_node(h, h->dirty_nodes[i], &b->recs[b->n]) == 0;
+    /* Jobs marked while their list had no memory: listed ones were just
+     * packed (mark cleared), so only those are still marked. */
+    for (size_t i = 0; rv >= 0 && h->rescan_jobs && i < h->n_jobs; i++) {
+        if (h->jobs[i]->dirty) {
+            rv = pack_job(h, h->jobs[i]->j->id, &b->recs[b->n]);
+            b->n += rv == 0;
+        }
+    }
+    for (size_t i = 0; rv >= 0 && i < h->n_dirty_nodes; i++) {
+        rv = pack_node(h, h->dirty_nodes[i], &b->recs[b->n]);
+        b->n += rv == 0;
+    }
+    for (size_t i = 0; rv >= 0 && h->rescan_nodes && i < h->n_nodes; i++) {
+        rv = pack_node(h, h->nodes[i].n->id, &b->recs[b->n]);
+        b->n += rv == 0;
+    }
+    return rv < 0 ? -1 : 0;
+}
+
+static void recs_free(batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->recs[i].buf);
+    }
+    free(b->recs);
+    b->recs = NULL;
+    b->n = 0;
+}
+
+/* take moves everything marked so far into b, or - out of memory - leaves
+ * it all marked where it was and returns non-OK. Caller holds h->mu. */
+static int take(tr_head *h, batch *b, tr_err *err)
+{
+    size_t cap = h->n_dirty_jobs + h->n_dirty_nodes + 1 + (h->rescan_nodes ? h->n_nodes : 0);
+
+    memset(b, 0, sizeof(*b));
+    b->seq = ++h->taken_seq;
+    for (size_t i = 0; h->rescan_jobs && i < h->n_jobs; i++) {
+        cap += h->jobs[i]->dirty;
+    }
+    b->recs = commit_calloc(cap, sizeof(*b->recs));
+    if (b->recs == NULL || pack_all(h, b) != 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
+            if (hj != NULL) {
+                hj->dirty = 1; /* still listed (or found by the walk) */
+            }
+        }
+        recs_free(b);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory packing the records of a batch");
     }
     h->n_dirty_jobs = h->n_dirty_nodes = 0;
+    h->rescan_jobs = h->rescan_nodes = h->commit_nudge = 0;
     b->events = h->events;
     h->events = NULL;
     h->events_tail = &h->events;
@@ -234,7 +392,69 @@ static void take(tr_head *h, batch *b)
     h->waiters_tail = &h->waiters;
     b->ids = h->ids_dirty;
     h->ids_dirty = 0;
+    b->deleted = h->deleted_jobs;
+    b->n_deleted = h->n_deleted_jobs;
+    h->deleted_jobs = NULL;
+    h->n_deleted_jobs = h->cap_deleted_jobs = 0;
     memcpy(b->next_id, h->next_id, sizeof(b->next_id));
+    return TROUPE_OK;
+}
+
+/* requeue puts a batch that was not written back in front of what changed
+ * since: its records marked again (carried by the next batch), its events
+ * and parked replies ahead of newer ones. Replies that reached their
+ * deadline meanwhile are already answered: released here. Callers that
+ * re-send by themselves (agents' reports) are answered UNAVAILABLE now
+ * rather than held up until the disk has room. */
+static void requeue(tr_head *h, batch *b, const tr_err *err)
+{
+    tr_commit_waiter **wp = &b->waiters;
+    tr_head_ev **ep = &b->events;
+
+    for (size_t i = 0; i < b->n; i++) {
+        if (strcmp(b->recs[i].table, "jobs") == 0) {
+            tr_head_dirty_job(h, b->recs[i].id);
+        } else {
+            tr_head_dirty_node(h, b->recs[i].id);
+        }
+    }
+    h->ids_dirty |= b->ids;
+    for (size_t i = 0; i < b->n_deleted; i++) {
+        tr_head_forget_job(h, b->deleted[i]);
+    }
+    while (*ep != NULL) {
+        ep = &(*ep)->next;
+    }
+    if (b->events != NULL) {
+        *ep = h->events;
+        if (h->events == NULL) {
+            h->events_tail = ep;
+        }
+        h->events = b->events;
+        b->events = NULL;
+    }
+    while (*wp != NULL) {
+        tr_commit_waiter *w = *wp;
+        if (w->resend || tr_rpc_call_answered(w->call)) {
+            if (w->resend) {
+                tr_rpc_reply_error(w->call, TROUPE_UNAVAILABLE,
+                                   "not saved yet (state store: %s); send it again", err->msg);
+            }
+            *wp = w->next;
+            tr_rpc_call_release(w->call);
+            waiter_free(w);
+        } else {
+            wp = &w->next;
+        }
+    }
+    if (b->waiters != NULL) {
+        *wp = h->waiters;
+        if (h->waiters == NULL) {
+            h->waiters_tail = wp;
+        }
+        h->waiters = b->waiters;
+        b->waiters = NULL;
+    }
 }
 
 /* write_batch runs one transaction; returns OK only after COMMIT. */
@@ -248,6 +468,9 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
     for (const tr_head_ev *e = b->events; rv == TROUPE_OK && e != NULL; e = e->next) {
         rv = tr_store_event(h->store, e->kind, e->node, e->job, e->msg, err);
     }
+    for (size_t i = 0; rv == TROUPE_OK && i < b->n_deleted; i++) {
+        rv = tr_store_delete_job(h->store, b->deleted[i], err); /* after its events of this batch */
+    }
     if (rv == TROUPE_OK && b->ids) {
         rv = tr_store_set_next_id(h->store, "nodes", b->next_id[0], err);
         if (rv == TROUPE_OK) {
@@ -255,7 +478,10 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
         }
     }
     if (rv == TROUPE_OK) {
-        return tr_store_commit(h->store, err);
+        rv = tr_store_commit(h->store, err);
+        if (rv == TROUPE_OK) {
+            return rv;
+        }
     }
     tr_store_rollback(h->store);
     return rv;
@@ -263,10 +489,10 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
 
 static void batch_free(batch *b)
 {
-    for (size_t i = 0; i < b->n; i++) {
-        free(b->recs[i].buf);
-    }
-    free(b->recs);
+    recs_free(b);
+    free(b->deleted);
+    b->deleted = NULL;
+    b->n_deleted = 0;
     while (b->events != NULL) {
         tr_head_ev *e = b->events;
         b->events = e->next;
@@ -276,7 +502,9 @@ static void batch_free(batch *b)
     }
 }
 
-/* answer sends the parked replies (under h->mu: fn reads live state). */
+/* answer sends the parked replies of a saved batch (under h->mu: fn reads
+ * live state); with rv non-OK (the head stops and cannot save) it tells
+ * them the change was not saved - true, as the head's memory goes with it. */
 static void answer(tr_head *h, batch *b, int rv, const tr_err *err)
 {
     while (b->waiters != NULL) {
@@ -285,22 +513,117 @@ static void answer(tr_head *h, batch *b, int rv, const tr_err *err)
         if (rv == TROUPE_OK) {
             w->fn(h, w->call, w->arg);
         } else {
-            tr_rpc_reply_error(w->call, TROUPE_UNAVAILABLE, "state store failed, change not saved: %s",
-                               err->msg);
+            tr_rpc_reply_error(w->call, TROUPE_UNAVAILABLE,
+                               "head stopped before the change was saved (state store: %s)", err->msg);
         }
         tr_rpc_call_release(w->call);
         waiter_free(w);
     }
 }
 
+/* store_failed enters (or stays in) the failing state. */
+static void store_failed(tr_head *h, const tr_err *err)
+{
+    h->store_failed_writes++;
+    snprintf(h->store_error, sizeof(h->store_error), "%s", err->msg);
+    if (!h->store_failing) {
+        h->store_failing = 1;
+        h->store_failing_since_ms = tr_wall_ms();
+        TR_LOG(TR_LOG_ERR,
+               "state store cannot write, refusing new work until it can: %s state_dir=%s unsaved=%zu "
+               "(changes kept in memory and retried)",
+               err->msg, h->cfg.state_dir, tr_head_store_unsaved(h));
+    }
+}
+
+/* saved records a batch on disk, leaves the failing state, answers. */
+static void saved(tr_head *h, batch *b, const tr_err *err)
+{
+    h->saved_seq = b->seq;
+    if (h->store_failing) {
+        h->store_failing = 0;
+        TR_LOG(TR_LOG_NOTICE,
+               "state store writes again after %lld ms (%llu failed writes); saved=%zu, accepting new work",
+               (long long)(tr_wall_ms() - h->store_failing_since_ms),
+               (unsigned long long)h->store_failed_writes, b->n);
+    }
+    h->batches++;
+    h->batched_records += b->n;
+    answer(h, b, TROUPE_OK, err);
+    for (size_t i = 0; i < b->n; i++) {
+        tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
+        if (hj != NULL) {
+            tr_jobs_job_saved(h, hj);
+        }
+    }
+    tr_jobs_sync_saved(h);
+    wake(h); /* wait_saved */
+}
+
 static int pending(const tr_head *h)
 {
-    return h->n_dirty_jobs || h->n_dirty_nodes || h->events || h->waiters || h->ids_dirty;
+    return h->n_dirty_jobs || h->n_dirty_nodes || h->rescan_jobs || h->rescan_nodes || h->events ||
+           h->waiters || h->ids_dirty || h->commit_nudge || h->n_deleted_jobs;
+}
+
+size_t tr_head_store_unsaved(const tr_head *h)
+{
+    size_t n = h->n_dirty_jobs + h->n_dirty_nodes + h->n_deleted_jobs;
+    for (const tr_head_ev *e = h->events; e != NULL; e = e->next) {
+        n++;
+    }
+    return n;
+}
+
+int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
+{
+    struct statvfs fs;
+    char space[64] = "free space unknown";
+
+    if (!h->store_failing) {
+        return 0;
+    }
+    if (statvfs(h->cfg.state_dir, &fs) == 0) {
+        snprintf(space, sizeof(space), "%.1f MiB free",
+                 (double)fs.f_bavail * (double)fs.f_frsize / (1024.0 * 1024.0));
+    }
+    tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED,
+                       "the head cannot save changes, so it takes no new work: state store in %s (%s on "
+                       "its disk) fails: %s. Free space on that disk (or fix it); the head retries by "
+                       "itself and accepts work again once a write succeeds",
+                       h->cfg.state_dir, space, h->store_error);
+    return 1;
+}
+
+/* give_up: the head stops and still cannot write. Its memory goes with it,
+ * so the parked callers learn that their change was not saved - which is
+ * then true. (Agents keep their reports until one is acknowledged.) */
+static void give_up(tr_head *h, batch *b, const tr_err *err)
+{
+    store_failed(h, err);
+    requeue(h, b, err);
+    b->waiters = h->waiters;
+    h->waiters = NULL;
+    h->waiters_tail = &h->waiters;
+    b->events = h->events;
+    h->events = NULL;
+    h->events_tail = &h->events;
+    TR_LOG(TR_LOG_ERR, "head stopping with %zu changes not saved: %s", tr_head_store_unsaved(h), err->msg);
+    answer(h, b, TROUPE_UNAVAILABLE, err);
+}
+
+/* backoff_wait sleeps until retry_at (tr_now_ms) or a stop. */
+static void backoff_wait(tr_head *h, int64_t retry_at)
+{
+    while (!h->commit_stop && tr_now_ms() < retry_at) {
+        wait_cv(h, retry_at - tr_now_ms());
+    }
 }
 
 static void *committer_main(void *arg)
 {
     tr_head *h = arg;
+    int64_t backoff = 0;
 
     pthread_mutex_lock(&h->mu);
     for (;;) {
@@ -313,16 +636,25 @@ static void *committer_main(void *arg)
         if (!pending(h) && h->commit_stop) {
             break;
         }
-        take(h, &b);
-        pthread_mutex_unlock(&h->mu);
-        rv = write_batch(h, &b, &err);
-        if (rv != TROUPE_OK) {
-            TR_LOG(TR_LOG_ERR, "state store: batch of %zu records not written: %s", b.n, err.msg);
+        rv = take(h, &b, &err);
+        if (rv == TROUPE_OK) {
+            pthread_mutex_unlock(&h->mu);
+            rv = write_batch(h, &b, &err);
+            pthread_mutex_lock(&h->mu);
         }
-        pthread_mutex_lock(&h->mu);
-        h->batches++;
-        h->batched_records += b.n;
-        answer(h, &b, rv, &err);
+        if (rv == TROUPE_OK) {
+            saved(h, &b, &err);
+            backoff = 0;
+        } else if (h->commit_stop) {
+            give_up(h, &b, &err);
+            batch_free(&b);
+            break;
+        } else {
+            requeue(h, &b, &err);
+            store_failed(h, &err);
+            backoff = backoff ? (backoff * 2 > 2000 ? 2000 : backoff * 2) : 100;
+            backoff_wait(h, tr_now_ms() + backoff);
+        }
         batch_free(&b);
     }
     pthread_mutex_unlock(&h->mu);
@@ -354,6 +686,7 @@ void tr_head_commit_stop(tr_head *h)
     h->commit_started = 0;
     free(h->dirty_jobs);
     free(h->dirty_nodes);
-    h->dirty_jobs = h->dirty_nodes = NULL;
+    free(h->deleted_jobs);
+    h->dirty_jobs = h->dirty_nodes = h->deleted_jobs = NULL;
     pthread_cond_destroy(&h->commit_cv);
 }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jobspec.h"
 #include "log.h"
@@ -27,6 +28,8 @@
 #include "util.h"
 
 #define JOB_EVENTS_MAX 64
+
+static void clear_restart(tr_head_job *hj);
 
 void tr_jobs_set_str(char **field, const char *s)
 {
@@ -135,7 +138,13 @@ static void job_free(tr_head_job *hj)
     free(hj->sel);
     free(hj->groups);
     free(hj->issued);
+    tr_joblog_free(&hj->log);
     free(hj);
+}
+
+void tr_jobs_free_one(tr_head_job *hj)
+{
+    job_free(hj);
 }
 
 static int jobs_append(tr_head *h, tr_head_job *hj)
@@ -164,8 +173,6 @@ static int job_wrap(tr_head *h, Troupe__V1__Job *j, tr_head_job **out, tr_err *e
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     hj->j = j;
-    snprintf(hj->log_path, sizeof(hj->log_path), "%s/logs/job-%llu.log", h->cfg.state_dir,
-             (unsigned long long)j->id);
     if ((rv = build_sspec(hj, err)) != TROUPE_OK) {
         job_free(hj);
         return rv;
@@ -182,31 +189,13 @@ void tr_jobs_touch(tr_head *h, tr_head_job *hj)
 {
     hj->j->version++;
     tr_head_dirty_job(h, hj->j->id);
+    tr_head_job_changed(h, hj);
     tr_jobs_answer_job_waiters(h, hj, 0);
 }
 
 void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len)
 {
-    FILE *f = fopen(hj->log_path, "a");
-    size_t start = 0;
-
-    if (f == NULL) {
-        TR_LOG(TR_LOG_ERR, "cannot append to %s: %s", hj->log_path, strerror(errno));
-        return;
-    }
-    /* One prefixed line per input line, so `troupe logs --worker` can filter. */
-    while (start < len) {
-        const char *nl = memchr(data + start, '\n', len - start);
-        size_t n = nl ? (size_t)(nl - (data + start)) : len - start;
-        int w = fprintf(f, "[%s] %.*s\n", worker, (int)n, data + start);
-        if (w > 0) {
-            hj->log_size += (uint64_t)w;
-        }
-        start += n + 1;
-    }
-    fclose(f);
-    (void)h;
-    tr_jobs_answer_log_waiters(h, hj, 0);
+    tr_joblog_append(h, hj, worker, data, len); /* memory only: the I/O thread writes it */
 }
 
 /* job_note records a lifecycle step in the event history and the head's log.
@@ -241,10 +230,45 @@ static void job_note(tr_head *h, tr_head_job *hj, const char *kind, const char *
     free(e);
     j->version++;
     tr_head_dirty_job(h, j->id);
+    tr_head_job_changed(h, hj);
     tr_jobs_answer_job_waiters(h, hj, 0);
     tr_head_event(h, kind, 0, hj->j->id, msg);
     TR_LOG(TR_LOG_INFO, "job=%llu name=%s %s: %s", (unsigned long long)hj->j->id, hj->j->spec->name, kind,
            msg);
+}
+
+void tr_jobs_note(tr_head *h, tr_head_job *hj, const char *kind, const char *msg)
+{
+    job_note(h, hj, kind, msg);
+}
+
+/* worker_of finds the job's worker named name, or NULL. */
+static const Troupe__V1__WorkerInfo *worker_of(const Troupe__V1__Job *j, const char *name)
+{
+    for (size_t i = 0; i < j->n_workers; i++) {
+        if (strcmp(j->workers[i]->name, name) == 0) {
+            return j->workers[i];
+        }
+    }
+    return NULL;
+}
+
+const Troupe__V1__WorkerFailure *tr_jobs_first_failure(const tr_head_job *hj)
+{
+    for (size_t i = 0; i < hj->j->n_failures; i++) {
+        const Troupe__V1__WorkerFailure *f = hj->j->failures[i];
+        const Troupe__V1__WorkerInfo *w = worker_of(hj->j, f->worker);
+        if (w != NULL && w->attempt == f->attempt) {
+            return f;
+        }
+    }
+    return NULL;
+}
+
+void tr_jobs_failure_text(const Troupe__V1__WorkerFailure *f, char *buf, size_t size)
+{
+    snprintf(buf, size, "rank %u of group %s (%s on %s, attempt %u) failed first: %s: %s", f->rank, f->group,
+             f->worker, f->node[0] ? f->node : "?", f->attempt, f->code, f->reason);
 }
 
 void tr_jobs_node_bump(tr_head *h, uint64_t node_id)
@@ -252,7 +276,7 @@ void tr_jobs_node_bump(tr_head *h, uint64_t node_id)
     tr_head_node *hn = tr_head_node_find(h, node_id);
     if (hn != NULL) {
         hn->version++;
-        tr_jobs_answer_sync(h, hn);
+        tr_jobs_sync_bumped(h, hn); /* told to the agent once saved (jobs_sync.c) */
     }
 }
 
@@ -648,6 +672,7 @@ static void job_finish(tr_head *h, tr_head_job *hj, int state, const char *reaso
     hj->j->state = (Troupe__V1__JobState)state;
     hj->j->ended_ms = tr_wall_ms();
     hj->requeue = 0;
+    clear_restart(hj);
     tr_jobs_set_str(&hj->j->reason, reason);
     /* Terminal jobs leave every node's assignment set: agents stop what runs. */
     bump_job_nodes(h, hj);
@@ -655,6 +680,45 @@ static void job_finish(tr_head *h, tr_head_job *hj, int state, const char *reaso
     job_note(h, hj, job_state_name(state), reason);
     release_if_idle(h, hj);
     tr_jobs_answer_log_waiters(h, hj, 0);
+}
+
+/* job_wait keeps a job PENDING with its reason (persisted only when it changed). */
+static void job_wait(tr_head *h, tr_head_job *hj, const char *why)
+{
+    if (strcmp(hj->j->reason, why) != 0) {
+        tr_jobs_set_str(&hj->j->reason, why);
+        tr_jobs_touch(h, hj);
+    }
+}
+
+/* A job is refused at submit when the alive cluster could never hold it;
+ * once queued it is failed only when no ALIVE or SUSPECT node could hold it
+ * (the scheduler's FAILED_PRECONDITION), and not before restart_grace_ms
+ * after the head started: agents register again after a head restart, and
+ * an agent whose node went DEAD registers as a new node, so the nodes a job
+ * needs may yet come. tr_jobs_tick runs one more pass when the grace ends. */
+static int in_restart_grace(const tr_head *h)
+{
+    return !h->grace_over && tr_now_ms() < h->grace_until;
+}
+
+static void restart_grace_reason(const tr_head *h, const char *why, char *buf, size_t size)
+{
+    time_t until = (time_t)((h->started_ms + h->cfg.restart_grace_ms) / 1000);
+    struct tm tm;
+    char when[32];
+
+    gmtime_r(&until, &tm);
+    strftime(when, sizeof(when), "%H:%M:%S UTC", &tm);
+    snprintf(buf, size, "%s; waiting until %s for agents to register after the head start (restart_grace_ms=%lld)",
+             why, when, (long long)h->cfg.restart_grace_ms);
+}
+
+/* fence_wait: the job lost workers on a node whose agent may still run them
+ * until its lease ends (node_life.c); it is placed again only after. */
+static int fence_wait(const tr_head_job *hj)
+{
+    return hj->not_before != 0 && tr_now_ms() < hj->not_before;
 }
 
 void tr_jobs_schedule(tr_head *h)
@@ -666,7 +730,8 @@ void tr_jobs_schedule(tr_head *h)
     tr_err err;
 
     for (size_t i = tr_jobs_first_unsettled(h); i < h->n_jobs; i++) {
-        n += h->jobs[i]->j->state == TROUPE__V1__JOB_STATE__JOB_PENDING && h->jobs[i]->pl == NULL;
+        n += h->jobs[i]->j->state == TROUPE__V1__JOB_STATE__JOB_PENDING && h->jobs[i]->pl == NULL &&
+             !fence_wait(h->jobs[i]);
     }
     if (n == 0) {
         return;
@@ -681,7 +746,7 @@ void tr_jobs_schedule(tr_head *h)
     n = 0;
     for (size_t i = tr_jobs_first_unsettled(h); i < h->n_jobs; i++) {
         tr_head_job *hj = h->jobs[i];
-        if (hj->j->state == TROUPE__V1__JOB_STATE__JOB_PENDING && hj->pl == NULL) {
+        if (hj->j->state == TROUPE__V1__JOB_STATE__JOB_PENDING && hj->pl == NULL && !fence_wait(hj)) {
             pend[n].job_id = hj->j->id;
             pend[n].spec = &hj->sspec;
             who[n++] = hj;
@@ -696,10 +761,11 @@ void tr_jobs_schedule(tr_head *h)
         if (dec[i].status == TROUPE_OK) {
             job_start(h, hj, dec[i].placement);
         } else if (dec[i].status == TROUPE_RESOURCE_EXHAUSTED) {
-            if (strcmp(hj->j->reason, dec[i].why.msg) != 0) {
-                tr_jobs_set_str(&hj->j->reason, dec[i].why.msg);
-                tr_jobs_touch(h, hj);
-            }
+            job_wait(h, hj, dec[i].why.msg);
+        } else if (dec[i].status == TROUPE_FAILED_PRECONDITION && in_restart_grace(h)) {
+            char why[sizeof(dec[i].why.msg) + 200];
+            restart_grace_reason(h, dec[i].why.msg, why, sizeof(why));
+            job_wait(h, hj, why);
         } else {
             job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, dec[i].why.msg);
         }
@@ -716,11 +782,30 @@ static void describe_end(const Troupe__V1__WorkerInfo *w, char *buf, size_t size
         snprintf(buf, size, "worker %s on node %s failed to start: %s", w->name, w->node_name, w->message);
     } else if (w->state == TROUPE__V1__WORKER_STATE__WORKER_LOST) {
         snprintf(buf, size, "worker %s was lost: %s", w->name, w->message);
+    } else if (w->message[0] != '\0') { /* the agent's words: "exited with code 127: command not found: ..." */
+        snprintf(buf, size, "worker %s on node %s %s", w->name, w->node_name, w->message);
     } else if (w->signal != 0) {
         snprintf(buf, size, "worker %s on node %s was killed by signal %d", w->name, w->node_name, w->signal);
     } else {
         snprintf(buf, size, "worker %s on node %s exited with code %d", w->name, w->node_name, w->exit_code);
     }
+}
+
+/* with_first_failure puts the first failure a worker of the current attempts
+ * reported (troupe_worker_fail) before the exit that ended the job: the exit
+ * is often a consequence ("rank 1 exited with code 1" because rank 2 went
+ * away), the report says where it started. */
+static void with_first_failure(const tr_head_job *hj, char *why, size_t size)
+{
+    const Troupe__V1__WorkerFailure *f = tr_jobs_first_failure(hj);
+    char first[1400], exit_text[600];
+
+    if (f == NULL) {
+        return;
+    }
+    tr_jobs_failure_text(f, first, sizeof(first));
+    tr_strlcpy(exit_text, why, sizeof(exit_text));
+    snprintf(why, size, "%s; then %s", first, exit_text);
 }
 
 static int worker_ok(const Troupe__V1__WorkerInfo *w)
@@ -732,7 +817,7 @@ static int worker_ok(const Troupe__V1__WorkerInfo *w)
  * old attempt's processes and start the new ones. */
 static void restart_group(tr_head *h, tr_head_job *hj, const char *group, const char *why)
 {
-    char msg[700];
+    char msg[2400];
 
     hj->j->restarts++;
     for (size_t i = 0; i < hj->j->n_workers; i++) {
@@ -755,11 +840,143 @@ static void restart_group(tr_head *h, tr_head_job *hj, const char *group, const 
     job_note(h, hj, "RESTARTING", msg);
 }
 
+/* ---- crash-loop back-off ----------------------------------------------
+ *
+ * Like Kubernetes' CrashLoopBackOff: a group whose worker failed restarts
+ * after restart_backoff_ms, doubled for every failure in a row (backoff_level),
+ * up to restart_backoff_max_ms; an attempt that ran at least twice the cap
+ * starts the count over. The pending restart (time, groups, level) is part of
+ * the job record, so a head restart neither forgets it nor resets the delay:
+ * tr_jobs_tick fires it when the wall clock passes next_restart_ms. */
+
+static int pending_restart(const tr_head_job *hj, const char *group)
+{
+    for (size_t i = 0; i < hj->j->n_restart_groups; i++) {
+        if (group == NULL || strcmp(hj->j->restart_groups[i], group) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void clear_restart(tr_head_job *hj)
+{
+    Troupe__V1__Job *j = hj->j;
+    for (size_t i = 0; i < j->n_restart_groups; i++) {
+        free(j->restart_groups[i]);
+    }
+    free(j->restart_groups);
+    j->restart_groups = NULL;
+    j->n_restart_groups = 0;
+    j->next_restart_ms = 0;
+}
+
+static int add_restart_group(tr_head_job *hj, const char *group)
+{
+    Troupe__V1__Job *j = hj->j;
+    char **grown = realloc(j->restart_groups, (j->n_restart_groups + 1) * sizeof(*grown));
+    char *copy = strdup(group);
+
+    if (grown != NULL) {
+        j->restart_groups = grown;
+    }
+    if (grown == NULL || copy == NULL) {
+        free(copy);
+        return -1;
+    }
+    j->restart_groups[j->n_restart_groups++] = copy;
+    return 0;
+}
+
+static int64_t backoff_delay(tr_head *h, tr_head_job *hj, const Troupe__V1__WorkerInfo *w)
+{
+    int64_t base = h->cfg.restart_backoff_ms, cap = h->cfg.restart_backoff_max_ms, delay = base;
+    int64_t ran = (w->started_ms > 0 && w->ended_ms >= w->started_ms) ? w->ended_ms - w->started_ms : 0;
+
+    if (ran >= 2 * cap) {
+        hj->j->backoff_level = 0;
+    }
+    if (hj->j->backoff_level < 64) {
+        hj->j->backoff_level++;
+    }
+    for (uint32_t i = 1; i < hj->j->backoff_level && delay < cap; i++) {
+        delay *= 2;
+    }
+    return delay < cap ? delay : cap;
+}
+
+static void format_utc(int64_t ms, char *buf, size_t size)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, size, "%H:%M:%S UTC", &tm);
+}
+
+/* schedule_restart restarts the group now when no back-off applies, else
+ * records the restart for tr_jobs_tick (joining one already pending). */
+static void schedule_restart(tr_head *h, tr_head_job *hj, const Troupe__V1__WorkerInfo *w, const char *why)
+{
+    char msg[2600], when[32];
+    int64_t delay;
+
+    if (pending_restart(hj, w->group)) {
+        return; /* this group restarts at the pending time anyway */
+    }
+    if (hj->j->n_restart_groups > 0) {
+        if (add_restart_group(hj, w->group) != 0) {
+            TR_LOG(TR_LOG_ERR, "job=%llu: out of memory; restarting group %s now",
+                   (unsigned long long)hj->j->id, w->group);
+            restart_group(h, hj, w->group, why);
+        }
+        tr_jobs_touch(h, hj);
+        return;
+    }
+    delay = backoff_delay(h, hj, w);
+    if (delay <= 0 || add_restart_group(hj, w->group) != 0) {
+        restart_group(h, hj, w->group, why);
+        return;
+    }
+    hj->j->next_restart_ms = tr_wall_ms() + delay;
+    format_utc(hj->j->next_restart_ms, when, sizeof(when));
+    snprintf(msg, sizeof(msg),
+             "%s; restarting group %s at %s (in %.1f s: back-off after %u failure%s in a row; restart %u of %u)",
+             why, w->group, when, (double)delay / 1000.0, hj->j->backoff_level,
+             hj->j->backoff_level == 1 ? "" : "s", hj->j->restarts + 1, hj->j->spec->max_restarts);
+    tr_jobs_set_str(&hj->j->reason, msg);
+    tr_jobs_touch(h, hj);
+    job_note(h, hj, "BACKOFF", msg);
+}
+
+/* fire_restart runs a pending restart whose time has come. */
+static void fire_restart(tr_head *h, tr_head_job *hj)
+{
+    size_t n = hj->j->n_restart_groups;
+    char **groups = hj->j->restart_groups;
+    int placed = hj->pl != NULL && hj->issued != NULL;
+
+    hj->j->restart_groups = NULL;
+    hj->j->n_restart_groups = 0;
+    hj->j->next_restart_ms = 0;
+    if (!placed) {
+        /* Its GPUs could not be reserved again after a head restart. */
+        job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED,
+                   "restart after the back-off impossible: the job's placement was not restored");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (placed) {
+            restart_group(h, hj, groups[i], "back-off elapsed");
+        }
+        free(groups[i]);
+    }
+    free(groups);
+}
+
 /* tr_jobs_worker_ended decides what a worker's end means for its job. */
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx)
 {
     const Troupe__V1__WorkerInfo *w = hj->j->workers[idx];
-    char why[600];
+    char why[2048];
 
     if (tr_jobs_is_terminal(hj) || hj->requeue) {
         release_if_idle(h, hj);
@@ -776,8 +993,23 @@ void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx)
         return;
     }
     describe_end(w, why, sizeof(why));
-    if (hj->j->restarts < hj->j->spec->max_restarts) {
-        restart_group(h, hj, w->group, why);
+    with_first_failure(hj, why, sizeof(why));
+    tr_jobs_worker_failed(h, hj, idx, why);
+}
+
+/* tr_jobs_worker_failed applies the restart rules to a failure of worker idx
+ * (ended, or judged by health.c): its group restarts while restarts remain,
+ * else the job fails with why. */
+void tr_jobs_worker_failed(tr_head *h, tr_head_job *hj, size_t idx, const char *why)
+{
+    const Troupe__V1__WorkerInfo *w = hj->j->workers[idx];
+
+    if (tr_jobs_is_terminal(hj) || hj->requeue) {
+        return;
+    }
+    if (pending_restart(hj, w->group) ||
+        hj->j->restarts + hj->j->n_restart_groups < hj->j->spec->max_restarts) {
+        schedule_restart(h, hj, w, why);
         return;
     }
     job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, why);
@@ -786,6 +1018,8 @@ void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx)
 /* node_died marks the node's workers LOST and fails or requeues their jobs. */
 static void node_died(tr_head *h, const Troupe__V1__Node *n)
 {
+    int left = n->state == TROUPE__V1__NODE_STATE__NODE_LEFT;
+
     for (size_t k = tr_jobs_first_unsettled(h); k < h->n_jobs; k++) {
         tr_head_job *hj = h->jobs[k];
         int hit = 0;
@@ -800,26 +1034,35 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
             if (w->node_id == n->id && live) {
                 w->state = TROUPE__V1__WORKER_STATE__WORKER_LOST;
                 w->ended_ms = tr_wall_ms();
-                tr_jobs_set_str(&w->message, "its node died");
+                tr_jobs_set_str(&w->message, left ? "its node left (agent stopped)" : "its node died");
                 hit = 1;
             }
         }
         if (!hit) {
             continue;
         }
-        snprintf(why, sizeof(why), "node %s (id %llu) died: %s", n->name, (unsigned long long)n->id,
+        snprintf(why, sizeof(why), "node %s (id %llu) %s: %s", n->name, (unsigned long long)n->id,
+                 left ? "left" : "died",
                  n->reason);
         if (hj->requeue) {
             /* Already being placed again: this node's workers are just gone too. */
+            int64_t fence = tr_head_node_fence_until(h, n);
+            hj->not_before = fence > hj->not_before ? fence : hj->not_before;
             tr_jobs_touch(h, hj);
             release_if_idle(h, hj);
         } else if (!tr_jobs_is_terminal(hj) && hj->j->restarts < hj->j->spec->max_restarts) {
             char msg[700];
+            int64_t fence = tr_head_node_fence_until(h, n), wait = fence - tr_now_ms();
             hj->j->restarts++;
             hj->requeue = 1;
+            clear_restart(hj); /* the whole job is placed again */
             hj->j->state = TROUPE__V1__JOB_STATE__JOB_PENDING;
-            snprintf(msg, sizeof(msg), "%s; placing the job again (restart %u of %u)", why, hj->j->restarts,
-                     hj->j->spec->max_restarts);
+            if (fence > hj->not_before) {
+                hj->not_before = fence;
+            }
+            snprintf(msg, sizeof(msg), "%s; placing the job again (restart %u of %u)%s", why, hj->j->restarts,
+                     hj->j->spec->max_restarts,
+                     wait > 0 ? " once the lost node's lease has ended (its workers are killed by then)" : "");
             tr_jobs_set_str(&hj->j->reason, msg);
             bump_job_nodes(h, hj);
             tr_jobs_touch(h, hj);
@@ -834,11 +1077,16 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
     }
 }
 
-static int sched_state(int s)
+/* sched_state: only an ALIVE node that is neither draining nor still running
+ * workers of an earlier self (fenced_workers) gets new work. */
+static int sched_state(const Troupe__V1__Node *n)
 {
-    return s == TROUPE__V1__NODE_STATE__NODE_ALIVE  ? TR_SCHED_ALIVE
-           : s == TROUPE__V1__NODE_STATE__NODE_DEAD ? TR_SCHED_DEAD
-                                                    : TR_SCHED_SUSPECT;
+    if (tr_head_node_gone(n)) {
+        return TR_SCHED_DEAD;
+    }
+    return n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE && !n->draining && n->fenced_workers == 0
+               ? TR_SCHED_ALIVE
+               : TR_SCHED_SUSPECT;
 }
 
 void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n)
@@ -873,11 +1121,11 @@ void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n)
     tr_err err;
 
     if (n->n_gpus > 0 &&
-        tr_sched_node_set_state(h->sched, n->id, sched_state((int)n->state), &err) != TROUPE_OK &&
+        tr_sched_node_set_state(h->sched, n->id, sched_state(n), &err) != TROUPE_OK &&
         err.code != TROUPE_NOT_FOUND) {
         TR_LOG(TR_LOG_DEBUG, "scheduler node state node=%llu: %s", (unsigned long long)n->id, err.msg);
     }
-    if (n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
+    if (tr_head_node_gone(n)) {
         node_died(h, n);
     }
     tr_jobs_schedule(h);
@@ -889,6 +1137,38 @@ uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id)
     return tr_sched_node_get(h->sched, node_id, &info, NULL) == TROUPE_OK ? info.free_gpus : 0;
 }
 
+/* check_nsys refuses a job that wants nsys when no live node has it: the
+ * workers would otherwise only fail at launch, one by one. A node without it
+ * that the job lands on anyway fails that worker at launch, saying so. */
+static int check_nsys(const tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err)
+{
+    char names[512] = "";
+    size_t off = 0;
+
+    if (!tr_js_wants_nsys(spec)) {
+        return TROUPE_OK;
+    }
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        const Troupe__V1__Node *n = h->nodes[i].n;
+        if (tr_head_node_gone(n)) {
+            continue;
+        }
+        for (size_t t = 0; t < n->n_tools; t++) {
+            if (strcmp(n->tools[t], "nsys") == 0) {
+                return TROUPE_OK;
+            }
+        }
+        if (off < sizeof(names)) {
+            off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", off ? ", " : "", n->name);
+        }
+    }
+    return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                      "profile: {nsys: true} (or TROUPE_NSYS=1) but no node has nsys on its PATH (%s%s): install "
+                      "Nsight Systems on the nodes and restart their agents (troupe-node looks for it at start), or "
+                      "drop nsys and use the built-in trace (troupe trace JOB)",
+                      off ? "nodes: " : "no node is registered", names);
+}
+
 int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err)
 {
     Troupe__V1__Job tmpl = TROUPE__V1__JOB__INIT;
@@ -898,7 +1178,7 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
     uint8_t *buf;
     int rv;
 
-    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK) {
+    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK || (rv = check_nsys(h, spec, err)) != TROUPE_OK) {
         return rv;
     }
     /* Deep-copy the spec into a fresh record through its wire form. */
@@ -927,8 +1207,6 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
         return rv;
     }
     hj->j->id = tr_head_new_id(h, TR_ID_JOBS);
-    snprintf(hj->log_path, sizeof(hj->log_path), "%s/logs/job-%llu.log", h->cfg.state_dir,
-             (unsigned long long)hj->j->id);
     if (jobs_append(h, hj) != 0) {
         job_free(hj);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
@@ -962,10 +1240,20 @@ int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err)
 
 void tr_jobs_tick(tr_head *h)
 {
-    int64_t now = tr_now_ms();
+    int64_t now = tr_now_ms(), wall = tr_wall_ms();
+    int fence_over = 0;
+
+    if (!h->grace_over && now >= h->grace_until) {
+        h->grace_over = 1;
+        tr_jobs_schedule(h); /* jobs kept only by the restart grace fail now */
+    }
 
     for (size_t k = 0; k < h->n_jobs; k++) {
         tr_head_job *hj = h->jobs[k];
+        if (hj->j->next_restart_ms != 0 && wall >= hj->j->next_restart_ms &&
+            hj->j->state == TROUPE__V1__JOB_STATE__JOB_RUNNING && !hj->requeue) {
+            fire_restart(h, hj);
+        }
         if (hj->j->state == TROUPE__V1__JOB_STATE__JOB_RUNNING && hj->deadline && now >= hj->deadline) {
             char why[128];
             snprintf(why, sizeof(why), "timed out after %u s (timeout_s); workers stopped",
@@ -976,12 +1264,20 @@ void tr_jobs_tick(tr_head *h)
             tr_jobs_answer_job_waiters(h, hj, 0);
             tr_jobs_answer_log_waiters(h, hj, 0);
         }
+        if (hj->not_before != 0 && now >= hj->not_before) {
+            hj->not_before = 0;
+            fence_over = 1;
+        }
+    }
+    if (fence_over) {
+        tr_jobs_schedule(h);
     }
     for (size_t i = 0; i < h->n_nodes; i++) {
         if (h->nodes[i].sync_waiter != NULL && now >= h->nodes[i].sync_until) {
             tr_jobs_answer_sync(h, &h->nodes[i]);
         }
     }
+    tr_jobs_retain(h);
 }
 
 /* ---- recovery ----------------------------------------------------------- */
@@ -1067,6 +1363,9 @@ out:
 
 static int holds_gpus(const Troupe__V1__Job *j)
 {
+    if (j->state == TROUPE__V1__JOB_STATE__JOB_RUNNING && j->n_restart_groups > 0) {
+        return 1; /* waiting out a back-off: its GPUs stay reserved for the restart */
+    }
     for (size_t i = 0; i < j->n_workers; i++) {
         int s = j->workers[i]->state;
         if (s == TROUPE__V1__WORKER_STATE__WORKER_RUNNING || s == TROUPE__V1__WORKER_STATE__WORKER_PENDING) {
@@ -1081,10 +1380,10 @@ static int recover_job(void *arg, uint64_t id, int state, const uint8_t *data, s
     tr_head *h = arg;
     Troupe__V1__Job *j = troupe__v1__job__unpack(NULL, len, data);
     tr_head_job *hj = NULL;
-    FILE *f;
     tr_err err;
 
     (void)state;
+    tr_head_id_seen(h, TR_ID_JOBS, id, "the jobs table");
     if (j == NULL || j->spec == NULL) {
         TR_LOG(TR_LOG_ERR, "store: job record %llu is unreadable; skipped", (unsigned long long)id);
         if (j != NULL) {
@@ -1096,11 +1395,7 @@ static int recover_job(void *arg, uint64_t id, int state, const uint8_t *data, s
         TR_LOG(TR_LOG_ERR, "job %llu not recovered: %s", (unsigned long long)id, err.msg);
         return TROUPE_OK;
     }
-    if ((f = fopen(hj->log_path, "r")) != NULL) {
-        fseek(f, 0, SEEK_END);
-        hj->log_size = (uint64_t)ftell(f);
-        fclose(f);
-    }
+    tr_joblog_recover(h, hj);
     if (holds_gpus(j)) {
         hj->requeue = j->state == TROUPE__V1__JOB_STATE__JOB_PENDING;
         if (restore_placement(h, hj, &err) != TROUPE_OK) {

@@ -6,6 +6,7 @@
 #define TR_JOBS_H
 
 #include "head.h"
+#include "joblog.h"
 #include "sched/sched.h"
 
 typedef struct tr_head_wait {
@@ -14,7 +15,9 @@ typedef struct tr_head_wait {
     uint64_t offset;        /* GetLogs */
     uint32_t max_bytes;
     char worker[96];
-    int64_t until; /* tr_now_ms() when to answer anyway */
+    uint64_t job_id; /* GetLogs */
+    int deferred;    /* tr_rpc_defer was called */
+    int64_t until;   /* tr_now_ms() when to answer anyway */
     struct tr_head_wait *next;
 } tr_head_wait;
 
@@ -29,16 +32,22 @@ typedef struct tr_head_job {
     uint64_t *issued; /* per worker: its node's version when assigned */
     int64_t deadline; /* tr_now_ms() timeout; 0 = none */
     int requeue;      /* back to PENDING once the GPUs are released */
+    int64_t not_before; /* tr_now_ms(): a lost node's lease still runs (fencing) */
     int dirty;        /* marked for the next group commit (commit.c) */
-    char log_path[4200];
-    uint64_t log_size;
+    tr_job_log log; /* joblog.c */
     tr_head_wait *job_waiters;
     tr_head_wait *log_waiters;
+    uint64_t save_seq; /* the batch carrying its latest change (commit.c) */
 } tr_head_job;
 
 int tr_jobs_init(tr_head *h, tr_err *err); /* scheduler, recovery */
 void tr_jobs_fini(tr_head *h);
-void tr_jobs_tick(tr_head *h); /* timeouts, waiter expiry; under h->mu */
+void tr_jobs_tick(tr_head *h); /* timeouts, waiter expiry, retention; under h->mu */
+/* tr_jobs_retain deletes settled jobs past keep_jobs / keep_days (at most
+ * once a second; jobs_list.c). Under h->mu. */
+void tr_jobs_retain(tr_head *h);
+/* tr_jobs_free_one frees a job already taken out of h->jobs. */
+void tr_jobs_free_one(tr_head_job *hj);
 
 /* Registry hooks (nodes.c), under h->mu. */
 void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n);
@@ -71,8 +80,31 @@ void tr_jobs_index_add(tr_head *h, tr_head_job *hj);
 /* tr_jobs_index_prune drops settled jobs from a node's list. */
 void tr_jobs_index_prune(tr_head_node *hn);
 void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn);
+/* tr_jobs_saved: is everything about hj on disk? Only then may its state
+ * leave the head (GetJob, job long polls). */
+int tr_jobs_saved(const tr_head *h, const tr_head_job *hj);
+/* Durability hooks (jobs_rpc.c, jobs_sync.c): tr_jobs_job_saved runs for each job of a
+ * batch once it is on disk (answers its long polls), tr_jobs_sync_saved
+ * after each saved batch (answers the nodes' assignment polls whose version
+ * is now on disk), tr_jobs_sync_bumped after a node's version moved. */
+void tr_jobs_job_saved(tr_head *h, tr_head_job *hj);
+void tr_jobs_sync_saved(tr_head *h);
+void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn);
 void tr_jobs_set_str(char **field, const char *s);
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);
+/* tr_jobs_note records a lifecycle step (JobEvent kind + message) in the job's
+ * history, the event table and the head's log; touches the job. */
+void tr_jobs_note(tr_head *h, tr_head_job *hj, const char *kind, const char *msg);
+/* tr_jobs_first_failure: the earliest failure report (Job.failures) of a
+ * worker still at the attempt it reported from, or NULL. */
+const Troupe__V1__WorkerFailure *tr_jobs_first_failure(const tr_head_job *hj);
+/* tr_jobs_failure_text: "rank 2 of group dp (job7-dp-2 on node-b, attempt 0)
+ * failed first: UNAVAILABLE: ...". */
+void tr_jobs_failure_text(const Troupe__V1__WorkerFailure *f, char *buf, size_t size);
+/* tr_jobs_worker_failed: worker idx failed for why (health.c: a stall with
+ * on_stall: fail); its group restarts if restarts remain, else the job
+ * fails. Nothing for a job that ended. */
+void tr_jobs_worker_failed(tr_head *h, tr_head_job *hj, size_t idx, const char *why);
 
 /* RPC handlers (jobs_rpc.c, jobs_sync.c). */
 void tr_head_submit_job(tr_rpc_call *call, void *user);
@@ -81,6 +113,7 @@ void tr_head_list_jobs(tr_rpc_call *call, void *user);
 void tr_head_stop_job(tr_rpc_call *call, void *user);
 void tr_head_submit_jobs(tr_rpc_call *call, void *user); /* jobs_batch.c */
 void tr_head_stop_jobs(tr_rpc_call *call, void *user);
+void tr_head_delete_job(tr_rpc_call *call, void *user); /* jobs_list.c, as ListJobs */
 void tr_head_get_logs(tr_rpc_call *call, void *user);
 void tr_head_node_sync(tr_rpc_call *call, void *user);
 

@@ -63,6 +63,7 @@ static int too_many(tr_rpc_call *call, const char *what, size_t n)
     if (n <= BATCH_MAX) {
         return 0;
     }
+    TR_LOG(TR_LOG_WARNING, "refused batch: %zu %s in one call; at most %u", n, what, BATCH_MAX);
     tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "%zu %s in one call; at most %u (split the batch)", n,
                        what, BATCH_MAX);
     return 1;
@@ -125,6 +126,11 @@ void tr_head_submit_jobs(tr_rpc_call *call, void *user)
     }
     o->return_jobs = req->return_jobs;
     pthread_mutex_lock(&h->mu);
+    if (tr_head_store_refuse(h, call)) {
+        pthread_mutex_unlock(&h->mu);
+        outcome_free(o);
+        goto out;
+    }
     for (size_t i = 0; i < req->n_specs; i++) {
         tr_err err;
         if (tr_jobs_admit(h, req->specs[i], &o->items[i].id, &err) == TROUPE_OK) {
@@ -160,6 +166,11 @@ void tr_head_stop_jobs(tr_rpc_call *call, void *user)
     }
     o->stop = 1;
     pthread_mutex_lock(&h->mu);
+    if (tr_head_store_refuse(h, call)) {
+        pthread_mutex_unlock(&h->mu);
+        outcome_free(o);
+        goto out;
+    }
     for (size_t i = 0; i < req->n_job_ids; i++) {
         tr_head_job *hj = tr_jobs_find(h, req->job_ids[i]);
         tr_err err;

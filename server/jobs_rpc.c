@@ -1,10 +1,15 @@
-/* jobs_rpc.c - SubmitJob, GetJob (long poll), ListJobs, StopJob, GetLogs
+/* jobs_rpc.c - SubmitJob, GetJob (long poll), StopJob, GetLogs
  * (long poll for `troupe logs -f`).
  *
  * Long polls are deferred RPC calls kept on the job (job_waiters,
  * log_waiters), answered when the job changes, when new log lines arrive, or
  * when their wait is over (tr_jobs_tick). A waiter is owned by whoever
- * unlinks it from its list under h->mu: that one answers and releases it. */
+ * unlinks it from its list under h->mu: that one answers and releases it.
+ *
+ * A job is shown only as it is on disk: GetJob on a job with changes not yet
+ * saved waits for the batch that carries them (commit.c), and long polls are
+ * answered once the job is saved, so no client sees a state that a restart
+ * could take back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +17,6 @@
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
-
-#define LOG_CHUNK_MAX (256u * 1024u)
 
 static void reply_submitted(tr_head *h, tr_rpc_call *call, uint64_t id)
 {
@@ -47,10 +50,15 @@ void tr_head_submit_job(tr_rpc_call *call, void *user)
         return;
     }
     if (req->spec == NULL) {
+        TR_LOG(TR_LOG_WARNING, "refused job: SubmitJob without a spec");
         tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "SubmitJob: spec is missing");
         goto out;
     }
     pthread_mutex_lock(&h->mu);
+    if (tr_head_store_refuse(h, call)) {
+        pthread_mutex_unlock(&h->mu);
+        goto out;
+    }
     rv = tr_jobs_submit(h, req->spec, &id, &err);
     if (rv == TROUPE_OK) {
         tr_head_after_commit(h, call, reply_submitted, id); /* acknowledged once on disk */
@@ -64,6 +72,8 @@ out:
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+/* reply_job: callers wrap it in tr_head_decorate, so the services' transient
+ * fields (rendezvous waits) travel with the job. */
 static void reply_job(tr_rpc_call *call, tr_head_job *hj)
 {
     Troupe__V1__GetJobReply rep = TROUPE__V1__GET_JOB_REPLY__INIT;
@@ -87,6 +97,9 @@ static void on_wait_expire(tr_rpc_call *call, void *arg)
 {
     tr_head *h = arg;
     pthread_mutex_lock(&h->mu);
+    if (tr_joblog_forget_call(h, call)) {
+        goto done; /* moved to the log reader's queue */
+    }
     for (size_t k = 0; k < h->n_jobs; k++) {
         tr_head_wait **lists[2] = {&h->jobs[k]->job_waiters, &h->jobs[k]->log_waiters};
         for (int l = 0; l < 2; l++) {
@@ -104,45 +117,44 @@ done:
     pthread_mutex_unlock(&h->mu);
 }
 
-static tr_head_wait *park(tr_head *h, tr_rpc_call *call, tr_head_wait **list, uint32_t wait_ms)
+/* park lists w (its call filled in) until its wait is over. */
+static void park(tr_head *h, tr_head_wait *w, tr_head_wait **list, uint32_t wait_ms)
 {
-    tr_head_wait *w = calloc(1, sizeof(*w));
-    if (w == NULL) {
-        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
-        return NULL;
-    }
-    w->call = call;
     w->until = tr_now_ms() + wait_ms;
     w->next = *list;
     *list = w;
-    tr_rpc_defer(call, on_wait_expire, h);
-    return w;
+    tr_rpc_defer(w->call, on_wait_expire, h);
+    w->deferred = 1;
 }
 
 /* A waiter_try answers w if there is something to say (or force is set) and
- * returns 1 then. */
-typedef int (*waiter_try)(tr_head_job *hj, tr_head_wait *w, int force);
+ * returns 1 then, or 2 when it handed w (and the call) to the log reader. */
+typedef int (*waiter_try)(tr_head *h, tr_head_job *hj, tr_head_wait *w, int force);
 
 /* answer_waiters offers every waiter of a list its answer; answered ones are
  * unlinked and released here (whoever unlinks a waiter releases it). */
-static void answer_waiters(tr_head_wait **pp, tr_head_job *hj, waiter_try try, int all)
+static void answer_waiters(tr_head *h, tr_head_wait **pp, tr_head_job *hj, waiter_try try, int all)
 {
     int64_t now = tr_now_ms();
 
     while (*pp != NULL) {
         tr_head_wait *w = *pp;
-        if (try(hj, w, all || now >= w->until)) {
+        int r = try(h, hj, w, all || now >= w->until);
+        if (r != 0) {
             *pp = w->next;
-            tr_rpc_call_release(w->call);
-            free(w);
+            if (r == 1) {
+                tr_rpc_call_release(w->call);
+                free(w);
+            }
         } else {
             pp = &w->next;
         }
     }
 }
 
-static int try_job(tr_head_job *hj, tr_head_wait *w, int force)
+static int try_job(tr_head *h, tr_head_job *hj, tr_head_wait *w, int force)
 {
+    (void)h;
     if (!force && hj->j->version == w->after_version) {
         return 0;
     }
@@ -150,16 +162,62 @@ static int try_job(tr_head_job *hj, tr_head_wait *w, int force)
     return 1;
 }
 
+int tr_jobs_saved(const tr_head *h, const tr_head_job *hj)
+{
+    return hj->save_seq <= h->saved_seq;
+}
+
+/* Until the job is saved nobody is answered, not even a poll whose time is
+ * up: it is answered right after the save (tr_jobs_job_saved), or at its
+ * call's deadline by the RPC layer. */
 void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all)
 {
-    (void)h;
-    answer_waiters(&hj->job_waiters, hj, try_job, all);
+    if (hj->job_waiters != NULL && (all || tr_jobs_saved(h, hj))) {
+        tr_head_decorate(h, hj, 1);
+        answer_waiters(h, &hj->job_waiters, hj, try_job, all);
+        tr_head_decorate(h, hj, 0);
+    }
+}
+
+void tr_jobs_job_saved(tr_head *h, tr_head_job *hj)
+{
+    tr_jobs_answer_job_waiters(h, hj, 0);
+    if (hj->log_waiters != NULL && tr_jobs_is_settled(hj)) {
+        tr_jobs_answer_log_waiters(h, hj, 0); /* its end is on disk now: followers are done */
+    }
+}
+
+/* reply_job_saved answers a GetJob once the job's changes are on disk;
+ * changed again meanwhile, it waits for the next batch; while the store
+ * cannot write, it says so (UNAVAILABLE: the CLI retries within its
+ * deadline). */
+static void reply_job_saved(tr_head *h, tr_rpc_call *call, uint64_t id)
+{
+    tr_head_job *hj = tr_jobs_find(h, id);
+    if (hj == NULL) {
+        tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)id);
+    } else if (tr_jobs_saved(h, hj)) {
+        tr_head_decorate(h, hj, 1);
+        reply_job(call, hj);
+        tr_head_decorate(h, hj, 0);
+    } else if (h->store_failing) {
+        tr_rpc_reply_error(call, TROUPE_UNAVAILABLE,
+                           "job %llu has changes the head could not save yet (state store in %s: %s)",
+                           (unsigned long long)id, h->cfg.state_dir, h->store_error);
+    } else {
+        tr_head_after_commit(h, call, reply_job_saved, id);
+    }
 }
 
 /* find_or_refuse returns the job, or answers NOT_FOUND and returns NULL. */
+/* find_or_refuse also keeps a worker credential to its own job (rpc.h). */
 static tr_head_job *find_or_refuse(tr_head *h, tr_rpc_call *call, uint64_t id)
 {
-    tr_head_job *hj = tr_jobs_find(h, id);
+    tr_head_job *hj;
+    if (!tr_rpc_require_job(call, id)) {
+        return NULL;
+    }
+    hj = tr_jobs_find(h, id);
     if (hj == NULL) {
         tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)id);
     }
@@ -181,53 +239,18 @@ void tr_head_get_job(tr_rpc_call *call, void *user)
     if (hj == NULL) {
         /* answered */
     } else if (req->wait_ms > 0 && hj->j->version == req->after_version) {
-        tr_head_wait *w = park(h, call, &hj->job_waiters, req->wait_ms);
-        if (w != NULL) {
+        tr_head_wait *w = calloc(1, sizeof(*w));
+        if (w == NULL) {
+            tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+        } else {
+            w->call = call;
             w->after_version = req->after_version;
+            park(h, w, &hj->job_waiters, req->wait_ms);
         }
     } else {
-        reply_job(call, hj);
+        reply_job_saved(h, call, hj->j->id);
     }
     pthread_mutex_unlock(&h->mu);
-    protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-void tr_head_list_jobs(tr_rpc_call *call, void *user)
-{
-    tr_head *h = user;
-    Troupe__V1__ListJobsRequest *req =
-        (Troupe__V1__ListJobsRequest *)tr_rpc_unpack(call, &troupe__v1__list_jobs_request__descriptor);
-    Troupe__V1__ListJobsReply rep = TROUPE__V1__LIST_JOBS_REPLY__INIT;
-    Troupe__V1__Job *copies = NULL;
-
-    if (req == NULL) {
-        return;
-    }
-    pthread_mutex_lock(&h->mu);
-    copies = calloc(h->n_jobs + 1, sizeof(*copies));
-    rep.jobs = calloc(h->n_jobs + 1, sizeof(*rep.jobs));
-    if (copies == NULL || rep.jobs == NULL) {
-        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
-        goto unlock;
-    }
-    for (size_t k = 0; k < h->n_jobs; k++) {
-        const Troupe__V1__Job *j = h->jobs[k]->j;
-        if (req->active_only && tr_jobs_is_terminal(h->jobs[k])) {
-            continue;
-        }
-        copies[rep.n_jobs] = *j; /* shallow: the listing leaves out per-worker detail */
-        copies[rep.n_jobs].n_workers = 0;
-        copies[rep.n_jobs].workers = NULL;
-        copies[rep.n_jobs].n_events = 0;
-        copies[rep.n_jobs].events = NULL;
-        rep.jobs[rep.n_jobs] = &copies[rep.n_jobs];
-        rep.n_jobs++;
-    }
-    tr_rpc_reply(call, &rep.base);
-unlock:
-    pthread_mutex_unlock(&h->mu);
-    free(copies);
-    free(rep.jobs);
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
@@ -243,7 +266,7 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
         return;
     }
     pthread_mutex_lock(&h->mu);
-    hj = find_or_refuse(h, call, req->job_id);
+    hj = tr_head_store_refuse(h, call) ? NULL : find_or_refuse(h, call, req->job_id);
     if (hj == NULL) {
         /* answered */
     } else if (tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
@@ -255,92 +278,57 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-/* read_logs returns whole lines from offset (filtered by worker prefix) and
- * where the next read starts. */
-static int read_logs(const tr_head_job *hj, uint64_t offset, uint32_t max, const char *worker, char **out,
-                     size_t *len, uint64_t *next)
+static int try_log(tr_head *h, tr_head_job *hj, tr_head_wait *w, int force)
 {
-    FILE *f = fopen(hj->log_path, "r");
-    char prefix[128];
-    char *buf;
-    size_t n, keep = 0, plen;
-
-    *out = NULL;
-    *len = 0;
-    *next = offset;
-    if (f == NULL || offset >= hj->log_size) {
-        if (f != NULL) {
-            fclose(f);
-        }
-        return TROUPE_OK;
-    }
-    max = (max == 0 || max > LOG_CHUNK_MAX) ? LOG_CHUNK_MAX : max;
-    if ((buf = malloc(max + 1)) == NULL) {
-        fclose(f);
-        return TROUPE_RESOURCE_EXHAUSTED;
-    }
-    fseek(f, (long)offset, SEEK_SET);
-    n = fread(buf, 1, max, f);
-    fclose(f);
-    while (n > 0 && buf[n - 1] != '\n') { /* whole lines only */
-        n--;
-    }
-    *next = offset + n;
-    plen = (size_t)snprintf(prefix, sizeof(prefix), "[%s] ", worker ? worker : "");
-    for (size_t i = 0; i < n;) {
-        char *nl = memchr(buf + i, '\n', n - i);
-        size_t l = (size_t)(nl - (buf + i)) + 1;
-        if (worker == NULL || worker[0] == '\0' || (l >= plen && memcmp(buf + i, prefix, plen) == 0)) {
-            memmove(buf + keep, buf + i, l);
-            keep += l;
-        }
-        i += l;
-    }
-    *out = buf;
-    *len = keep;
-    return TROUPE_OK;
-}
-
-static int logs_done(const tr_head_job *hj, uint64_t next)
-{
-    return tr_jobs_is_terminal(hj) && hj->pl == NULL && next >= hj->log_size;
-}
-
-/* try_logs answers a logs call if there is something to say; returns 1 if it did. */
-static int try_logs(tr_rpc_call *call, tr_head_job *hj, uint64_t offset, uint32_t max, const char *worker,
-                    int force)
-{
-    Troupe__V1__GetLogsReply rep = TROUPE__V1__GET_LOGS_REPLY__INIT;
-    char *data = NULL;
-    size_t len = 0;
-    uint64_t next = offset;
-
-    if (read_logs(hj, offset, max, worker, &data, &len, &next) != TROUPE_OK) {
-        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory reading logs");
-        return 1;
-    }
-    rep.done = logs_done(hj, next);
-    if (!force && len == 0 && next == offset && !rep.done) {
-        free(data);
-        return 0;
-    }
-    rep.data.data = (uint8_t *)data;
-    rep.data.len = len;
-    rep.next_offset = next;
-    tr_rpc_reply(call, &rep.base);
-    free(data);
-    return 1;
-}
-
-static int try_log(tr_head_job *hj, tr_head_wait *w, int force)
-{
-    return try_logs(w->call, hj, w->offset, w->max_bytes, w->worker, force);
+    return tr_joblog_try(h, hj, w, force);
 }
 
 void tr_jobs_answer_log_waiters(tr_head *h, tr_head_job *hj, int all)
 {
-    (void)h;
-    answer_waiters(&hj->log_waiters, hj, try_log, all);
+    tr_joblog_settled(h, hj); /* a cut log's tail first: followers are done at the end */
+    answer_waiters(h, &hj->log_waiters, hj, try_log, all);
+}
+
+/* has_worker: is name one of the job's workers (job<ID>-<group>-<rank>)? A
+ * filter that names none would wait forever for lines that never come. */
+static int has_worker(const tr_head_job *hj, const char *name)
+{
+    const Troupe__V1__JobSpec *s = hj->j->spec;
+    char want[160];
+    for (size_t g = 0; s != NULL && g < s->n_groups; g++) {
+        for (uint32_t r = 0; r < s->groups[g]->workers; r++) {
+            snprintf(want, sizeof(want), "job%llu-%s-%u", (unsigned long long)hj->j->id, s->groups[g]->name, r);
+            if (strcmp(want, name) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* refuse_worker answers NOT_FOUND naming the job's workers (the first few). */
+static void refuse_worker(tr_rpc_call *call, const tr_head_job *hj, const char *name)
+{
+    const Troupe__V1__JobSpec *s = hj->j->spec;
+    char list[512] = "";
+    size_t off = 0, shown = 0, total = 0;
+    for (size_t g = 0; s != NULL && g < s->n_groups; g++) {
+        for (uint32_t r = 0; r < s->groups[g]->workers; r++, total++) {
+            if (shown < 8 && off < sizeof(list) - 1) {
+                off += (size_t)snprintf(list + off, sizeof(list) - off, "%sjob%llu-%s-%u", shown ? ", " : "",
+                                        (unsigned long long)hj->j->id, s->groups[g]->name, r);
+                shown++;
+            }
+        }
+    }
+    if (off >= sizeof(list)) {
+        off = sizeof(list) - 1;
+    }
+    if (total > shown) {
+        snprintf(list + off, sizeof(list) - off, ", ... (%zu in all)", total);
+    }
+    tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "job %llu has no worker '%s'; its workers: %s",
+                       (unsigned long long)hj->j->id, name, list);
 }
 
 void tr_head_get_logs(tr_rpc_call *call, void *user)
@@ -348,6 +336,7 @@ void tr_head_get_logs(tr_rpc_call *call, void *user)
     tr_head *h = user;
     Troupe__V1__GetLogsRequest *req =
         (Troupe__V1__GetLogsRequest *)tr_rpc_unpack(call, &troupe__v1__get_logs_request__descriptor);
+    tr_head_wait *w = NULL;
     tr_head_job *hj;
 
     if (req == NULL) {
@@ -356,15 +345,27 @@ void tr_head_get_logs(tr_rpc_call *call, void *user)
     pthread_mutex_lock(&h->mu);
     hj = find_or_refuse(h, call, req->job_id);
     if (hj == NULL) {
-        /* answered */
-    } else if (!try_logs(call, hj, req->offset, req->max_bytes, req->worker, req->wait_ms == 0)) {
-        tr_head_wait *w = park(h, call, &hj->log_waiters, req->wait_ms);
-        if (w != NULL) {
-            w->offset = req->offset;
-            w->max_bytes = req->max_bytes;
-            tr_strlcpy(w->worker, req->worker, sizeof(w->worker));
-        }
+        goto unlock; /* answered */
     }
+    if (req->worker[0] != '\0' && !has_worker(hj, req->worker)) {
+        refuse_worker(call, hj, req->worker);
+        goto unlock;
+    }
+    if ((w = calloc(1, sizeof(*w))) == NULL) {
+        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+        goto unlock;
+    }
+    w->call = call;
+    w->job_id = req->job_id;
+    w->offset = req->offset;
+    w->max_bytes = req->max_bytes;
+    tr_strlcpy(w->worker, req->worker, sizeof(w->worker));
+    switch (tr_joblog_try(h, hj, w, req->wait_ms == 0)) {
+    case 0: park(h, w, &hj->log_waiters, req->wait_ms); break;
+    case 1: free(w); break;
+    default: break; /* handed to the log reader */
+    }
+unlock:
     pthread_mutex_unlock(&h->mu);
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }

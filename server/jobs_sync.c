@@ -6,12 +6,24 @@
  * job started, stopped or restarted there) or when the poll's time is up.
  * Reports come with every sync and list every worker the agent knows, so a
  * worker the head placed there but the agent does not list (after it applied
- * the version that carried it) is known to be gone. */
+ * the version that carried it) is known to be gone.
+ *
+ * No worker starts for a change that is not on disk: a version bump is
+ * carried by a batch of the group commit (hn->bump_seq), and until that
+ * batch is saved the agent is told the newest version that is (safe_version), with only the
+ * workers issued at or below it. A placement that never reaches the disk
+ * (the store cannot write, the head dies) so never starts a worker, and the
+ * agent's version never claims a worker it was not sent (apply_reports
+ * would call it gone). Polls are answered after each saved batch. Stops
+ * are not held back: a worker the head no longer wants may be stopped a
+ * batch before that is saved (stopping twice is harmless; running a rank
+ * the disk never heard of is not). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
@@ -145,6 +157,10 @@ static void worker_env(tr_head *h, arena *a, const tr_head_job *hj, const Troupe
         env_add(a, wa->env, &wa->n_env, "TROUPE_PROFILE_STEPS", sp->profile->steps);
         env_add(a, wa->env, &wa->n_env, "TROUPE_PROFILE_WORKERS", sp->profile->workers);
     }
+    if (sp->profile != NULL && sp->profile->nsys) { /* troupe-node wraps the matching workers */
+        env_add(a, wa->env, &wa->n_env, "TROUPE_NSYS", "1");
+        env_add(a, wa->env, &wa->n_env, "TROUPE_NSYS_OPTIONS", sp->profile->nsys_options);
+    }
 }
 
 static int wanted(const tr_head_job *hj)
@@ -158,18 +174,42 @@ static int worker_live(const Troupe__V1__WorkerInfo *w)
            w->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING;
 }
 
-/* build_set fills rep with every worker this node should be running. */
+/* safe_version: hn's newest assignment version whose changes are on disk. */
+static uint64_t safe_version(const tr_head *h, const tr_head_node *hn)
+{
+    return hn->bump_seq <= h->saved_seq ? hn->version : hn->unsaved_version - 1;
+}
+
+void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn)
+{
+    if (hn->bump_seq <= h->saved_seq) {
+        hn->unsaved_version = hn->version; /* the first one not on disk */
+    }
+    hn->bump_seq = tr_head_change_seq(h);
+    tr_head_commit_nudge(h);
+}
+
+/* sendable: worker i of hj, on this node, is wanted and saved. */
+static int sendable(const tr_head_job *hj, size_t i, uint64_t node_id, uint64_t safe)
+{
+    const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+    return w->node_id == node_id && worker_live(w) && (hj->issued == NULL || hj->issued[i] <= safe);
+}
+
+/* build_set fills rep with every worker this node should be running, as of
+ * the newest version on disk. */
 static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSyncReply *rep)
 {
     size_t n = 0;
+    uint64_t safe = safe_version(h, hn);
 
-    rep->version = hn->version;
+    rep->version = safe;
     /* No pruning here: this runs nested inside apply_reports' walk of the
      * same list (a release can start jobs and answer this node's poll). */
     for (size_t k = 0; k < hn->n_placed; k++) {
         const tr_head_job *hj = hn->placed[k];
         for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
-            n += hj->j->workers[i]->node_id == hn->n->id && worker_live(hj->j->workers[i]);
+            n += sendable(hj, i, hn->n->id, safe);
         }
     }
     if (n == 0 || (rep->workers = arena_alloc(a, n * sizeof(*rep->workers))) == NULL) {
@@ -181,7 +221,7 @@ static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSy
         for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
             const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
             Troupe__V1__WorkerAssignment *wa;
-            if (w->node_id != hn->n->id || !worker_live(w) || (wa = arena_alloc(a, sizeof(*wa))) == NULL) {
+            if (!sendable(hj, i, hn->n->id, safe) || (wa = arena_alloc(a, sizeof(*wa))) == NULL) {
                 continue;
             }
             troupe__v1__worker_assignment__init(wa);
@@ -199,6 +239,9 @@ static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSy
             wa->workdir = hj->j->spec->workdir;
             wa->gpus = w->gpus;
             wa->n_gpus = w->n_gpus;
+            if (h->auth != NULL && (wa->credential = arena_alloc(a, TR_AUTH_TOKEN_MAX)) != NULL) {
+                tr_auth_worker_credential(h->auth, hj->j->id, w->attempt, wa->credential, TR_AUTH_TOKEN_MAX);
+            }
             worker_env(h, a, hj, w, wa);
             rep->workers[rep->n_workers++] = wa;
         }
@@ -239,6 +282,16 @@ void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
     hn->sync_waiter = NULL;
     reply_set(h, hn, call);
     tr_rpc_call_release(call);
+}
+
+void tr_jobs_sync_saved(tr_head *h)
+{
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        tr_head_node *hn = &h->nodes[i];
+        if (hn->sync_waiter != NULL && safe_version(h, hn) != hn->sync_version) {
+            tr_jobs_answer_sync(h, hn);
+        }
+    }
 }
 
 static void on_sync_expire(tr_rpc_call *call, void *arg)
@@ -282,17 +335,25 @@ static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w,
             w->state = TROUPE__V1__WORKER_STATE__WORKER_RUNNING;
             w->pid = r->pid;
             w->started_ms = tr_wall_ms();
+            w->paused = r->paused;
+            tr_jobs_touch(h, hj);
+        } else if (w->paused != r->paused) {
+            w->paused = r->paused; /* SIGSTOP / SIGCONT: shown as PAUSED */
             tr_jobs_touch(h, hj);
         }
         return 0;
     case TROUPE__V1__WORKER_STATE__WORKER_EXITED:
     case TROUPE__V1__WORKER_STATE__WORKER_FAILED_TO_START:
         w->state = r->state;
+        w->paused = 0;
         w->exit_code = r->exit_code;
         w->signal = r->signal;
         w->pid = r->pid;
         w->ended_ms = tr_wall_ms();
         tr_jobs_set_str(&w->message, r->message);
+        if (r->nsys_report != NULL && r->nsys_report[0] != '\0') {
+            tr_jobs_set_str(&w->nsys_report, r->nsys_report); /* on its node: w->node_name */
+        }
         tr_jobs_touch(h, hj);
         return 1;
     default: return 0;
@@ -321,6 +382,20 @@ static long worker_index(const tr_head_job *hj, const char *name)
     return -1;
 }
 
+/* set_fenced records how many workers the node runs that are not its own
+ * (node_life.c): while any runs, their GPUs are not free for new work. */
+static void set_fenced(tr_head *h, tr_head_node *hn, uint32_t fenced)
+{
+    if (hn->n->fenced_workers == fenced) {
+        return;
+    }
+    TR_LOG(TR_LOG_INFO, "node fenced workers node=%llu name=%s from=%u to=%u", (unsigned long long)hn->n->id,
+           hn->n->name, hn->n->fenced_workers, fenced);
+    hn->n->fenced_workers = fenced;
+    tr_head_dirty_node(h, hn->n->id);
+    tr_jobs_node_state(h, hn->n);
+}
+
 /* tr_jobs_apply_reports merges a node's complete worker list. Reported
  * workers are looked up by job id (settled jobs too: a last log line may
  * arrive after the release); the search for workers the node no longer has
@@ -328,9 +403,15 @@ static long worker_index(const tr_head_job *hj, const char *name)
  * the head's history nor with the jobs on other nodes. */
 void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req)
 {
+    uint32_t fenced = 0;
+
     for (size_t r = 0; r < req->n_reports; r++) {
         tr_head_job *hj = tr_jobs_find(h, req->reports[r]->job_id);
         long i = hj ? worker_index(hj, req->reports[r]->name) : -1;
+        if (req->reports[r]->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING &&
+            (i < 0 || hj->j->workers[i]->node_id != hn->n->id || hj->j->workers[i]->attempt != req->reports[r]->attempt)) {
+            fenced++; /* not ours to run: an earlier self's, or an old attempt winding down */
+        }
         if (i < 0 || hj->j->workers[i]->node_id != hn->n->id) {
             continue;
         }
@@ -338,6 +419,7 @@ void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeS
             tr_jobs_worker_ended(h, hj, (size_t)i);
         }
     }
+    set_fenced(h, hn, fenced);
     tr_jobs_index_prune(hn); /* the only place that shrinks the list */
     /* By index, re-reading the array: settling a worker can release a job's
      * GPUs and start others here, which appends to (and may move) the list. */
@@ -369,27 +451,39 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
     }
     pthread_mutex_lock(&h->mu);
     hn = tr_head_node_find(h, req->node_id);
-    if (hn == NULL || hn->n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
+    if (hn == NULL || tr_head_node_gone(hn->n)) {
         pthread_mutex_unlock(&h->mu);
         tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is %s; register again",
-                           (unsigned long long)req->node_id, hn ? "DEAD" : "unknown");
+                           (unsigned long long)req->node_id, hn ? "DEAD or LEFT" : "unknown");
         goto out;
     }
-    hn->seen_mono = tr_now_ms(); /* a sync is as good as a heartbeat */
+    if (!tr_head_node_allowed(call, hn)) {
+        pthread_mutex_unlock(&h->mu);
+        goto out; /* answered */
+    }
+    tr_head_node_seen(h, hn, call); /* a sync is as good as a heartbeat */
     if (req->wait_ms == 0) {
         /* Only report calls carry the agent's complete worker list; a long
          * poll carries none and must not read as "no workers". */
         tr_jobs_apply_reports(h, hn, req);
     }
-    if (req->wait_ms > 0 && req->version == hn->version) {
+    if (req->wait_ms > 0 && req->version == safe_version(h, hn)) {
         tr_jobs_answer_sync(h, hn); /* a newer poll supersedes an older one */
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
+        hn->sync_version = req->version;
         hn->sync_until = tr_now_ms() + (req->wait_ms < 60000 ? req->wait_ms : 60000);
+    } else if (req->wait_ms == 0 && h->store_failing) {
+        /* Applied in memory (and retried to disk), but not acknowledged: the
+         * agent keeps the report and sends it again. Answered now, not parked:
+         * a report parked until the disk has room would hold up the agent's
+         * heartbeats for its whole deadline. */
+        tr_rpc_reply_error(call, TROUPE_UNAVAILABLE, "report not saved yet (state store: %s); send it again",
+                           h->store_error);
     } else if (req->wait_ms == 0) {
         /* The agent forgets settled workers once this is answered, so answer
          * only when what it reported is on disk. */
-        tr_head_after_commit(h, call, reply_set_later, hn->n->id);
+        tr_head_after_commit_or_resend(h, call, reply_set_later, hn->n->id);
     } else {
         reply_set(h, hn, call);
     }

@@ -1,11 +1,21 @@
 /* troupe-head: the coordination service. See --help. */
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "head.h"
+#include "failure.h"
+#include "http.h"
+#include "health.h"
+#include "metrics.h"
+#include "profile.h"
+#include "rdzv.h"
+#include "trace.h"
 #include "log.h"
+#include "util.h"
 
 static void usage(FILE *out)
 {
@@ -46,22 +56,42 @@ static int load_config(tr_head_config *cfg, int argc, char **argv, tr_cfg_args *
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "log_level '%s': use err|warning|notice|info|debug",
                           cfg->log_level);
     }
-    if (cfg->dead_after <= cfg->suspect_after) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "dead_after (%lld) must exceed suspect_after (%lld)",
-                          (long long)cfg->dead_after, (long long)cfg->suspect_after);
+    if ((rv = tr_http_check_address(cfg->http, err)) != TROUPE_OK ||
+        (rv = tr_health_check_config(cfg, err)) != TROUPE_OK || (rv = tr_head_check_tls(cfg, err)) != TROUPE_OK) {
+        return rv;
     }
-    return TROUPE_OK;
+    return tr_head_check_liveness(cfg, err);
+}
+
+/* raise_nofile lifts the descriptor soft limit to the hard one: every agent,
+ * CLI and worker holds a connection, and at the distribution default of 1024
+ * an ordinary cluster (or a flood of idle peers) leaves the head unable to
+ * accept or to open its own files. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            TR_LOG(TR_LOG_INFO, "descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                   (unsigned long long)rl.rlim_max);
+        }
+    }
 }
 
 int main(int argc, char **argv)
 {
     static tr_head head;
+    tr_http *http = NULL;
     tr_cfg_args args;
-    sigset_t sigs;
     tr_err err;
     int sig = 0, rv;
 
     tr_log_init("troupe-head", TR_LOG_INFO);
+    umask(077); /* head.db, its WAL, credentials and job logs: the head's user only */
+    raise_nofile();
     rv = load_config(&head.cfg, argc, argv, &args, &err);
     if (args.help) {
         usage(stdout);
@@ -84,21 +114,52 @@ int main(int argc, char **argv)
         return 0;
     }
     tr_log_level = tr_log_level_parse(head.cfg.log_level);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--token") == 0 || strncmp(argv[i], "--token=", 8) == 0) {
+            TR_LOG(TR_LOG_WARNING, "--token on the command line is visible to other users in ps; use "
+                                   "--token-file or TROUPE_TOKEN");
+        }
+    }
 
-    /* Block the stop signals before any thread starts so only sigwait sees them. */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    if ((rv = tr_head_start(&head, &err)) != TROUPE_OK) {
+    /* Catch the stop signals before any thread starts (shutdown.c says why
+     * through a self-pipe rather than sigwait). */
+    if (tr_head_stop_signals_catch(&err) != TROUPE_OK) {
         fprintf(stderr, "troupe-head: %s\n", err.msg);
         tr_cfg_free(tr_head_config_table, &head.cfg);
         return 1;
     }
-    sigwait(&sigs, &sig);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* The services on top of the core (server/rdzv.c, ...). */
+    if ((rv = tr_head_add_service(&head, &tr_rdzv_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_profile_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_metrics_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_failure_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_trace_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_health_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_start(&head, &err)) != TROUPE_OK) {
+        fprintf(stderr, "troupe-head: %s\n", err.msg);
+        tr_cfg_free(tr_head_config_table, &head.cfg);
+        return 1;
+    }
+    /* HTTP reads the core and the services, so it starts after them and
+     * stops before them. */
+    if ((rv = tr_http_start(&head, &http, &err)) != TROUPE_OK) {
+        fprintf(stderr, "troupe-head: %s\n", err.msg);
+        TR_LOG(TR_LOG_ERR, "%s", err.msg);
+        tr_head_stop(&head);
+        tr_cfg_free(tr_head_config_table, &head.cfg);
+        return 1;
+    }
+    sig = tr_head_stop_signal_wait();
     TR_LOG(TR_LOG_NOTICE, "stopping on signal %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    tr_head_shutdown_deadline(head.cfg.shutdown_timeout_ms);
+    /* Test hook (integration.jobs.shutdown): stands in for a stop step that
+     * never returns, such as nng 1.5.2's nng_close (shutdown.c). */
+    if (getenv("TROUPE_TEST_SHUTDOWN_STALL_MS") != NULL) {
+        tr_sleep_ms(atoll(getenv("TROUPE_TEST_SHUTDOWN_STALL_MS")));
+    }
+    tr_http_stop(http);
     tr_head_stop(&head);
     tr_cfg_free(tr_head_config_table, &head.cfg);
     TR_LOG(TR_LOG_NOTICE, "stopped");

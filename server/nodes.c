@@ -15,11 +15,16 @@
 #include <string.h>
 
 #include "head.h"
+#include "auth.h"
 #include "jobs.h"
 #include "log.h"
+#include "names.h"
 #include "util.h"
 
+#define LIST_NODES_MARGIN (64u * 1024u) /* a ListNodes page: envelope, status, length prefixes */
+
 #define MAX_GPUS_PER_NODE 64
+#define MAX_LABELS_PER_NODE 256
 
 static const char *state_name(int s)
 {
@@ -27,6 +32,7 @@ static const char *state_name(int s)
     case TROUPE__V1__NODE_STATE__NODE_ALIVE: return "ALIVE";
     case TROUPE__V1__NODE_STATE__NODE_SUSPECT: return "SUSPECT";
     case TROUPE__V1__NODE_STATE__NODE_DEAD: return "DEAD";
+    case TROUPE__V1__NODE_STATE__NODE_LEFT: return "LEFT";
     default: return "UNKNOWN";
     }
 }
@@ -86,8 +92,12 @@ static void node_set_reason(Troupe__V1__Node *n, const char *reason)
     n->reason = copy;
 }
 
-/* node_transition moves a node to a new state, commits it, logs it. */
-static void node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason)
+int tr_head_node_gone(const Troupe__V1__Node *n)
+{
+    return n->state == TROUPE__V1__NODE_STATE__NODE_DEAD || n->state == TROUPE__V1__NODE_STATE__NODE_LEFT;
+}
+
+void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason)
 {
     int old = (int)hn->n->state;
 
@@ -103,6 +113,15 @@ static void node_transition(tr_head *h, tr_head_node *hn, int state, const char 
     }
 }
 
+uint64_t tr_head_name_hash(const char *name)
+{
+    uint64_t x = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        x = (x ^ *p) * 0x100000001b3ull;
+    }
+    return x;
+}
+
 static int nodes_append(tr_head *h, Troupe__V1__Node *n)
 {
     if (h->n_nodes == h->cap_nodes) {
@@ -116,6 +135,7 @@ static int nodes_append(tr_head *h, Troupe__V1__Node *n)
     }
     memset(&h->nodes[h->n_nodes], 0, sizeof(h->nodes[0]));
     h->nodes[h->n_nodes].n = n;
+    h->nodes[h->n_nodes].name_hash = tr_head_name_hash(n->name);
     h->nodes[h->n_nodes].seen_mono = tr_now_ms();
     /* Versions carry the head's start time, so they only grow across restarts
      * and an agent's version from before a restart is always older. */
@@ -134,13 +154,68 @@ void tr_head_nodes_reap(tr_head *h)
         int next = tr_liveness_next(&h->live, (int)hn->n->state, silent);
         char reason[160];
 
-        if (next == (int)hn->n->state) {
+        /* Silence only ever demotes: a node becomes ALIVE by a heartbeat or
+         * a registration, never by the clock (a node recovered from the store
+         * has a fresh timer but no agent yet). */
+        if (next == (int)hn->n->state || next == TROUPE__V1__NODE_STATE__NODE_ALIVE) {
             continue;
         }
         snprintf(reason, sizeof(reason), "no heartbeat for %lld ms (period %lld ms)", (long long)silent,
                  (long long)h->live.heartbeat_ms);
-        node_transition(h, hn, next, reason);
+        tr_head_node_transition(h, hn, next, reason);
     }
+}
+
+/* stats_clear drops a node's live figures (GpuStats, NodeStats). */
+static void stats_clear(Troupe__V1__Node *n)
+{
+    for (size_t i = 0; i < n->n_gpu_stats; i++) {
+        troupe__v1__gpu_stats__free_unpacked(n->gpu_stats[i], NULL);
+    }
+    free(n->gpu_stats);
+    n->gpu_stats = NULL;
+    n->n_gpu_stats = 0;
+    if (n->stats != NULL) {
+        troupe__v1__node_stats__free_unpacked(n->stats, NULL);
+        n->stats = NULL;
+    }
+}
+
+/* stats_ok: figures a node may keep — one per GPU it has at most, and a
+ * source that is a short printable sentence (it is shown as is). */
+static int stats_ok(const Troupe__V1__Node *n, const Troupe__V1__HeartbeatRequest *r)
+{
+    const char *src = r->stats != NULL ? r->stats->gpu_source : "";
+
+    if (r->n_gpu_stats > n->n_gpus || r->n_gpu_stats > 64 || strlen(src) > 200) {
+        return 0;
+    }
+    for (const char *p = src; *p != '\0'; p++) {
+        if (*p < 0x20 || *p > 0x7e) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* stats_take moves a heartbeat's figures into the node record (memory only:
+ * a restarted head clears them in recover_one). Out-of-bounds figures are
+ * dropped, not refused: a heartbeat is about liveness first. */
+static void stats_take(Troupe__V1__Node *n, Troupe__V1__HeartbeatRequest *r)
+{
+    if (r->stats == NULL && r->n_gpu_stats == 0) {
+        return; /* an older agent */
+    }
+    stats_clear(n);
+    if (!stats_ok(n, r)) {
+        return;
+    }
+    n->gpu_stats = r->gpu_stats;
+    n->n_gpu_stats = r->n_gpu_stats;
+    n->stats = r->stats;
+    r->gpu_stats = NULL;
+    r->n_gpu_stats = 0;
+    r->stats = NULL;
 }
 
 static int recover_one(void *arg, uint64_t id, int state, const uint8_t *data, size_t len)
@@ -152,7 +227,9 @@ static int recover_one(void *arg, uint64_t id, int state, const uint8_t *data, s
         TR_LOG(TR_LOG_ERR, "store: node record %llu is unreadable; skipped", (unsigned long long)id);
         return TROUPE_OK;
     }
-    if (n->state != TROUPE__V1__NODE_STATE__NODE_DEAD) {
+    tr_head_id_seen(h, TR_ID_NODES, id, "the nodes table");
+    stats_clear(n); /* figures of the last life, if a record was saved with them */
+    if (!tr_head_node_gone(n)) {
         n->state = TROUPE__V1__NODE_STATE__NODE_SUSPECT;
         node_set_reason(n, "head restarted; waiting for the agent to register again");
     }
@@ -161,6 +238,7 @@ static int recover_one(void *arg, uint64_t id, int state, const uint8_t *data, s
         troupe__v1__node__free_unpacked(n, NULL);
         return TROUPE_RESOURCE_EXHAUSTED;
     }
+    h->nodes[h->n_nodes - 1].awaiting_register = !tr_head_node_gone(n);
     return TROUPE_OK;
 }
 
@@ -182,6 +260,51 @@ void tr_head_nodes_free(tr_head *h)
     free(h->nodes);
     h->nodes = NULL;
     h->n_nodes = h->cap_nodes = 0;
+}
+
+/* validate_strings applies the name rules (names.h) to every string an
+ * agent registers: the head stores and shows them, and workers get the
+ * address as MASTER_ADDR. */
+static int validate_strings(const Troupe__V1__RegisterNodeRequest *r, tr_err *err)
+{
+    int rv = TROUPE_OK;
+
+    if (r->name != NULL && r->name[0] != '\0') {
+        rv = tr_node_name_check("node name", r->name, err);
+    } else {
+        rv = tr_node_name_check("node name (the host name, as no name was given)", r->hostname, err);
+    }
+    if (rv == TROUPE_OK && r->hostname != NULL && r->hostname[0] != '\0') {
+        rv = tr_node_name_check("host name", r->hostname, err);
+    }
+    if (rv == TROUPE_OK && r->address != NULL && r->address[0] != '\0') {
+        rv = tr_address_check("address", r->address, err);
+    }
+    if (rv == TROUPE_OK && r->n_labels > MAX_LABELS_PER_NODE) {
+        rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%zu labels; at most %d per node", r->n_labels,
+                        MAX_LABELS_PER_NODE);
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < r->n_labels; i++) {
+        rv = tr_label_check(r->labels[i]->key, r->labels[i]->value, err);
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < r->n_gpus; i++) {
+        if ((rv = tr_text_check("GPU model", r->gpus[i]->model, 96, err)) == TROUPE_OK) {
+            rv = tr_text_check("GPU uuid", r->gpus[i]->uuid, 96, err);
+        }
+    }
+    if (rv == TROUPE_OK) {
+        rv = tr_text_check("instance id", r->instance, 96, err);
+    }
+    if (rv == TROUPE_OK && r->n_tools > 8) {
+        rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%zu tools; at most 8", r->n_tools);
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < r->n_tools; i++) {
+        rv = tr_node_name_check("tool name", r->tools[i], err); /* "nsys": a plain word */
+    }
+    if (rv != TROUPE_OK) {
+        tr_err_prefix(err, "register");
+    }
+    return rv;
 }
 
 /* validate_registration checks what an agent claims before anything is
@@ -210,31 +333,90 @@ static int validate_registration(const Troupe__V1__RegisterNodeRequest *r, tr_er
             return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "register: label %zu has an empty key", i);
         }
     }
-    return TROUPE_OK;
+    return validate_strings(r, err);
 }
 
-/* retire_namesakes marks other live nodes of the same name DEAD: an agent that
- * restarts before its old self timed out replaces it. */
+/* retire_namesakes marks other live nodes of the same name DEAD: the same
+ * agent (by its instance id, check_identity) that restarted or came back
+ * before its old self timed out replaces it. */
 static void retire_namesakes(tr_head *h, const char *name, uint64_t keep)
 {
+    uint64_t hash = tr_head_name_hash(name);
+
     for (size_t i = 0; i < h->n_nodes; i++) {
         tr_head_node *hn = &h->nodes[i];
         char reason[160];
-        if (hn->n->id == keep || hn->n->state == TROUPE__V1__NODE_STATE__NODE_DEAD ||
+        if (hn->name_hash != hash || hn->n->id == keep || tr_head_node_gone(hn->n) ||
             strcmp(hn->n->name, name) != 0) {
             continue;
         }
-        snprintf(reason, sizeof(reason), "replaced by node %llu (agent of the same name registered)",
+        snprintf(reason, sizeof(reason), "replaced by node %llu (the same agent registered again)",
                  (unsigned long long)keep);
-        node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_DEAD, reason);
+        tr_head_node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_DEAD, reason);
     }
 }
 
-static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uint64_t *id_out, tr_err *err)
+/* other_agent says whether a live node belongs to an agent other than the one
+ * registering: both carry instance ids and they differ. A node whose agent
+ * gave none (recovered after a head restart, before its agent registered
+ * again) is taken by the first agent that claims it. */
+static int other_agent(const tr_head_node *hn, const char *instance)
+{
+    return !tr_head_node_gone(hn->n) && hn->instance[0] != '\0' && strcmp(hn->instance, instance) != 0;
+}
+
+/* check_identity refuses a registration that would take over a live node of
+ * another agent, by name or by id: two agents started with one --name would
+ * otherwise replace each other for ever. */
+static int check_identity(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, const char *name, tr_err *err)
+{
+    const char *inst = r->instance ? r->instance : "";
+    const tr_head_node *by_id = r->node_id ? tr_head_node_find(h, r->node_id) : NULL;
+    uint64_t hash = tr_head_name_hash(name);
+
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        tr_head_node *hn = &h->nodes[i];
+        int same_name;
+        if (hn != by_id && hn->name_hash != hash) {
+            continue; /* neither its id nor its name */
+        }
+        same_name = strcmp(hn->n->name, name) == 0;
+        if ((!same_name && hn->n->id != r->node_id) || !other_agent(hn, inst)) {
+            continue;
+        }
+        return tr_err_set(err, TROUPE_ALREADY_EXISTS,
+                          "node %s (id %llu) is %s and registered by another agent (pid %u on %s); "
+                          "stop that agent or start this one with another --name",
+                          hn->n->name, (unsigned long long)hn->n->id,
+                          hn->n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE ? "ALIVE" : "SUSPECT", hn->n->pid,
+                          hn->n->hostname);
+    }
+    return TROUPE_OK;
+}
+
+/* last_namesake returns the newest node of this name other than skip. */
+static tr_head_node *last_namesake(tr_head *h, const char *name, uint64_t skip)
+{
+    uint64_t hash = tr_head_name_hash(name);
+
+    for (size_t i = h->n_nodes; i-- > 0;) {
+        if (h->nodes[i].name_hash == hash && h->nodes[i].n->id != skip &&
+            strcmp(h->nodes[i].n->name, name) == 0) {
+            return &h->nodes[i];
+        }
+    }
+    return NULL;
+}
+
+static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__RegisterNodeRequest *r, uint64_t *id_out,
+                       tr_err *err)
 {
     Troupe__V1__Node tmpl = TROUPE__V1__NODE__INIT;
     tr_head_node *old = r->node_id ? tr_head_node_find(h, r->node_id) : NULL;
+    tr_head_node *prev, *hn;
+    char reason[200];
     Troupe__V1__Node *n;
+    int rv;
 
     tmpl.name = (char *)((r->name && r->name[0]) ? r->name : r->hostname);
     tmpl.hostname = r->hostname;
@@ -248,12 +430,30 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     tmpl.last_seen_ms = tmpl.registered_ms;
     tmpl.reason = "registered";
     tmpl.pid = r->pid;
-    if (old != NULL && old->n->state != TROUPE__V1__NODE_STATE__NODE_DEAD) {
+    tmpl.stop_grace_ms = r->stop_grace_ms;
+    tmpl.n_tools = r->n_tools;
+    tmpl.tools = r->tools;
+    if ((rv = check_identity(h, r, tmpl.name, err)) != TROUPE_OK) {
+        return rv;
+    }
+    if (old != NULL && !tr_head_node_gone(old->n)) {
         tmpl.id = old->n->id;
         tmpl.registered_ms = old->n->registered_ms;
         tmpl.reason = "registered again";
+        tmpl.draining = old->n->draining;
+        tmpl.replaces = old->n->replaces;
     } else {
         tmpl.id = tr_head_new_id(h, TR_ID_NODES);
+        /* A node that comes back under the same name says so; workers it
+         * still runs belong to its old self: its GPUs stay busy until they
+         * are reported gone (apply_reports recounts). */
+        if ((prev = last_namesake(h, tmpl.name, 0)) != NULL) {
+            tmpl.replaces = prev->n->id;
+            snprintf(reason, sizeof(reason), "came back (was node %llu, %s)", (unsigned long long)prev->n->id,
+                     state_name((int)prev->n->state));
+            tmpl.reason = reason;
+        }
+        tmpl.fenced_workers = r->running_workers;
     }
     n = node_copy(&tmpl);
     if (n == NULL) {
@@ -266,15 +466,22 @@ static int do_register(tr_head *h, const Troupe__V1__RegisterNodeRequest *r, uin
     if (old != NULL && tmpl.id == old->n->id) {
         troupe__v1__node__free_unpacked(old->n, NULL);
         old->n = n;
-        old->seen_mono = tr_now_ms();
+        old->name_hash = tr_head_name_hash(n->name); /* an agent may come back under another --name */
+        old->awaiting_register = 0;
+        hn = old;
     } else if (nodes_append(h, n) != 0) {
         troupe__v1__node__free_unpacked(n, NULL);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        hn = &h->nodes[h->n_nodes - 1];
     }
+    tr_strlcpy(hn->instance, r->instance ? r->instance : "", sizeof(hn->instance));
+    tr_head_node_seen(h, hn, call);
     retire_namesakes(h, n->name, n->id);
     tr_jobs_node_added(h, n);
-    TR_LOG(TR_LOG_INFO, "node registered node=%llu name=%s gpus=%zu address=%s%s", (unsigned long long)n->id,
-           n->name, n->n_gpus, n->address, (old && tmpl.id == old->n->id) ? " again=1" : "");
+    TR_LOG(TR_LOG_INFO, "node registered node=%llu name=%s gpus=%zu address=%s replaces=%llu fenced_workers=%u%s",
+           (unsigned long long)n->id, n->name, n->n_gpus, n->address, (unsigned long long)n->replaces,
+           n->fenced_workers, (old && tmpl.id == old->n->id) ? " again=1" : "");
     *id_out = n->id;
     return TROUPE_OK;
 }
@@ -286,6 +493,7 @@ static void reply_registered(tr_head *h, tr_rpc_call *call, uint64_t node_id)
     rep.node_id = node_id;
     rep.heartbeat_ms = (uint32_t)h->cfg.heartbeat_ms;
     rep.head_started_ms = h->started_ms;
+    rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
     tr_rpc_reply(call, &rep.base);
 }
 
@@ -307,8 +515,17 @@ void tr_head_register_node(tr_rpc_call *call, void *user)
         goto out;
     }
     pthread_mutex_lock(&h->mu);
-    rv = do_register(h, r, &node_id, &err);
+    if (tr_head_store_refuse(h, call)) { /* the agent retries */
+        pthread_mutex_unlock(&h->mu);
+        goto out;
+    }
+    if (!tr_head_node_may_register(call, h, (r->name && r->name[0]) ? r->name : r->hostname, r->node_id)) {
+        pthread_mutex_unlock(&h->mu);
+        goto out; /* answered */
+    }
+    rv = do_register(h, call, r, &node_id, &err);
     if (rv == TROUPE_OK) {
+        tr_head_node_bind(call, tr_head_node_find(h, node_id));
         tr_head_after_commit(h, call, reply_registered, node_id);
     }
     pthread_mutex_unlock(&h->mu);
@@ -332,38 +549,52 @@ void tr_head_heartbeat(tr_rpc_call *call, void *user)
     }
     pthread_mutex_lock(&h->mu);
     hn = tr_head_node_find(h, r->node_id);
-    if (hn == NULL || hn->n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
+    if (hn == NULL || tr_head_node_gone(hn->n)) {
         pthread_mutex_unlock(&h->mu);
         tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is %s; register again",
-                           (unsigned long long)r->node_id, hn ? "DEAD" : "unknown");
+                           (unsigned long long)r->node_id, hn ? state_name((int)hn->n->state) : "unknown");
         goto out;
     }
-    hn->seen_mono = tr_now_ms();
+    if (!tr_head_node_allowed(call, hn)) {
+        pthread_mutex_unlock(&h->mu);
+        goto out; /* answered */
+    }
+    tr_head_node_seen(h, hn, call);
     hn->n->last_seen_ms = tr_wall_ms();
+    stats_take(hn->n, r);
     /* A node still waiting to re-register after a head restart stays SUSPECT
      * until it does; otherwise a heartbeat clears suspicion. */
-    if (hn->n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT &&
-        strncmp(hn->n->reason, "head restarted", 14) != 0) {
-        node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_ALIVE, "heartbeat received again");
+    if (hn->n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT && !hn->awaiting_register) {
+        tr_head_node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_ALIVE, "heartbeat received again");
     }
     pthread_mutex_unlock(&h->mu);
     rep.heartbeat_ms = (uint32_t)h->cfg.heartbeat_ms;
     rep.head_started_ms = h->started_ms;
+    rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
     tr_rpc_reply(call, &rep.base);
 out:
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
+/* ListNodes answers a page: nodes in id order (h->nodes is, ids only grow)
+ * after the cursor, at most limit of them, and never more than fits in the
+ * smaller of the head's and a default client's frame (each node's packed
+ * size is counted as it is added, as ListJobs does). */
 void tr_head_list_nodes(tr_rpc_call *call, void *user)
 {
     tr_head *h = user;
     Troupe__V1__ListNodesRequest *r =
         (Troupe__V1__ListNodesRequest *)tr_rpc_unpack(call, &troupe__v1__list_nodes_request__descriptor);
     Troupe__V1__ListNodesReply rep = TROUPE__V1__LIST_NODES_REPLY__INIT;
+    size_t budget, used = 0;
+    uint64_t last = 0;
 
     if (r == NULL) {
         return;
     }
+    budget = (size_t)h->cfg.max_frame_bytes < TR_RPC_DEFAULT_MAX_FRAME ? (size_t)h->cfg.max_frame_bytes
+                                                                       : TR_RPC_DEFAULT_MAX_FRAME;
+    budget = budget > 2 * LIST_NODES_MARGIN ? budget - LIST_NODES_MARGIN : budget / 2;
     pthread_mutex_lock(&h->mu);
     rep.nodes = calloc(h->n_nodes ? h->n_nodes : 1, sizeof(*rep.nodes));
     if (rep.nodes == NULL) {
@@ -373,11 +604,23 @@ void tr_head_list_nodes(tr_rpc_call *call, void *user)
     }
     for (size_t i = 0; i < h->n_nodes; i++) {
         Troupe__V1__Node *n = h->nodes[i].n;
-        if (!r->include_dead && n->state == TROUPE__V1__NODE_STATE__NODE_DEAD) {
+        size_t sz;
+        if (n->id <= r->cursor || (!r->include_dead && tr_head_node_gone(n))) {
             continue;
         }
-        n->gpus_free = n->state == TROUPE__V1__NODE_STATE__NODE_DEAD ? 0 : tr_jobs_node_free_gpus(h, n->id);
+        if (r->limit != 0 && rep.n_nodes == r->limit) {
+            rep.next_cursor = last; /* a further match exists */
+            break;
+        }
+        n->gpus_free = tr_head_node_gone(n) ? 0 : tr_jobs_node_free_gpus(h, n->id);
+        sz = troupe__v1__node__get_packed_size(n) + 16;
+        if (rep.n_nodes > 0 && used + sz > budget) {
+            rep.next_cursor = last; /* the frame is full */
+            break;
+        }
+        used += sz;
         rep.nodes[rep.n_nodes++] = n;
+        last = n->id;
     }
     /* Packed under the lock: the messages are borrowed from the registry. */
     tr_rpc_reply(call, &rep.base);
@@ -387,32 +630,102 @@ out:
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
-void tr_head_get_cluster(tr_rpc_call *call, void *user)
-{
-    tr_head *h = user;
-    Troupe__V1__GetClusterReply rep = TROUPE__V1__GET_CLUSTER_REPLY__INIT;
-    ProtobufCMessage *r = tr_rpc_unpack(call, &troupe__v1__get_cluster_request__descriptor);
+static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited);
 
-    if (r == NULL) {
-        return;
+static void cluster_after_save(tr_head *h, tr_rpc_call *call, uint64_t arg)
+{
+    (void)arg;
+    cluster_answer(h, call, 1);
+}
+
+/* count_jobs counts jobs by saved state, as GetJob and ListJobs show them:
+ * returns how many have a latest change that is not on disk yet (those are
+ * counted in jobs_unsaved instead, so that no count shows a state a head
+ * crash could take back). Under h->mu. */
+static uint32_t count_jobs(tr_head *h, Troupe__V1__GetClusterReply *rep)
+{
+    uint32_t unsaved = 0;
+
+    for (size_t i = 0; i < h->n_jobs; i++) {
+        if (!tr_jobs_saved(h, h->jobs[i])) {
+            unsaved++;
+            continue;
+        }
+        switch (h->jobs[i]->j->state) {
+        case TROUPE__V1__JOB_STATE__JOB_PENDING: rep->jobs_pending++; break;
+        case TROUPE__V1__JOB_STATE__JOB_RUNNING: rep->jobs_running++; break;
+        case TROUPE__V1__JOB_STATE__JOB_SUCCEEDED: rep->jobs_succeeded++; break;
+        case TROUPE__V1__JOB_STATE__JOB_FAILED: rep->jobs_failed++; break;
+        case TROUPE__V1__JOB_STATE__JOB_STOPPED: rep->jobs_stopped++; break;
+        default: break;
+        }
     }
-    pthread_mutex_lock(&h->mu);
+    return unsaved;
+}
+
+/* cluster_answer answers GetCluster under h->mu. While the store writes, a
+ * job with unsaved changes (a batch in flight: milliseconds) makes the call
+ * wait for that batch once, then it is answered as it stands; while the
+ * store cannot write, it is answered at once (status must work then) with
+ * those jobs in jobs_unsaved. Returns 0 when the call was parked. */
+static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited)
+{
+    Troupe__V1__GetClusterReply rep = TROUPE__V1__GET_CLUSTER_REPLY__INIT;
+    char store_error[sizeof(h->store_error)], http_url[sizeof(h->http_url)];
+    tr_rpc_conn_stats cs;
+
+    rep.jobs_unsaved = count_jobs(h, &rep);
+    if (rep.jobs_unsaved > 0 && !waited && !h->store_failing) {
+        tr_head_after_commit(h, call, cluster_after_save, 0);
+        return 0;
+    }
     for (size_t i = 0; i < h->n_nodes; i++) {
         Troupe__V1__Node *n = h->nodes[i].n;
         switch (n->state) {
         case TROUPE__V1__NODE_STATE__NODE_ALIVE: rep.nodes_alive++; break;
         case TROUPE__V1__NODE_STATE__NODE_SUSPECT: rep.nodes_suspect++; break;
+        case TROUPE__V1__NODE_STATE__NODE_LEFT: rep.nodes_left++; continue;
         default: rep.nodes_dead++; continue;
         }
         rep.gpus_total += (uint32_t)n->n_gpus;
         rep.gpus_free += tr_jobs_node_free_gpus(h, n->id);
     }
-    pthread_mutex_unlock(&h->mu);
+    rep.store_failing = h->store_failing != 0;
+    snprintf(store_error, sizeof(store_error), "%s", h->store_failing ? h->store_error : "");
+    rep.store_error = store_error;
+    rep.store_failing_since_ms = h->store_failing ? h->store_failing_since_ms : 0;
+    rep.store_failed_writes = h->store_failed_writes;
+    rep.store_unsaved = tr_head_store_unsaved(h);
+    snprintf(http_url, sizeof(http_url), "%s", h->http_url);
+    rep.http_url = http_url;
     rep.head_version = TROUPE_VERSION;
     rep.head_started_ms = h->started_ms;
-    rep.requests_served = tr_rpc_server_served(h->srv);
+    rep.requests_served = tr_rpc_server_served(tr_rpc_call_server(call));
+    rep.frames_oversized = tr_rpc_server_oversized(tr_rpc_call_server(call));
+    tr_rpc_server_conn_stats(tr_rpc_call_server(call), &cs);
+    rep.connections_open = cs.open;
+    rep.connections_unauthenticated = cs.unauthenticated;
+    rep.connections_max = cs.max;
+    rep.connections_refused = cs.refused;
+    rep.connections_displaced = cs.displaced;
+    rep.connections_closed_idle = cs.closed_idle;
+    rep.frame_limit_bytes = cs.frame_limit;
     tr_rpc_reply(call, &rep.base);
+    return 1;
+}
+
+void tr_head_get_cluster(tr_rpc_call *call, void *user)
+{
+    tr_head *h = user;
+    ProtobufCMessage *r = tr_rpc_unpack(call, &troupe__v1__get_cluster_request__descriptor);
+
+    if (r == NULL) {
+        return;
+    }
     protobuf_c_message_free_unpacked(r, NULL);
+    pthread_mutex_lock(&h->mu);
+    cluster_answer(h, call, 0);
+    pthread_mutex_unlock(&h->mu);
 }
 
 void tr_head_ping(tr_rpc_call *call, void *user)

@@ -26,6 +26,9 @@ void tr_store_close(tr_store *st);
 int tr_store_put(tr_store *st, const char *table, uint64_t id, int state, const uint8_t *data, size_t len,
                  tr_err *err);
 
+/* tr_store_delete_job removes a job's record and its events. */
+int tr_store_delete_job(tr_store *st, uint64_t id, tr_err *err);
+
 /* tr_store_scan calls fn for every record of table in id order; fn's data is
  * valid only during the call. A non-OK return from fn stops the scan. */
 typedef int (*tr_store_scan_fn)(void *arg, uint64_t id, int state, const uint8_t *data, size_t len);
@@ -36,7 +39,12 @@ int tr_store_scan(tr_store *st, const char *table, tr_store_scan_fn fn, void *ar
 int tr_store_event(tr_store *st, const char *kind, uint64_t node_id, uint64_t job_id, const char *message,
                    tr_err *err);
 
-/* tr_store_begin/commit group several writes into one transaction (one fsync). */
+/* tr_store_begin/commit group several writes into one transaction (one fsync).
+ *
+ * Test failpoint, inert unless set: with TROUPE_TEST_STORE_FULL_IF=PATH in
+ * the environment, every commit fails as if the disk were full
+ * (RESOURCE_EXHAUSTED) while PATH exists - so a test can fill and free the
+ * "disk" with touch and rm where it cannot mount a small filesystem. */
 int tr_store_begin(tr_store *st, tr_err *err);
 int tr_store_commit(tr_store *st, tr_err *err);
 

@@ -211,7 +211,13 @@ int tr_sched_strategy_parse(const char *name, tr_sched_strategy *out, tr_err *er
 int tr_sched_validate(const tr_sched_job_spec *spec, tr_err *err);
 
 /* tr_sched_check tells whether the job could ever run on the current ALIVE
- * nodes (as if all their GPUs were free). Reserves nothing.
+ * or SUSPECT nodes (as if all their GPUs were free): the submit-time verdict.
+ * SUSPECT nodes count because a head restart loads every node SUSPECT until
+ * its agent registers again, and one missed heartbeat makes a node SUSPECT; a
+ * job refused in that window would be refused for a blink, not for its shape.
+ * It agrees with the queue (tr_sched_schedule), which lets such a job wait
+ * for SUSPECT nodes and fails it only when no ALIVE or SUSPECT node could
+ * hold it. Reserves nothing.
  * Returns TROUPE_OK; TROUPE_INVALID_ARGUMENT (spec, see tr_sched_validate);
  * TROUPE_FAILED_PRECONDITION (infeasible, with the numbers); TROUPE_RESOURCE_EXHAUSTED (OOM). */
 int tr_sched_check(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err);
@@ -276,9 +282,11 @@ typedef struct tr_sched_decision {
  * would not use: it cannot delay it. Shadows live for the pass only.
  *
  * Per job: status TROUPE_OK (placement set); TROUPE_RESOURCE_EXHAUSTED (waits:
- * why says what for, or which earlier job holds what it could use);
- * TROUPE_INVALID_ARGUMENT / TROUPE_FAILED_PRECONDITION (spec bad or infeasible
- * on the alive cluster: the head should fail the job); TROUPE_ALREADY_EXISTS
+ * why says what for, or which earlier job holds what it could use, or that it
+ * needs SUSPECT nodes to report again: a job the ALIVE nodes cannot hold but
+ * ALIVE and SUSPECT ones could waits, its shadow taken on both);
+ * TROUPE_INVALID_ARGUMENT / TROUPE_FAILED_PRECONDITION (spec bad, or no ALIVE
+ * or SUSPECT node could ever hold it: the head may fail the job); TROUPE_ALREADY_EXISTS
  * (job id already placed). Bad or infeasible jobs hold no shadow.
  * Returns TROUPE_OK, or TROUPE_RESOURCE_EXHAUSTED on OOM (then nothing in this
  * pass was placed). */

@@ -84,7 +84,9 @@ void tr_sched_view_add(tr_sched_view *v, uint32_t slot, uint64_t free_mask, bool
 void tr_sched_view_take(tr_sched_view *v, uint32_t slot, uint64_t mask);
 void tr_sched_view_give(tr_sched_view *v, uint32_t slot, uint64_t mask);
 void tr_sched_view_set_alive(tr_sched_view *v, uint32_t slot, bool alive);
-int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s);
+/* tr_sched_view_empty_of: every node's GPUs free; ALIVE nodes bucketed (and
+ * SUSPECT ones with with_suspect: "could this ever run once they report"). */
+int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s, bool with_suspect);
 
 typedef bool (*tr_sched_filter)(void *ctx, uint32_t slot);
 /* Scan buckets lo..hi (ascending when lo <= hi, else descending); returns the
@@ -106,10 +108,11 @@ typedef enum tr_sched_viewkind { TR_SCHED_VIEW_LIVE, TR_SCHED_VIEW_EMPTY } tr_sc
  * TROUPE_RESOURCE_EXHAUSTED with *oom set. */
 int tr_sched_place_on(tr_sched *s, tr_sched_view *v, tr_sched_viewkind kind, const tr_sched_job_spec *spec,
                       tr_sched_placement **out, bool *oom, tr_err *err);
-/* Cluster pre-checks with number-naming messages (sched_validate.c). */
-int tr_sched_feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec, tr_err *err);
-/* Full feasibility: validate, pre-check, then place on an empty view. */
+/* Full feasibility: validate, pre-check (messages name the numbers), then
+ * place on an empty view of the ALIVE nodes; tr_sched_feasible_in counts
+ * SUSPECT nodes as well when with_suspect is set. */
 int tr_sched_feasible(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err);
+int tr_sched_feasible_in(tr_sched *s, const tr_sched_job_spec *spec, bool with_suspect, tr_err *err);
 void tr_sched_format_selector(const tr_sched_job_spec *spec, char *buf, size_t len);
 
 #endif

@@ -50,7 +50,7 @@ static int claim_views(qpass *q, size_t upto)
     if (q->claim_ready) {
         return TROUPE_OK;
     }
-    if (tr_sched_view_empty_of(&s->tmp[V_CA], s) != TROUPE_OK ||
+    if (tr_sched_view_empty_of(&s->tmp[V_CA], s, false) != TROUPE_OK ||
         tr_sched_view_copy(&s->tmp[V_CB], &s->tmp[V_CA]) != TROUPE_OK) {
         return TROUPE_RESOURCE_EXHAUSTED;
     }
@@ -84,8 +84,11 @@ static int start_job(qpass *q, size_t i, tr_sched_placement *p)
     return TROUPE_OK;
 }
 
-/* Compute job i's shadow on Ca, else Cb, else E, and fence it off in F and Ca. */
-static int take_shadow(qpass *q, const tr_sched_job_spec *spec)
+/* Compute job i's shadow on Ca, else Cb, else E, and fence it off in F and Ca.
+ * A job that only fits once SUSPECT nodes report again (with_suspect) takes
+ * its shadow on an E that counts them, so the GPUs it will need on the alive
+ * nodes stay fenced too. */
+static int take_shadow(qpass *q, const tr_sched_job_spec *spec, bool with_suspect)
 {
     tr_sched *s = q->s;
     tr_sched_placement *p = NULL;
@@ -100,7 +103,7 @@ static int take_shadow(qpass *q, const tr_sched_job_spec *spec)
         }
     }
     if (rv != TROUPE_OK && !oom) {
-        if (tr_sched_view_empty_of(&s->tmp[V_E], s) != TROUPE_OK) {
+        if (tr_sched_view_empty_of(&s->tmp[V_E], s, with_suspect) != TROUPE_OK) {
             return TROUPE_RESOURCE_EXHAUSTED;
         }
         rv = tr_sched_place_on(s, &s->tmp[V_E], TR_SCHED_VIEW_EMPTY, spec, &p, &oom, NULL);
@@ -135,21 +138,41 @@ static void wait_reason(qpass *q, size_t i, const tr_sched_job_spec *spec)
     q->out[i].status = TROUPE_RESOURCE_EXHAUSTED;
 }
 
+/* A job that cannot fit the ALIVE nodes may still fit once SUSPECT ones
+ * report again (a head restart loads every node SUSPECT until its agent
+ * registers; a missed heartbeat or two makes one SUSPECT): it waits for them,
+ * saying so. Only a job that no ALIVE or SUSPECT node could ever hold is
+ * infeasible (the head decides when to give up on it). */
 static int wait_job(qpass *q, size_t i, const tr_sched_job_spec *spec)
 {
-    tr_err ferr;
+    tr_err ferr, serr;
+    bool with_suspect = false;
     int rv = tr_sched_feasible(q->s, spec, &ferr);
 
+    if (rv == TROUPE_FAILED_PRECONDITION) {
+        rv = tr_sched_feasible_in(q->s, spec, true, &serr);
+        with_suspect = rv == TROUPE_OK;
+        if (rv != TROUPE_OK) {
+            ferr = serr;
+        }
+    }
     if (rv != TROUPE_OK) {
         /* Bad or infeasible: the head fails the job; it holds no shadow. */
         q->out[i].status = rv;
         q->out[i].why = ferr;
         return rv == TROUPE_RESOURCE_EXHAUSTED ? rv : TROUPE_OK;
     }
-    wait_reason(q, i, spec);
+    if (with_suspect) {
+        q->out[i].status = tr_err_set(&q->out[i].why, TROUPE_RESOURCE_EXHAUSTED,
+                                      "waiting for SUSPECT nodes to report again; the alive nodes alone "
+                                      "cannot hold it (%s)",
+                                      ferr.msg);
+    } else {
+        wait_reason(q, i, spec);
+    }
     rv = claim_views(q, i);
     if (rv == TROUPE_OK) {
-        rv = take_shadow(q, spec);
+        rv = take_shadow(q, spec, with_suspect);
     }
     if (!q->have_waiting) {
         q->have_waiting = true;

@@ -183,34 +183,43 @@ int tr_sched_validate(const tr_sched_job_spec *spec, tr_err *err)
     return validate_total(spec, total, err);
 }
 
-/* What the alive nodes matching the selector offer, ignoring what is in use. */
+/* What the nodes that count (ALIVE, and SUSPECT with with_suspect) matching
+ * the selector offer, ignoring what is in use. */
 typedef struct cluster_shape {
-    unsigned matching; /* alive matching nodes */
+    bool with_suspect;
+    bool suspect_seen; /* a SUSPECT node was counted: messages say "alive or suspect" */
+    const char *word;  /* "alive" or "alive or suspect", for messages */
+    unsigned matching; /* counted matching nodes */
     unsigned largest;  /* GPUs of the largest of them */
     uint64_t total;    /* their GPUs */
 } cluster_shape;
 
+static bool counts(const cluster_shape *cs, const tr_sched_node *n)
+{
+    return n->state == TR_SCHED_ALIVE || (cs->with_suspect && n->state == TR_SCHED_SUSPECT);
+}
+
 static void cluster_shape_of(const tr_sched *s, const tr_sched_job_spec *spec, cluster_shape *cs)
 {
-    memset(cs, 0, sizeof(*cs));
     for (uint32_t i = 0; i < s->nnodes; i++) {
         const tr_sched_node *n = &s->nodes[i];
-        if (n->state != TR_SCHED_ALIVE || !tr_sched_node_matches(n, spec->selector, spec->nselector)) {
+        if (!counts(cs, n) || !tr_sched_node_matches(n, spec->selector, spec->nselector)) {
             continue;
         }
         cs->matching++;
+        cs->suspect_seen |= n->state == TR_SCHED_SUSPECT;
         cs->total += n->gpus;
         cs->largest = n->gpus > cs->largest ? n->gpus : cs->largest;
     }
 }
 
-static unsigned nodes_with(const tr_sched *s, const tr_sched_job_spec *spec, unsigned gpus)
+static unsigned nodes_with(const tr_sched *s, const tr_sched_job_spec *spec, const cluster_shape *cs,
+                           unsigned gpus)
 {
     unsigned count = 0;
     for (uint32_t i = 0; i < s->nnodes; i++) {
         const tr_sched_node *n = &s->nodes[i];
-        count += n->state == TR_SCHED_ALIVE && n->gpus >= gpus &&
-                 tr_sched_node_matches(n, spec->selector, spec->nselector);
+        count += counts(cs, n) && n->gpus >= gpus && tr_sched_node_matches(n, spec->selector, spec->nselector);
     }
     return count;
 }
@@ -224,31 +233,32 @@ static int precheck_groups(const tr_sched *s, const tr_sched_job_spec *spec, con
                                                                  : g->gpus_per_worker;
         if (one_node > (long long)cs->largest) {
             return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                              "group %s needs 1 node with %lld free GPUs; largest node has %u", g->name,
-                              one_node, cs->largest);
+                              "group %s needs 1 node with %lld free GPUs; largest%s node has %u", g->name,
+                              one_node, cs->suspect_seen ? " alive or suspect" : "", cs->largest);
         }
         if (g->strategy == TR_SCHED_STRICT_SPREAD) {
-            unsigned have = nodes_with(s, spec, (unsigned)g->gpus_per_worker);
+            unsigned have = nodes_with(s, spec, cs, (unsigned)g->gpus_per_worker);
             if (have < (unsigned)g->workers) {
                 return tr_err_set(
                     err, TROUPE_FAILED_PRECONDITION,
-                    "STRICT_SPREAD group %s needs %d distinct nodes; cluster has %u with %d GPUs", g->name,
-                    g->workers, have, g->gpus_per_worker);
+                    "STRICT_SPREAD group %s needs %d distinct nodes; cluster has %u%s with %d GPUs", g->name,
+                    g->workers, have, cs->suspect_seen ? " alive or suspect node(s)" : "", g->gpus_per_worker);
             }
         }
     }
     return TROUPE_OK;
 }
 
-int tr_sched_feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec, tr_err *err)
+static int feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec, bool with_suspect, tr_err *err)
 {
     char sel[256];
-    cluster_shape cs;
+    cluster_shape cs = {.with_suspect = with_suspect};
 
     tr_sched_format_selector(spec, sel, sizeof(sel));
     cluster_shape_of(s, spec, &cs);
+    cs.word = cs.suspect_seen ? "alive or suspect" : "alive";
     if (cs.matching == 0) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "no alive node%s; the job cannot be placed",
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "no %s node%s; the job cannot be placed", cs.word,
                           sel[0] != '\0' ? sel : " at all");
     }
     int rv = precheck_groups(s, spec, &cs, err);
@@ -259,8 +269,8 @@ int tr_sched_feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec,
         if ((unsigned)spec->vnodes[i] > cs.largest) {
             return tr_err_set(
                 err, TROUPE_FAILED_PRECONDITION,
-                "virtual node %zu needs %d GPUs%s; no such node (largest such alive node has %u)", i,
-                spec->vnodes[i], sel, cs.largest);
+                "virtual node %zu needs %d GPUs%s; no such node (largest such %s node has %u)", i,
+                spec->vnodes[i], sel, cs.word, cs.largest);
         }
     }
     long long want = 0;
@@ -269,23 +279,23 @@ int tr_sched_feasible_precheck(const tr_sched *s, const tr_sched_job_spec *spec,
     }
     if ((uint64_t)want > cs.total) {
         return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                          "the virtual cluster needs %lld GPUs; alive nodes%s have %llu in total", want, sel,
-                          (unsigned long long)cs.total);
+                          "the virtual cluster needs %lld GPUs; %s nodes%s have %llu in total", want, cs.word,
+                          sel, (unsigned long long)cs.total);
     }
     return TROUPE_OK;
 }
 
-int tr_sched_feasible(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err)
+int tr_sched_feasible_in(tr_sched *s, const tr_sched_job_spec *spec, bool with_suspect, tr_err *err)
 {
     tr_sched_placement *p = NULL;
     bool oom;
     int rv = tr_sched_validate(spec, err);
 
     if (rv == TROUPE_OK) {
-        rv = tr_sched_feasible_precheck(s, spec, err);
+        rv = feasible_precheck(s, spec, with_suspect, err);
     }
     if (rv == TROUPE_OK) {
-        rv = tr_sched_view_empty_of(&s->tmp[3], s);
+        rv = tr_sched_view_empty_of(&s->tmp[3], s, with_suspect);
         if (rv != TROUPE_OK) {
             return tr_err_set(err, rv, "scheduler: out of memory");
         }
@@ -301,10 +311,15 @@ int tr_sched_feasible(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err)
     return rv;
 }
 
+int tr_sched_feasible(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err)
+{
+    return tr_sched_feasible_in(s, spec, false, err);
+}
+
 int tr_sched_check(tr_sched *s, const tr_sched_job_spec *spec, tr_err *err)
 {
     tr_err_clear(err);
-    return tr_sched_feasible(s, spec, err);
+    return tr_sched_feasible_in(s, spec, true, err);
 }
 
 int tr_sched_place(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, tr_sched_placement **out,

@@ -130,7 +130,7 @@ void tr_sched_view_give(tr_sched_view *v, uint32_t slot, uint64_t mask)
     view_move(v, slot, v->free[slot] | mask);
 }
 
-int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s)
+int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s, bool with_suspect)
 {
     int rv = tr_sched_view_reserve(dst, s->live.cap);
     if (rv != TROUPE_OK) {
@@ -139,7 +139,9 @@ int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s)
     memset(dst->bits, 0, (size_t)TR_SCHED_NBUCKETS * dst->words * sizeof(uint64_t));
     dst->n = 0;
     for (uint32_t i = 0; i < s->nnodes; i++) {
-        tr_sched_view_add(dst, i, s->nodes[i].full, s->nodes[i].state == TR_SCHED_ALIVE);
+        int st = s->nodes[i].state;
+        tr_sched_view_add(dst, i, s->nodes[i].full,
+                          st == TR_SCHED_ALIVE || (with_suspect && st == TR_SCHED_SUSPECT));
     }
     return TROUPE_OK;
 }

@@ -1,0 +1,64 @@
+/* auth.h - troupe-head's credentials: who may call what.
+ *
+ * Four kinds of credential (rpc.h names their scopes):
+ *   admin   the head's configured `token` (token_file / TROUPE_TOKEN); the RPC
+ *           layer compares it in constant time itself.
+ *   user,   minted by the admin (troupe token create --scope user|node
+ *   node    [--ttl]); the head keeps only a SHA-256 of each secret, in
+ *           STATE_DIR/credentials (0600), with its scope and expiry.
+ *           Text: "tr1.u.ID.SECRET" / "tr1.n.ID.SECRET" (SECRET: 64 hex).
+ *   worker  minted per job and attempt: "tr1.w.JOB.ATTEMPT.MAC" where MAC is
+ *           HMAC-SHA256(worker key, "tr1.w.JOB.ATTEMPT"); the key is 32
+ *           random bytes in STATE_DIR/worker.key (0600), so nothing per
+ *           credential is stored and a restarted head still knows them. A
+ *           worker credential works only while its job is not finished and
+ *           its attempt is the job's current one.
+ * Secrets never reach a log line. */
+#ifndef TR_AUTH_H
+#define TR_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "rpc.h"
+
+struct tr_head;
+struct tr_head_node;
+typedef struct tr_auth tr_auth;
+
+#define TR_AUTH_TOKEN_MAX 160 /* longest minted credential text, with its NUL */
+
+/* tr_auth_open loads (or creates) the worker key and the minted-credential
+ * file under state_dir. On OK *out is freed with tr_auth_close. */
+int tr_auth_open(const char *state_dir, tr_auth **out, tr_err *err);
+void tr_auth_close(tr_auth *a); /* NULL is a no-op */
+
+/* tr_auth_worker_credential writes the worker credential of (job, attempt)
+ * into buf (TR_AUTH_TOKEN_MAX bytes). */
+void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attempt, char *buf, size_t size);
+
+/* tr_head_authenticate is the RPC layer's tr_rpc_auth_fn (user = tr_head *).
+ * It takes h->mu briefly to check a worker credential's job. */
+int tr_head_authenticate(void *user, const char *token, tr_rpc_principal *out, tr_err *err);
+
+/* tr_head_node_allowed returns 1 when the caller may act for node hn: any
+ * credential but a node one, or the node credential that registered it.
+ * Otherwise answers PERMISSION_DENIED and returns 0. Caller holds h->mu. */
+int tr_head_node_allowed(tr_rpc_call *call, const struct tr_head_node *hn);
+
+/* tr_head_node_may_register returns 1 when a node credential may register
+ * (name, node_id): neither the node id it asks to keep nor a live node of
+ * that name belongs to another credential. Otherwise answers
+ * PERMISSION_DENIED and returns 0. Caller holds h->mu. */
+int tr_head_node_may_register(tr_rpc_call *call, struct tr_head *h, const char *name, uint64_t node_id);
+
+/* tr_head_node_bind records the caller's credential as hn's owner in its record
+ * (persisted with it: the caller has marked hn dirty). Caller holds h->mu. */
+void tr_head_node_bind(tr_rpc_call *call, struct tr_head_node *hn);
+
+/* RPC handlers (admin only). */
+void tr_head_create_token(tr_rpc_call *call, void *user);
+void tr_head_revoke_token(tr_rpc_call *call, void *user);
+
+#endif

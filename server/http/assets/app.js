@@ -1,0 +1,298 @@
+// The troupe dashboard: polls the head's /api/ every 2 s and draws with SVG.
+// No libraries: the head serves this file itself (clusters often have no
+// internet). Charts keep at most MAX_POINTS per worker and metric.
+"use strict";
+
+// troupe_worker_step_end's standard figures (README "Metrics").
+const CHARTS = [
+  { name: "loss", title: "loss" },
+  { name: "tokens_per_s", title: "tokens/s" },
+  { name: "mfu", title: "MFU" },
+  { name: "gpu_mem_in_use_bytes", title: "GPU memory in use (bytes)" },
+  { name: "step_ms", title: "step time (ms)" },
+];
+const MAX_POINTS = 2000;
+const COLORS = ["#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#4e342e", "#ad1457"];
+const SVGNS = "http://www.w3.org/2000/svg";
+
+let selected = null;     // job id shown in detail
+let series = {};         // name -> worker -> [[step, value], ...]
+let nextId = 0;          // metric points read so far (the API's next_id)
+let health = {};         // worker -> "stalled" | "straggler" for the selected job
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+async function get(path) {
+  const r = await fetch(path, { credentials: "same-origin" });
+  if (r.status === 401) { location.href = "/login"; throw new Error("401"); }
+  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+  return r.json();
+}
+
+const GB = 1e9;
+
+// gpuFigures: the node's live GPU figures from its agent's heartbeats (NVML,
+// or simulated with --fake-gpus), as three cells: utilisation (mean, and a
+// bar per GPU whose height is its utilisation), memory used / total (and
+// percent), the hottest GPU. "–" where the node is not live or sent none.
+function gpuFigures(n, live) {
+  const read = live ? n.gpus.filter(g => g.stats) : [];
+  const source = n.stats ? n.stats.gpu_source : "no figures yet";
+  if (read.length === 0) {
+    return [el("td", { class: "gpu-util", title: source }, "–"), el("td", { class: "gpu-mem" }, "–"),
+            el("td", { class: "gpu-temp" }, "–")];
+  }
+  let util = 0, used = 0, total = 0, hot = 0;
+  const bars = el("span", { class: "gpu-bars" });
+  for (const g of read) {
+    const s = g.stats;
+    util += s.utilization_pct;
+    used += s.memory_used_bytes;
+    total += s.memory_total_bytes;
+    hot = Math.max(hot, s.temperature_c);
+    const bar = el("span", {
+      class: "gpu-bar" + (s.temperature_c >= 85 ? " hot" : ""), "data-gpu": g.index, "data-util": s.utilization_pct,
+      "data-mem-used": s.memory_used_bytes, "data-mem-total": s.memory_total_bytes, "data-temp": s.temperature_c,
+      "data-power-mw": s.power_mw,
+      title: "GPU " + g.index + ": " + s.utilization_pct + " % · " + (s.memory_used_bytes / GB).toFixed(1) + " / " +
+        (s.memory_total_bytes / GB).toFixed(1) + " GB · " + s.temperature_c + " °C · " + Math.round(s.power_mw / 1000) + " W",
+    });
+    const fill = el("span", { class: "fill" });
+    fill.style.height = Math.min(100, s.utilization_pct) + "%"; // CSSOM: allowed under the page's CSP
+    bar.append(fill);
+    bars.append(bar);
+  }
+  const mean = Math.round(util / read.length);
+  const pct = total > 0 ? Math.round(100 * used / total) : 0;
+  const u = el("td", { class: "gpu-util", "data-util": mean, title: source }, mean + " % ");
+  u.append(bars);
+  return [u,
+          el("td", { class: "gpu-mem", "data-used": used, "data-total": total },
+             (used / GB).toFixed(1) + " / " + (total / GB).toFixed(0) + " GB (" + pct + " %)"),
+          el("td", { class: "gpu-temp" + (hot >= 85 ? " warn" : ""), "data-temp": hot }, hot + " °C")];
+}
+
+function renderCluster(c) {
+  document.getElementById("head-info").textContent =
+    "troupe-head " + c.head.version + " · RPC " + c.head.rpc + (c.head.store_failing ? " · STORE FAILING" : "");
+  const tb = document.querySelector("#nodes tbody");
+  tb.replaceChildren();
+  let total = 0, used = 0;
+  for (const n of c.nodes) {
+    const tr = el("tr", { "data-node": n.name, "data-state": n.state });
+    tr.append(el("td", {}, n.name + " (" + n.id + ")"));
+    tr.append(el("td", { class: n.state }, n.state + (n.draining ? " draining" : "") + (n.reason ? " – " + n.reason : "")));
+    const live = n.state === "ALIVE" || n.state === "SUSPECT";
+    if (live) { total += n.gpus_total; used += n.gpus_total - n.gpus_free; }
+    tr.append(el("td", { class: "gpus" }, live ? (n.gpus_total - n.gpus_free) + " / " + n.gpus_total : "–"));
+    const models = {};
+    for (const g of n.gpus) {
+      const k = g.model + " " + Math.round(g.memory_bytes / 1e9) + " GB" + (g.simulated ? " (simulated)" : "");
+      models[k] = (models[k] || 0) + 1;
+    }
+    tr.append(el("td", {}, Object.keys(models).map(k => models[k] + "× " + k).join(", ")));
+    tr.append(...gpuFigures(n, live));
+    tr.append(el("td", {}, Object.keys(n.labels).map(k => k + "=" + n.labels[k]).join(" ")));
+    tb.append(tr);
+  }
+  const j = c.jobs;
+  document.getElementById("totals").textContent =
+    c.nodes.length + " nodes · GPUs " + used + " used of " + total + " · jobs " + j.running + " running, " +
+    j.pending + " pending, " + j.succeeded + " succeeded, " + j.failed + " failed, " + j.stopped + " stopped";
+}
+
+// healthText: the head's judgement (Job.health) in a few words.
+function healthText(job) {
+  const h = job.health;
+  if (!h || !h.state || h.state === "NONE") return job.state === "RUNNING" ? "not judged yet" : "";
+  let t = h.state;
+  if (h.stragglers && h.stragglers.length) t += ", " + h.stragglers.length + " straggler" + (h.stragglers.length > 1 ? "s" : "");
+  if (h.memory && h.memory.length) t += ", memory warning";
+  return t;
+}
+
+function healthClass(text) {
+  return text.startsWith("STALLED") ? "STALLED" : text.indexOf("straggler") >= 0 || text.indexOf("memory") >= 0 ? "warn" :
+    text.startsWith("OK") ? "ok" : "muted";
+}
+
+function placement(job) {
+  const byNode = {};
+  for (const w of job.workers) {
+    if (!w.node) continue;
+    (byNode[w.node] = byNode[w.node] || []).push(w.group + "-" + w.rank + (w.gpus.length ? "[" + w.gpus.join(",") + "]" : ""));
+  }
+  return Object.keys(byNode).map(n => n + ": " + byNode[n].join(" ")).join("; ");
+}
+
+function renderJobs(list) {
+  const tb = document.querySelector("#jobs tbody");
+  tb.replaceChildren();
+  for (const j of list.jobs) {
+    const tr = el("tr", { class: "job" + (j.id === selected ? " sel" : ""), "data-job": j.id, "data-state": j.state });
+    tr.append(el("td", {}, String(j.id)));
+    tr.append(el("td", {}, j.name));
+    tr.append(el("td", { class: j.state }, j.state + (j.reason ? " – " + j.reason : "")));
+    const ht = healthText(j);
+    tr.append(el("td", { class: healthClass(ht), "data-health": (j.health && j.health.state) || "NONE" }, ht));
+    tr.append(el("td", {}, j.groups.map(g => g.name + " " + g.workers + "×" + g.gpus_per_worker + " GPU").join(", ")));
+    tr.append(el("td", {}, placement(j)));
+    tr.addEventListener("click", () => select(j.id));
+    tb.append(tr);
+  }
+  if (selected === null) {
+    const run = list.jobs.find(j => j.state === "RUNNING") || list.jobs[0];
+    const want = parseInt(location.hash.replace("#job=", ""), 10);
+    if (want) select(want); else if (run) select(run.id);
+  }
+  const sel = list.jobs.find(x => x.id === selected);
+  if (sel) renderHealth(sel);
+}
+
+function renderHealth(job) {
+  health = {};
+  const h = job.health || {};
+  const parts = [];
+  for (const s of h.stalled || []) {
+    health[s.worker] = "stalled";
+    parts.push("STALLED: rank " + s.rank + " (" + s.worker + " on " + s.node + ") last step " + s.last_step +
+      " at " + new Date(s.since_ms).toLocaleTimeString());
+  }
+  for (const s of h.stragglers || []) {
+    if (!health[s.worker]) health[s.worker] = "straggler";
+    parts.push("straggler: rank " + s.rank + " (" + s.worker + " on " + s.node + ") " +
+      (typeof s.ratio === "number" ? s.ratio.toFixed(2) + "× its group's median step time" : ""));
+  }
+  for (const m of h.memory || []) {
+    parts.push("memory: " + m.worker + (m.memory_growing ? " grows " + Math.round(m.memory_slope / 1024) + " KiB/step" : "") +
+      (m.memory_near ? " near the GPU's capacity" : ""));
+  }
+  const p = document.getElementById("job-health");
+  p.textContent = parts.length ? parts.join(" · ") : "health: " + (healthText(job) || "–");
+  p.className = parts.length ? (h.stalled && h.stalled.length ? "bad" : "warn") : "muted";
+  p.setAttribute("data-state", h.state || "NONE");
+}
+
+function select(id) {
+  if (id !== selected) {
+    selected = id;
+    series = {};
+    nextId = 0;
+    location.hash = "job=" + id;
+  }
+  document.getElementById("job-detail").hidden = false;
+  document.getElementById("job-title").textContent = String(id);
+}
+
+async function pollMetrics() {
+  if (selected === null) return;
+  const names = CHARTS.map(c => c.name).join(",");
+  let more = true, rounds = 0;
+  while (more && rounds++ < 10) {
+    const q = nextId ? "after=" + nextId : "last=" + (MAX_POINTS * 4);
+    const r = await get("/api/jobs/" + selected + "/metrics?name=" + names + "&limit=20000&" + q);
+    for (const p of r.points) {
+      const byW = (series[p.name] = series[p.name] || {});
+      const arr = (byW[p.worker] = byW[p.worker] || []);
+      arr.push([p.step, typeof p.value === "number" ? p.value : NaN]);
+      if (arr.length > MAX_POINTS) arr.splice(0, arr.length - MAX_POINTS);
+    }
+    nextId = r.next_id || nextId;
+    more = r.more;
+    let n = 0;
+    for (const s of r.streams) n += s.stored;
+    document.getElementById("job-points").textContent =
+      n + " points stored; dropped by workers: " + r.streams.map(s => s.worker + " " + s.dropped).join(", ");
+  }
+  drawCharts();
+}
+
+function drawCharts() {
+  const box = document.getElementById("charts");
+  box.replaceChildren();
+  for (const c of CHARTS) box.append(chart(c, series[c.name] || {}));
+}
+
+function chart(c, byWorker) {
+  const W = 420, H = 200, L = 56, B = 20;
+  const fig = el("figure", { id: "chart-" + c.name });
+  fig.append(el("figcaption", {}, c.title));
+  const svg = document.createElementNS(SVGNS, "svg");
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.setAttribute("data-metric", c.name);
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity, total = 0;
+  const workers = Object.keys(byWorker).sort();
+  for (const w of workers) for (const [x, y] of byWorker[w]) {
+    if (!isFinite(y)) continue;
+    x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+  }
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) { y1 = y0 + 1; }
+  const sx = x => L + (x - x0) / (x1 - x0) * (W - L - 8), sy = y => H - B - (y - y0) / (y1 - y0) * (H - B - 8);
+  const axis = document.createElementNS(SVGNS, "path");
+  axis.setAttribute("d", "M" + L + " 4 V" + (H - B) + " H" + (W - 4));
+  axis.setAttribute("stroke", "#999");
+  axis.setAttribute("fill", "none");
+  svg.append(axis);
+  const legend = el("div", { class: "legend" });
+  workers.forEach((w, i) => {
+    const pts = byWorker[w].filter(p => isFinite(p[1]));
+    total += pts.length;
+    const line = document.createElementNS(SVGNS, "polyline");
+    line.setAttribute("class", "series" + (health[w] ? " " + health[w] : ""));
+    line.setAttribute("data-worker", w);
+    line.setAttribute("data-n", pts.length);
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", COLORS[i % COLORS.length]);
+    line.setAttribute("stroke-width", health[w] ? 3 : 1.5);
+    if (health[w] === "stalled") line.setAttribute("stroke-dasharray", "4 3");
+    line.setAttribute("points", pts.map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" "));
+    svg.append(line);
+    const sp = el("span", { class: health[w] || "" }, "■ " + w + (health[w] ? " (" + health[w] + ")" : ""));
+    sp.style.color = COLORS[i % COLORS.length];
+    legend.append(sp);
+  });
+  if (total > 0) {
+    for (const [v, y] of [[y1, 12], [y0, H - B]]) {
+      const t = document.createElementNS(SVGNS, "text");
+      t.setAttribute("x", 2); t.setAttribute("y", y);
+      t.textContent = Math.abs(v) >= 1e4 ? v.toExponential(2) : +v.toPrecision(4);
+      svg.append(t);
+    }
+    const t = document.createElementNS(SVGNS, "text");
+    t.setAttribute("x", W - 80); t.setAttribute("y", H - 4);
+    t.textContent = "step " + x0 + "–" + x1;
+    svg.append(t);
+  } else {
+    const t = document.createElementNS(SVGNS, "text");
+    t.setAttribute("x", L + 10); t.setAttribute("y", H / 2);
+    t.textContent = "no points yet";
+    svg.append(t);
+  }
+  svg.setAttribute("data-points", total);
+  fig.append(svg, legend);
+  return fig;
+}
+
+async function tick() {
+  const st = document.getElementById("status");
+  try {
+    renderCluster(await get("/api/cluster"));
+    renderJobs(await get("/api/jobs"));
+    await pollMetrics();
+    st.textContent = "updated " + new Date().toLocaleTimeString();
+    st.className = "muted";
+  } catch (e) {
+    st.textContent = "update failed: " + e.message + " (retrying)";
+    st.className = "bad";
+  }
+  setTimeout(tick, 2000);
+}
+
+tick();
