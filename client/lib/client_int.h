@@ -33,12 +33,23 @@ typedef struct job_impl {
     troupe_worker *workers;
     troupe_group *groups;
     troupe_job_event *events;
+    troupe_rdzv_wait *waits;
+    troupe_profile profile;
+    troupe_failure *failures;
+    troupe_job_health *health;
 } job_impl;
 
 /* tr_client_job_view points ji->pub at m (arrays allocated here); -1 when out
  * of memory. tr_client_job_clear frees the arrays and an owned msg. */
 int tr_client_job_view(job_impl *ji, const Troupe__V1__Job *m);
 void tr_client_job_clear(job_impl *ji);
+/* tr_client_job_runtime fills the worker-runtime parts (waits, profile);
+ * worker_admin.c. */
+int tr_client_job_runtime(job_impl *ji, const Troupe__V1__Job *m);
+/* tr_client_health_new makes m's health public (HEALTH_NONE when m has
+ * none): one allocation, free() it; strings borrowed from m. NULL when out of
+ * memory (job_health.c). */
+troupe_job_health *tr_client_health_new(const Troupe__V1__Job *m);
 
 /* tr_client_submit_spec sends one SubmitJob. */
 troupe_status tr_client_submit_spec(troupe_client *c, Troupe__V1__JobSpec *spec, uint64_t *job_id, tr_err *e);

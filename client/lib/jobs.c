@@ -88,6 +88,7 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
     d->ended_ms = j->ended_ms;
     d->restarts = j->restarts;
     d->max_restarts = j->spec ? j->spec->max_restarts : 0;
+    d->next_restart_ms = j->next_restart_ms;
     d->version = j->version;
     for (size_t g = 0; j->spec != NULL && g < j->spec->n_groups; g++) {
         d->workers_total += j->spec->groups[g]->workers;
@@ -113,7 +114,9 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
                                 w->attempt,
                                 w->message,
                                 w->started_ms,
-                                w->ended_ms};
+                                w->ended_ms,
+                                w->paused,
+                                w->nsys_report ? w->nsys_report : ""};
     }
     d->n_groups = gs ? j->n_groups : 0;
     d->groups = gs;
@@ -139,7 +142,11 @@ int tr_client_job_view(job_impl *ji, const Troupe__V1__Job *m)
     ji->pub.n_events = m->n_events;
     ji->pub.events = ji->events;
     ji->pub.events_dropped = m->events_dropped;
-    return 0;
+    if ((ji->health = tr_client_health_new(m)) == NULL) {
+        return -1;
+    }
+    ji->pub.health = ji->health;
+    return tr_client_job_runtime(ji, m);
 }
 
 void tr_client_job_clear(job_impl *ji)
@@ -150,6 +157,9 @@ void tr_client_job_clear(job_impl *ji)
     free(ji->workers);
     free(ji->groups);
     free(ji->events);
+    free(ji->waits);
+    free(ji->failures);
+    free(ji->health);
 }
 
 TROUPE_API void troupe_job_free(troupe_job *job)
@@ -208,8 +218,11 @@ TROUPE_API troupe_status troupe_get_job(troupe_client *c, uint64_t job_id, troup
 
 typedef struct job_list_impl {
     troupe_job_list pub;
-    Troupe__V1__ListJobsReply *msg;
+    Troupe__V1__ListJobsReply **msgs; /* one per page */
+    size_t n_msgs;
     troupe_job *jobs;
+    troupe_job_health **health; /* one per job, as jobs */
+    size_t cap;
 } job_list_impl;
 
 TROUPE_API void troupe_job_list_free(troupe_job_list *list)
@@ -218,18 +231,84 @@ TROUPE_API void troupe_job_list_free(troupe_job_list *list)
     if (l == NULL) {
         return;
     }
-    if (l->msg != NULL) {
-        troupe__v1__list_jobs_reply__free_unpacked(l->msg, NULL);
+    for (size_t i = 0; i < l->n_msgs; i++) {
+        troupe__v1__list_jobs_reply__free_unpacked(l->msgs[i], NULL);
     }
+    for (size_t i = 0; i < l->pub.count; i++) {
+        free(l->health[i]);
+    }
+    free(l->msgs);
     free(l->jobs);
+    free(l->health);
     free(l);
 }
 
-TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, troupe_job_list **out,
-                                          troupe_error *err)
+/* list_call fetches one page into l (appending its jobs); sets *next. */
+static int list_call(troupe_client *c, const troupe_list_opts *o, job_list_impl *l, uint64_t *next, tr_err *e)
 {
     Troupe__V1__ListJobsRequest req = TROUPE__V1__LIST_JOBS_REQUEST__INIT;
+    Troupe__V1__ListJobsReply *rep = NULL, **msgs;
+    Troupe__V1__JobState states[8];
+    int rv;
+
+    req.active_only = o->active_only != 0;
+    req.limit = o->limit;
+    req.cursor = o->cursor;
+    req.oldest_first = o->oldest_first != 0;
+    req.name = (char *)(o->name ? o->name : "");
+    for (int s = TROUPE_JOB_PENDING; s <= TROUPE_JOB_STOPPED; s++) {
+        if (o->states & (1u << s)) {
+            states[req.n_states++] = (Troupe__V1__JobState)s;
+        }
+    }
+    req.states = states;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/ListJobs", &req.base,
+                            &troupe__v1__list_jobs_reply__descriptor, (ProtobufCMessage **)&rep,
+                            c->timeout_ms, TR_RPC_IDEMPOTENT, e);
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    msgs = realloc(l->msgs, (l->n_msgs + 1) * sizeof(*msgs));
+    if (msgs == NULL) {
+        troupe__v1__list_jobs_reply__free_unpacked(rep, NULL);
+        return tr_err_set(e, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    l->msgs = msgs;
+    l->msgs[l->n_msgs++] = rep;
+    if (l->pub.count + rep->n_jobs > l->cap) {
+        size_t cap = (l->pub.count + rep->n_jobs) * 2 + 1;
+        troupe_job *jobs = realloc(l->jobs, cap * sizeof(*jobs));
+        troupe_job_health **health = jobs ? realloc(l->health, cap * sizeof(*health)) : NULL;
+        if (jobs != NULL) {
+            l->jobs = jobs;
+        }
+        if (health == NULL) {
+            return tr_err_set(e, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        l->health = health;
+        l->cap = cap;
+    }
+    for (size_t i = 0; i < rep->n_jobs; i++) {
+        troupe_job_health *h = tr_client_health_new(rep->jobs[i]);
+        if (h == NULL) {
+            return tr_err_set(e, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        memset(&l->jobs[l->pub.count], 0, sizeof(*l->jobs));
+        fill_job(&l->jobs[l->pub.count], rep->jobs[i], NULL, NULL);
+        l->jobs[l->pub.count].health = h;
+        l->health[l->pub.count++] = h;
+    }
+    *next = rep->next_cursor;
+    return TROUPE_OK;
+}
+
+/* list_jobs lists one page, or every page when all is set. */
+static troupe_status list_jobs(troupe_client *c, const troupe_list_opts *opts, int all, troupe_job_list **out,
+                               troupe_error *err)
+{
+    troupe_list_opts o = {0};
     job_list_impl *l = calloc(1, sizeof(*l));
+    uint64_t next = 0;
     tr_err e;
     int rv;
 
@@ -237,24 +316,51 @@ TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, tro
     if (l == NULL) {
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
-    req.active_only = active_only != 0;
-    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/ListJobs", &req.base,
-                            &troupe__v1__list_jobs_reply__descriptor, (ProtobufCMessage **)&l->msg,
-                            c->timeout_ms, TR_RPC_IDEMPOTENT, &e);
-    if (rv == TROUPE_OK && (l->jobs = calloc(l->msg->n_jobs + 1, sizeof(*l->jobs))) == NULL) {
-        rv = tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    if (opts != NULL) {
+        o = *opts;
     }
+    do {
+        rv = list_call(c, &o, l, &next, &e);
+        o.cursor = next;
+    } while (rv == TROUPE_OK && all && next != 0);
     if (rv != TROUPE_OK) {
         troupe_job_list_free(&l->pub);
         return tr_client_finish(err, &e, rv);
     }
-    for (size_t i = 0; i < l->msg->n_jobs; i++) {
-        fill_job(&l->jobs[i], l->msg->jobs[i], NULL, NULL);
-    }
-    l->pub.count = l->msg->n_jobs;
     l->pub.jobs = l->jobs;
+    l->pub.next_cursor = next;
     *out = &l->pub;
     return tr_client_finish(err, &e, TROUPE_OK);
+}
+
+TROUPE_API troupe_status troupe_list_jobs_page(troupe_client *c, const troupe_list_opts *opts,
+                                               troupe_job_list **out, troupe_error *err)
+{
+    return list_jobs(c, opts, 0, out, err);
+}
+
+TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, troupe_job_list **out,
+                                          troupe_error *err)
+{
+    troupe_list_opts o = {.limit = 1000, .oldest_first = 1, .active_only = active_only};
+    return list_jobs(c, &o, 1, out, err);
+}
+
+TROUPE_API troupe_status troupe_delete_job(troupe_client *c, uint64_t job_id, troupe_error *err)
+{
+    Troupe__V1__DeleteJobRequest req = TROUPE__V1__DELETE_JOB_REQUEST__INIT;
+    Troupe__V1__DeleteJobReply *rep = NULL;
+    tr_err e;
+    int rv;
+
+    req.job_id = job_id;
+    rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/DeleteJob", &req.base,
+                            &troupe__v1__delete_job_reply__descriptor, (ProtobufCMessage **)&rep,
+                            c->timeout_ms, 0, &e); /* a retry would be NOT_FOUND */
+    if (rep != NULL) {
+        troupe__v1__delete_job_reply__free_unpacked(rep, NULL);
+    }
+    return tr_client_finish(err, &e, rv);
 }
 
 TROUPE_API troupe_status troupe_stop_job(troupe_client *c, uint64_t job_id, troupe_error *err)

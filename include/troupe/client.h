@@ -32,9 +32,19 @@ typedef struct troupe_error {
 typedef struct troupe_client troupe_client;
 
 typedef struct troupe_client_opts {
-    const char *head_url; /* NULL: $TROUPE_HEAD, then TROUPE_DEFAULT_HEAD */
-    const char *token;    /* NULL: $TROUPE_TOKEN, then none */
-    uint32_t timeout_ms;  /* per-call deadline; 0 = 10000 */
+    const char *head_url;   /* NULL: $TROUPE_HEAD, then TROUPE_DEFAULT_HEAD */
+    const char *token;      /* NULL: token_file, then $TROUPE_TOKEN, then the file named by
+                             * $TROUPE_TOKEN_FILE, then by $TROUPE_CREDENTIALS (a worker's
+                             * own credential), then none */
+    uint32_t timeout_ms;    /* per-call deadline; 0 = 10000 */
+    const char *token_file; /* NULL: see token; a file holding the credential */
+    /* tls+tcp:// heads. NULL: $TROUPE_TLS_CA, $TROUPE_TLS_CERT, $TROUPE_TLS_KEY,
+     * $TROUPE_TLS_SERVER_NAME. tls_ca (the CA that signed the head's
+     * certificate) is required; a client certificate only where the head asks. */
+    const char *tls_ca;
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_server_name; /* default: the host in head_url */
 } troupe_client_opts;
 
 /* troupe_client_open connects to the head. Returns UNAVAILABLE ("cannot reach
@@ -58,9 +68,10 @@ typedef enum troupe_node_state {
     TROUPE_NODE_ALIVE = 1,
     TROUPE_NODE_SUSPECT = 2,
     TROUPE_NODE_DEAD = 3,
+    TROUPE_NODE_LEFT = 4, /* its agent stopped and deregistered; final like DEAD */
 } troupe_node_state;
 
-/* troupe_node_state_name returns "ALIVE", "SUSPECT", "DEAD" or "UNKNOWN". */
+/* troupe_node_state_name returns "ALIVE", "SUSPECT", "DEAD", "LEFT" or "UNKNOWN". */
 TROUPE_API const char *troupe_node_state_name(int state);
 
 typedef struct troupe_gpu {
@@ -69,6 +80,11 @@ typedef struct troupe_gpu {
     uint64_t memory_bytes;
     const char *uuid;
     int simulated;
+    /* Live figures from the agent's latest heartbeat (NVML where the driver
+     * is, made up for --fake-gpus); stats 0 = none (see troupe_node.gpu_source). */
+    int stats;
+    uint64_t memory_used_bytes;
+    uint32_t utilization_pct, temperature_c, power_mw;
 } troupe_gpu;
 
 typedef struct troupe_label {
@@ -91,6 +107,16 @@ typedef struct troupe_node {
     const troupe_gpu *gpus;
     size_t n_labels;
     const troupe_label *labels;
+    uint32_t stop_grace_ms; /* the agent's SIGTERM-to-SIGKILL grace (0: unknown, older agent) */
+    int draining;            /* troupe drain: no new placements */
+    uint64_t replaces;       /* the earlier node of this name it came back as; 0 = none */
+    uint32_t fenced_workers; /* workers of its earlier self still running: takes no new work until 0 */
+    int has_nsys;            /* its agent found nsys on its PATH (profile: {nsys: true} can run there) */
+    /* Live node figures from the agent's latest heartbeat; stats_ms 0 = none yet. */
+    int64_t stats_ms;            /* the agent's clock when measured (unix ms) */
+    const char *gpu_source;      /* "nvml", "simulated", "none: WHY"; "" before the first */
+    double load1;                /* 1-minute load average */
+    uint64_t mem_total_bytes, mem_available_bytes;
 } troupe_node;
 
 typedef struct troupe_node_list {
@@ -99,19 +125,56 @@ typedef struct troupe_node_list {
 } troupe_node_list;
 
 /* troupe_list_nodes lists registered nodes (DEAD ones only when include_dead)
- * in id order. Free *out with troupe_node_list_free. Idempotent. */
+ * in id order, every one: it asks the head for as many pages as it takes
+ * (each page fits in a frame). Free *out with troupe_node_list_free.
+ * Idempotent. */
 TROUPE_API troupe_status troupe_list_nodes(troupe_client *c, int include_dead, troupe_node_list **out,
                                            troupe_error *err);
 
 /* troupe_node_list_free frees a list; NULL is a no-op. */
 TROUPE_API void troupe_node_list_free(troupe_node_list *list);
 
+typedef struct troupe_drain_result {
+    uint64_t node_id;
+    char name[128];
+    troupe_node_state state;
+    int draining;
+    uint32_t running_jobs; /* jobs that still have a worker on the node */
+} troupe_drain_result;
+
+/* troupe_drain_node marks a node (name or id) draining (undrain = 0: no new
+ * placements, its jobs run on) or placeable again (undrain = 1), and fills
+ * *out. Idempotent: call it again to see running_jobs fall. NOT_FOUND for an
+ * unknown node. */
+TROUPE_API troupe_status troupe_drain_node(troupe_client *c, const char *node, int undrain,
+                                           troupe_drain_result *out, troupe_error *err);
+
 typedef struct troupe_cluster {
-    uint32_t nodes_alive, nodes_suspect, nodes_dead;
+    uint32_t nodes_alive, nodes_suspect, nodes_dead, nodes_left; /* left: deregistered on purpose */
     uint32_t gpus_total, gpus_free;
     char head_version[32];
     int64_t head_started_ms;
     uint64_t requests_served;
+    uint32_t jobs_pending, jobs_running, jobs_succeeded, jobs_failed, jobs_stopped;
+    /* The head's state store. While store_failing it cannot write (e.g. a
+     * full disk): it refuses new work with RESOURCE_EXHAUSTED, keeps
+     * store_unsaved changes in memory and retries them by itself. */
+    int store_failing;
+    char store_error[512];          /* why, while failing; "" otherwise */
+    int64_t store_failing_since_ms; /* wall clock; 0 while writing */
+    uint64_t store_failed_writes;   /* writes that failed since the head started */
+    uint64_t store_unsaved;
+    char http_url[128]; /* where the head serves /metrics and its dashboard; "" = off */
+    /* RPC connections: bounds before authentication (README, Security). */
+    uint64_t connections_open, connections_unauthenticated, connections_max;
+    uint64_t connections_refused;     /* at the cap, every connection had authenticated */
+    uint64_t connections_displaced;   /* never-authenticated ones closed at the cap */
+    uint64_t connections_closed_idle; /* preauth_timeout_ms / idle_timeout_ms */
+    uint64_t frames_oversized;        /* refused over max_frame_bytes (logged) */
+    uint64_t frame_limit_bytes;       /* largest frame accepted now */
+    /* Job counts above are of saved states. While the store cannot write, a
+     * job whose latest change is not on disk is counted here instead. */
+    uint32_t jobs_unsaved;
 } troupe_cluster;
 
 /* troupe_get_cluster fills *out with the cluster totals. Idempotent. */
@@ -154,6 +217,8 @@ typedef struct troupe_worker {
     uint32_t pid, attempt;
     const char *message;
     int64_t started_ms, ended_ms;
+    int paused; /* RUNNING but stopped by a signal (SIGSTOP): shown as PAUSED */
+    const char *nsys_report; /* profile: {nsys: true}: the report nsys wrote on its node ("" = none) */
 } troupe_worker;
 
 typedef struct troupe_group {
@@ -185,12 +250,142 @@ typedef struct troupe_job {
     size_t n_events; /* lifecycle history, oldest first (latest 64) */
     const troupe_job_event *events;
     uint32_t events_dropped; /* older history entries not in events */
+    size_t n_waits;          /* rendezvous waits in progress (troupe_get_job only) */
+    const struct troupe_rdzv_wait *waits;
+    const struct troupe_profile *profile; /* never NULL in troupe_get_job results; NULL in listings */
+    int64_t next_restart_ms; /* unix ms of a restart waiting out its crash-loop back-off; 0 = none */
+    size_t n_failures;       /* failures workers reported (troupe_worker_fail), in arrival order */
+    const struct troupe_failure *failures;
+    uint32_t failures_dropped; /* older reports no longer kept (the head keeps the latest 32) */
+    const struct troupe_job_health *health; /* never NULL in troupe_get_job results and listings */
 } troupe_job;
+
+/* ---- built-in trace (worker.h: spans of profiled steps) ------------------- */
+
+/* One span, on the head's clock. */
+typedef struct troupe_trace_span {
+    const char *name; /* "step 3", "forward", "barrier ready", "all-reduce" */
+    const char *cat;  /* "step", "phase", "rdzv", "coll" */
+    int64_t ts_us;    /* start, unix us (head clock) */
+    int64_t dur_us;
+    uint64_t step;
+    uint32_t tid;  /* the worker's thread */
+    uint32_t rank; /* global rank of its worker (groups in spec order) */
+} troupe_trace_span;
+
+/* One worker attempt that sent spans. */
+typedef struct troupe_trace_worker {
+    const char *worker, *group, *node;
+    uint32_t rank, group_rank, attempt;
+    int64_t offset_us, rtt_us; /* clock offset applied (head - worker) and its probe's round trip */
+    uint64_t spans, dropped;
+} troupe_trace_worker;
+
+typedef struct troupe_trace {
+    size_t n_spans; /* in the order the head received them */
+    const troupe_trace_span *spans;
+    size_t n_workers;
+    const troupe_trace_worker *workers;
+} troupe_trace;
+
+/* troupe_get_trace fetches every span the head holds for a job (page by
+ * page). Free with troupe_trace_free. NOT_FOUND for an unknown job; a job
+ * whose workers profiled nothing yet gives an empty trace. The head keeps
+ * traces in memory: a head restart forgets them. */
+TROUPE_API troupe_status troupe_get_trace(troupe_client *c, uint64_t job_id, troupe_trace **out,
+                                          troupe_error *err);
+TROUPE_API void troupe_trace_free(troupe_trace *t);
+
+/* A failure a worker reported before it exited (worker.h troupe_worker_fail). */
+typedef struct troupe_failure {
+    const char *worker, *group, *node;
+    uint32_t rank, attempt; /* rank in its group; the attempt it reported from */
+    const char *code;       /* "DEADLINE_EXCEEDED" */
+    const char *reason;
+    int64_t ts_ms;          /* head wall clock when received */
+} troupe_failure;
+
+/* ---- job health -----------------------------------------------------------------
+ * The head judges every RUNNING job from the step figures its workers report
+ * (troupe_worker_step_end): STALLED when ranks made no step for stall_after,
+ * stragglers (step time above a factor of the group's median), and GPU
+ * memory growing per step or near capacity. Thresholds: `health:` in the job
+ * spec over the head's health_* settings (README). */
+typedef enum troupe_health_state {
+    TROUPE_HEALTH_NONE = 0,    /* not judged: not running, or no step reported yet */
+    TROUPE_HEALTH_OK = 1,
+    TROUPE_HEALTH_STALLED = 2,
+} troupe_health_state;
+
+/* troupe_health_state_name: "NONE", "OK", "STALLED" (static). */
+TROUPE_API const char *troupe_health_state_name(int state);
+
+/* A rank the head names (strings live as long as the job). */
+typedef struct troupe_health_rank {
+    const char *worker, *group, *node;
+    uint32_t rank;
+    size_t n_gpus;
+    const uint32_t *gpus;
+    uint64_t last_step;       /* its last step; 0 = none */
+    int64_t since_ms;         /* stalled: unix ms of its last step (or of its group's first, if it had none) */
+    double step_ms;           /* straggler: its median step time over the window */
+    double group_step_ms;     /* ... the group's median */
+    double ratio;             /* ... step_ms / group_step_ms */
+    double memory_bytes;      /* memory: latest allocated GPU memory */
+    double memory_slope;      /* ... growth in bytes per step (when growing) */
+    double memory_total;      /* ... the GPU's capacity; 0 = unknown */
+    int memory_growing, memory_near;
+    int by_compute;           /* straggler: step_ms and group_step_ms are compute times (forward +
+                                 backward + optimizer, the all-reduce wait left out), not whole steps */
+} troupe_health_rank;
+
+typedef struct troupe_job_health {
+    troupe_health_state state;
+    int64_t stall_after_ms; /* in force (the smallest of the groups') */
+    int64_t judged_ms;      /* unix ms */
+    int on_stall_fail;      /* health.on_stall: fail (a stall fails the group) */
+    size_t n_stalled, n_stragglers, n_memory;
+    const troupe_health_rank *stalled, *stragglers, *memory;
+} troupe_job_health;
+
+/* A rendezvous (IDs, barrier or all-gather) that ranks are waiting in. */
+typedef struct troupe_rdzv_wait {
+    const char *comm;
+    uint32_t epoch;
+    const char *what; /* "ids", "barrier:NAME", "gather:NAME" */
+    uint32_t size, arrived;
+    size_t n_missing;             /* the first 32 */
+    const char *const *missing;   /* "2 job7-policy-2 on node-b" */
+} troupe_rdzv_wait;
+
+/* A job's profiling setting: the spec's (profile: or NRL_NSYS_* env) and the
+ * run-time one set by troupe_set_profile, which wins once set (version > 0). */
+typedef struct troupe_profile {
+    const char *spec_steps, *spec_workers; /* "" when the spec has none */
+    uint64_t version;                      /* 0 = never set at run time */
+    int off;
+    const char *steps;                     /* "A:B", or "" */
+    uint32_t next, align;                  /* relative: next N steps, from a multiple of align */
+    const char *workers;
+    int64_t set_ms;
+} troupe_profile;
 
 typedef struct troupe_job_list {
     size_t count;
     const troupe_job *jobs;
+    uint64_t next_cursor; /* troupe_list_jobs_page: the next page's cursor; 0 = no more */
 } troupe_job_list;
+
+/* What troupe_list_jobs_page lists; zeroed = the newest 100 jobs. */
+typedef struct troupe_list_opts {
+    uint32_t limit;       /* at most this many (0 = 100; the head caps it at 1000 and
+                           * returns fewer when more would not fit in its frame) */
+    uint64_t cursor;      /* a previous page's next_cursor; 0 = from the start */
+    int oldest_first;     /* default: newest first */
+    int active_only;      /* only PENDING and RUNNING */
+    uint32_t states;      /* bit (1u << troupe_job_state) per state wanted; 0 = any */
+    const char *name;     /* fnmatch glob on the job name; NULL or "" = any */
+} troupe_list_opts;
 
 /* troupe_submit_file parses a job YAML file (errors name file:line:col) and
  * submits it. On OK *job_id is the new job's id. An impossible placement is
@@ -217,11 +412,23 @@ TROUPE_API troupe_status troupe_wait_job(troupe_client *c, uint64_t job_id, uint
 /* troupe_job_free frees a job; NULL is a no-op. */
 TROUPE_API void troupe_job_free(troupe_job *job);
 
-/* troupe_list_jobs lists jobs (all, or only PENDING/RUNNING) in id order,
- * without per-worker detail. Free with troupe_job_list_free. */
+/* troupe_list_jobs lists jobs (all the head keeps, or only PENDING/RUNNING)
+ * in id order, without per-worker detail, page by page (see
+ * troupe_list_jobs_page). Free with troupe_job_list_free. */
 TROUPE_API troupe_status troupe_list_jobs(troupe_client *c, int active_only, troupe_job_list **out,
                                           troupe_error *err);
 TROUPE_API void troupe_job_list_free(troupe_job_list *list);
+
+/* troupe_list_jobs_page lists one page of jobs (opts may be NULL), without
+ * per-worker detail; pass (*out)->next_cursor as opts->cursor for the next.
+ * Free with troupe_job_list_free. Idempotent. */
+TROUPE_API troupe_status troupe_list_jobs_page(troupe_client *c, const troupe_list_opts *opts,
+                                               troupe_job_list **out, troupe_error *err);
+
+/* troupe_delete_job deletes a finished job (ended, no worker left) with its
+ * events and log. FAILED_PRECONDITION while it is active (stop it first),
+ * NOT_FOUND for an unknown id. Returns once the deletion is on disk. */
+TROUPE_API troupe_status troupe_delete_job(troupe_client *c, uint64_t job_id, troupe_error *err);
 
 /* troupe_stop_job stops a job: SIGTERM to its workers' process groups, then
  * SIGKILL after the node's grace period. FAILED_PRECONDITION if it already
@@ -296,8 +503,94 @@ TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, con
                                           uint64_t offset, uint32_t wait_ms, char **data, size_t *len,
                                           uint64_t *next_offset, int *done, troupe_error *err);
 
+/* troupe_token_create mints a credential of scope "user" or "node" that
+ * expires after ttl_s seconds (0 = never); needs the admin credential. On OK
+ * *token is the credential text (shown once: the head keeps only its hash;
+ * free with troupe_free), *id names it for troupe_token_revoke and
+ * *expires_ms is its unix expiry (0 = never). */
+TROUPE_API troupe_status troupe_token_create(troupe_client *c, const char *scope, uint64_t ttl_s, char **token,
+                                             uint64_t *id, int64_t *expires_ms, troupe_error *err);
+
+/* troupe_token_revoke makes credential id stop working at once (NOT_FOUND
+ * when there is none); needs the admin credential. */
+TROUPE_API troupe_status troupe_token_revoke(troupe_client *c, uint64_t id, troupe_error *err);
+
 /* troupe_free frees memory libtroupe handed out as a plain buffer. */
 TROUPE_API void troupe_free(void *p);
+
+/* What troupe_set_profile asks for: off, or an absolute range "A:B"
+ * (1-based, A inclusive, B exclusive), or the next N steps after each worker
+ * sees the change (from the next multiple of align when align > 0); workers
+ * are comma-separated fnmatch globs on group and worker names. */
+typedef struct troupe_profile_req {
+    int off;
+    const char *steps;
+    uint32_t next, align;
+    const char *workers;
+} troupe_profile_req;
+
+/* troupe_set_profile changes a running job's profiling setting; durable (a
+ * restarted head keeps it), delivered to every worker before its next step
+ * boundary. INVALID_ARGUMENT for a bad range or patterns, NOT_FOUND for an
+ * unknown job, FAILED_PRECONDITION for one that ended. *version (may be NULL)
+ * is the setting's new version. Not retried. */
+TROUPE_API troupe_status troupe_set_profile(troupe_client *c, uint64_t job_id, const troupe_profile_req *req,
+                                            uint64_t *version, troupe_error *err);
+
+/* ---- metrics (troupe metrics) ---------------------------------------------- */
+
+/* One scalar a worker reported (troupe_worker_metric). value may be NaN or
+ * +-inf, as reported. id is the head's order of arrival (a cursor). */
+typedef struct troupe_metric_point {
+    uint64_t id, seq, step;
+    const char *worker;
+    uint32_t attempt;
+    const char *name;
+    double value;
+    int64_t ts_ms; /* worker clock, unix ms */
+} troupe_metric_point;
+
+/* Per worker attempt: points stored and points known lost (dropped by the
+ * worker, from gaps in its sequence numbers); reported - last_seq is what
+ * the head has not heard about yet. */
+typedef struct troupe_metric_stream {
+    const char *worker;
+    uint32_t attempt;
+    uint64_t stored, dropped, last_seq, reported, worker_dropped;
+} troupe_metric_stream;
+
+/* What troupe_get_metrics asks for; zeroed = the first page of everything. */
+typedef struct troupe_metrics_query {
+    const char *const *workers; /* only these workers (NOT_FOUND for one not in the job) */
+    size_t n_workers;           /* at most 64 */
+    const char *const *names;   /* only these metric names */
+    size_t n_names;             /* at most 64 */
+    uint64_t after_id;          /* a previous page's next_id: points after it */
+    uint32_t last;              /* with after_id 0: only the newest N matching points */
+    uint32_t limit;             /* page size; 0 = 5000, at most 20000 */
+    uint32_t wait_ms;           /* > 0: when no point matches yet, the head holds the call until one
+                                 * is stored (answered then) or this long has passed (an empty page);
+                                 * at most 60000. Following without polling. */
+} troupe_metrics_query;
+
+typedef struct troupe_metrics_page {
+    size_t n_points;
+    const troupe_metric_point *points; /* in order of arrival (per worker: seq order) */
+    size_t n_streams;
+    const troupe_metric_stream *streams;
+    uint64_t next_id; /* pass as after_id for the next page, or to follow */
+    int more;         /* another page is ready now */
+    uint64_t kept;    /* points of the job on disk */
+    uint64_t trimmed; /* points of the job removed by the head's retention (metrics_keep) */
+} troupe_metrics_page;
+
+/* troupe_get_metrics reads one page of a job's metrics (q may be NULL).
+ * NOT_FOUND for an unknown job or worker. Free with troupe_metrics_page_free.
+ * Idempotent. With q->wait_ms the call's deadline is the client's timeout
+ * plus wait_ms. */
+TROUPE_API troupe_status troupe_get_metrics(troupe_client *c, uint64_t job_id, const troupe_metrics_query *q,
+                                            troupe_metrics_page **out, troupe_error *err);
+TROUPE_API void troupe_metrics_page_free(troupe_metrics_page *p);
 
 #ifdef __cplusplus
 }
