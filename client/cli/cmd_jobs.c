@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "json.h"
@@ -15,25 +16,31 @@ static int parse_id(const char *s, uint64_t *id)
     unsigned long long v = strtoull(s, &end, 10);
     if (*s == '\0' || *end != '\0' || v == 0) {
         fprintf(stderr, "troupe: '%s' is not a job id (see troupe jobs)\n", s);
-        return 2;
+        return TR_EXIT_USAGE;
     }
     *id = v;
     return 0;
 }
 
-static double secs(int64_t from, int64_t to)
+double tr_cli_secs(int64_t from, int64_t to)
 {
     return (from > 0 && to >= from) ? (double)(to - from) / 1000.0 : 0.0;
 }
 
-static int64_t now_ms(void)
+/* shown_state: a RUNNING worker stopped by a signal (SIGSTOP) shows PAUSED. */
+static const char *shown_state(const troupe_worker *w)
+{
+    return w->state == TROUPE_WORKER_RUNNING && w->paused ? "PAUSED" : troupe_worker_state_name(w->state);
+}
+
+int64_t tr_cli_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void job_json(FILE *out, const troupe_job *j)
+void tr_cli_job_json(FILE *out, const troupe_job *j)
 {
     fprintf(out, "{\"id\":%" PRIu64 ",\"name\":", j->id);
     tr_json_str(out, j->name);
@@ -42,9 +49,9 @@ static void job_json(FILE *out, const troupe_job *j)
     fprintf(
         out,
         ",\"submitted_ms\":%lld,\"started_ms\":%lld,\"ended_ms\":%lld,\"restarts\":%u,\"max_restarts\":%u,"
-        "\"workers_total\":%u,\"version\":%" PRIu64 ",\"groups\":[",
+        "\"workers_total\":%u,\"version\":%" PRIu64 ",\"next_restart_ms\":%lld,\"groups\":[",
         (long long)j->submitted_ms, (long long)j->started_ms, (long long)j->ended_ms, j->restarts,
-        j->max_restarts, j->workers_total, j->version);
+        j->max_restarts, j->workers_total, j->version, (long long)j->next_restart_ms);
     for (size_t g = 0; g < j->n_groups; g++) {
         fprintf(out, "%s{\"name\":", g ? "," : "");
         tr_json_str(out, j->groups[g].name);
@@ -77,15 +84,22 @@ static void job_json(FILE *out, const troupe_job *j)
             fprintf(out, "%s%u", k ? "," : "", w->gpus[k]);
         }
         fprintf(out,
-                "],\"state\":\"%s\",\"exit_code\":%d,\"signal\":%d,\"pid\":%u,\"attempt\":%u,\"message\":",
-                troupe_worker_state_name(w->state), w->exit_code, w->signal, w->pid, w->attempt);
+                "],\"state\":\"%s\",\"paused\":%s,\"exit_code\":%d,\"signal\":%d,\"pid\":%u,\"attempt\":%u,"
+                "\"started_ms\":%lld,\"ended_ms\":%lld,\"message\":",
+                shown_state(w), w->paused ? "true" : "false", w->exit_code, w->signal, w->pid, w->attempt,
+                (long long)w->started_ms, (long long)w->ended_ms);
         tr_json_str(out, w->message);
+        fputs(",\"nsys_report\":", out);
+        tr_json_str(out, w->nsys_report);
         fputc('}', out);
     }
-    fputs("]}", out);
+    fputc(']', out);
+    tr_cli_runtime_json(out, j);
+    tr_cli_health_json(out, j);
+    fputc('}', out);
 }
 
-static void gpus_str(const troupe_worker *w, char *buf, size_t size)
+void tr_cli_gpus_str(const troupe_worker *w, char *buf, size_t size)
 {
     size_t off = 0;
     buf[0] = '\0';
@@ -96,16 +110,28 @@ static void gpus_str(const troupe_worker *w, char *buf, size_t size)
 
 static void job_table(const troupe_job *j)
 {
-    int64_t end = j->ended_ms ? j->ended_ms : now_ms();
+    int64_t end = j->ended_ms ? j->ended_ms : tr_cli_now_ms();
     printf("job       %" PRIu64 " (%s)\n", j->id, j->name);
     printf("state     %s: %s\n", troupe_job_state_name(j->state), j->reason);
     printf("time      queued %.1f s, ran %.1f s\n",
-           secs(j->submitted_ms, j->started_ms ? j->started_ms : end), secs(j->started_ms, end));
+           tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : end), tr_cli_secs(j->started_ms, end));
     printf("restarts  %u of %u\n", j->restarts, j->max_restarts);
-    for (size_t g = 0; g < j->n_groups; g++) {
-        printf("group     %s: %u workers, MASTER_ADDR=%s MASTER_PORT=%u\n", j->groups[g].name,
-               j->groups[g].world_size, j->groups[g].master_addr, j->groups[g].master_port);
+    tr_cli_health_table(j);
+    if (j->next_restart_ms > 0) {
+        time_t t = (time_t)(j->next_restart_ms / 1000);
+        struct tm tm;
+        char when[32];
+        localtime_r(&t, &tm);
+        strftime(when, sizeof(when), "%H:%M:%S", &tm);
+        printf("next      restart at %s (in %.1f s, crash-loop back-off)\n", when,
+               (double)(j->next_restart_ms - tr_cli_now_ms()) / 1000.0);
     }
+    for (size_t g = 0; g < j->n_groups; g++) {
+        printf("group     %s: %u worker%s, MASTER_ADDR=%s MASTER_PORT=%u\n", j->groups[g].name,
+               j->groups[g].world_size, tr_cli_plural(j->groups[g].world_size), j->groups[g].master_addr,
+               j->groups[g].master_port);
+    }
+    tr_cli_runtime_table(j);
     if (j->n_events > 0) {
         printf("\nhistory%s\n", j->events_dropped ? " (latest entries)" : "");
         for (size_t e = 0; e < j->n_events; e++) {
@@ -117,20 +143,29 @@ static void job_table(const troupe_job *j)
     if (j->n_workers == 0) {
         return;
     }
-    printf("\n%-24s %-10s %5s %5s %-12s %-10s %-16s %s\n", "WORKER", "GROUP", "RANK", "LOCAL", "NODE", "GPUS",
-           "STATE", "EXIT");
+    printf("\n%-24s %-10s %5s %5s %-12s %-10s %-16s %8s  %s\n", "WORKER", "GROUP", "RANK", "LOCAL", "NODE",
+           "GPUS", "STATE", "TIME", "EXIT");
     for (size_t i = 0; i < j->n_workers; i++) {
         const troupe_worker *w = &j->workers[i];
         char gpus[128], exitbuf[160];
-        gpus_str(w, gpus, sizeof(gpus));
+        tr_cli_gpus_str(w, gpus, sizeof(gpus));
         if (w->state == TROUPE_WORKER_EXITED) {
             snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d" : "code %d",
                      w->signal ? w->signal : w->exit_code);
         } else {
             snprintf(exitbuf, sizeof(exitbuf), "%s", w->message);
         }
-        printf("%-24s %-10s %5u %5u %-12s %-10s %-16s %s\n", w->name, w->group, w->rank, w->local_rank,
-               w->node_name, gpus, troupe_worker_state_name(w->state), exitbuf);
+        /* Run time until the process was gone: a stop's grace period counts. */
+        double ran = tr_cli_secs(w->started_ms, w->ended_ms ? w->ended_ms : tr_cli_now_ms());
+        printf("%-24s %-10s %5u %5u %-12s %-10s %-16s %7.1fs  %s\n", w->name, w->group, w->rank, w->local_rank,
+               w->node_name, gpus, shown_state(w), ran,
+               w->paused && !w->message[0] ? "stopped by a signal (SIGSTOP)" : exitbuf);
+    }
+    for (size_t i = 0, shown = 0; i < j->n_workers; i++) { /* profile: {nsys: true} reports */
+        if (j->workers[i].nsys_report[0] != '\0') {
+            printf("%snsys      %s: %s (on node %s)\n", shown++ ? "" : "\n", j->workers[i].name,
+                   j->workers[i].nsys_report, j->workers[i].node_name);
+        }
     }
 }
 
@@ -143,18 +178,18 @@ int tr_cli_cmd_job(tr_cli *cli, int argc, char **argv)
 
     if (argc != 2) {
         fprintf(stderr, "usage: troupe job ID\n");
-        return 2;
+        return TR_EXIT_USAGE;
     }
     if ((rv = parse_id(argv[1], &id)) != 0 || tr_cli_connect(cli) != 0) {
-        return rv ? rv : 1;
+        return rv ? rv : TR_EXIT_FAILED;
     }
     if (troupe_get_job(cli->client, id, &j, &err) != TROUPE_OK) {
         tr_cli_fail(cli, &err);
         troupe_client_close(cli->client);
-        return 1;
+        return TR_EXIT_FAILED;
     }
     if (cli->json) {
-        job_json(stdout, j);
+        tr_cli_job_json(stdout, j);
         fputc('\n', stdout);
     } else {
         job_table(j);
@@ -166,42 +201,46 @@ int tr_cli_cmd_job(tr_cli *cli, int argc, char **argv)
 
 int tr_cli_cmd_jobs(tr_cli *cli, int argc, char **argv)
 {
+    troupe_list_opts o = {0};
     troupe_job_list *l = NULL;
     troupe_error err;
-    int active = 0;
+    int all = 0, rv;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--active") == 0) {
-            active = 1;
-        } else {
-            fprintf(stderr, "troupe jobs: unknown argument '%s' (usage: troupe jobs [--active])\n", argv[i]);
-            return 2;
-        }
+    if ((rv = tr_cli_list_args(argc, argv, &o, &all)) != TR_EXIT_OK) {
+        return rv;
     }
     if (tr_cli_connect(cli) != 0) {
-        return 1;
+        return TR_EXIT_FAILED;
     }
-    if (troupe_list_jobs(cli->client, active, &l, &err) != TROUPE_OK) {
+    if ((all ? troupe_list_jobs(cli->client, o.active_only, &l, &err)
+             : troupe_list_jobs_page(cli->client, &o, &l, &err)) != TROUPE_OK) {
         tr_cli_fail(cli, &err);
         troupe_client_close(cli->client);
-        return 1;
+        return TR_EXIT_FAILED;
     }
     if (cli->json) {
         printf("{\"count\":%zu,\"jobs\":[", l->count);
         for (size_t i = 0; i < l->count; i++) {
             fputs(i ? "," : "", stdout);
-            job_json(stdout, &l->jobs[i]);
+            tr_cli_job_json(stdout, &l->jobs[i]);
         }
-        printf("]}\n");
+        printf("],\"next_cursor\":%" PRIu64 "}\n", l->next_cursor);
     } else {
         printf("%-5s %-20s %-10s %7s %8s %8s  %s\n", "ID", "NAME", "STATE", "WORKERS", "RESTARTS", "TIME",
                "REASON");
         for (size_t i = 0; i < l->count; i++) {
             const troupe_job *j = &l->jobs[i];
-            int64_t end = j->ended_ms ? j->ended_ms : now_ms();
-            printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs  %s\n", j->id, j->name,
-                   troupe_job_state_name(j->state), j->workers_total, j->restarts,
-                   secs(j->started_ms ? j->started_ms : j->submitted_ms, end), j->reason);
+            int64_t end = j->ended_ms ? j->ended_ms : tr_cli_now_ms();
+            char reason[1024];
+            tr_cli_health_reason(j, reason, sizeof(reason));
+            printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs  %s\n", j->id, j->name, tr_cli_health_state(j),
+                   j->workers_total, j->restarts, tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, end),
+                   reason);
+        }
+        if (l->next_cursor != 0) {
+            fprintf(stderr,
+                    "troupe: more jobs; the next page: troupe jobs --cursor %" PRIu64 " (same filters)\n",
+                    l->next_cursor);
         }
     }
     troupe_job_list_free(l);
@@ -209,149 +248,51 @@ int tr_cli_cmd_jobs(tr_cli *cli, int argc, char **argv)
     return 0;
 }
 
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-/* print_events writes history entries the caller has not seen yet; *seen
- * counts entries since the job began (dropped ones included). */
-static void print_events(const troupe_job *j, uint64_t id, size_t *seen)
-{
-    size_t total = j->events_dropped + j->n_events;
-    for (size_t k = *seen; k < total; k++) {
-        if (k >= j->events_dropped) {
-            const troupe_job_event *e = &j->events[k - j->events_dropped];
-            fprintf(stderr, "troupe: job %" PRIu64 " %s: %s\n", id, e->kind, e->message);
-        }
-    }
-    *seen = total;
-}
-
-/* gave_up handles a lost head while following: says so once, retries for
- * 60 s, then says what may still be running and returns 1. */
-static int gave_up(int64_t *lost_since, const troupe_error *err, const char *what)
-{
-    if (*lost_since == 0) {
-        fprintf(stderr, "troupe: lost contact with the head (%s); retrying for 60 s\n", err->message);
-        *lost_since = now_ms();
-        return 0;
-    }
-    if (now_ms() - *lost_since > 60000) {
-        fprintf(stderr, "troupe: head unreachable for 60 s; %s\n", what);
-        return 1;
-    }
-    return 0;
-}
-
-static int terminal(int state)
-{
-    return state >= TROUPE_JOB_SUCCEEDED;
-}
-
-/* follow prints the job's log and state changes until it ends and its log
- * is drained. Contact lost with the head is retried for 60 s, saying so. */
-static int follow(tr_cli *cli, uint64_t id, const char *worker)
-{
-    uint64_t offset = 0, version = 0;
-    int state = -1, done = 0;
-    char reason[512] = "";
-    int64_t lost_since = 0;
-    size_t seen = 0;
-    troupe_error err;
-
-    while (!interrupted) {
-        troupe_job *j = NULL;
-        char *data = NULL;
-        size_t len = 0;
-        int rv = troupe_read_logs(cli->client, id, worker, offset, 500, &data, &len, &offset, &done, &err);
-        if (rv == TROUPE_OK) {
-            fwrite(data, 1, len, stdout);
-            fflush(stdout);
-            troupe_free(data);
-            rv = troupe_wait_job(cli->client, id, version, 0, &j, &err);
-        }
-        if (rv == TROUPE_UNAVAILABLE || rv == TROUPE_DEADLINE_EXCEEDED) {
-            char what[64];
-            snprintf(what, sizeof(what), "the job may still be running (troupe job %" PRIu64 ")", id);
-            if (gave_up(&lost_since, &err, what)) {
-                return 1;
-            }
-            continue;
-        }
-        if (rv != TROUPE_OK) {
-            tr_cli_fail(cli, &err);
-            return 1;
-        }
-        lost_since = 0;
-        version = j->version;
-        print_events(j, id, &seen);
-        /* Why a job waits is not history, just its current reason. */
-        if (j->state == TROUPE_JOB_PENDING && ((int)j->state != state || strcmp(reason, j->reason) != 0)) {
-            fprintf(stderr, "troupe: job %" PRIu64 " PENDING: %s\n", id, j->reason);
-        }
-        state = (int)j->state;
-        snprintf(reason, sizeof(reason), "%s", j->reason);
-        if (terminal(j->state) && done) {
-            int ok = j->state == TROUPE_JOB_SUCCEEDED;
-            fprintf(stderr, "troupe: job %" PRIu64 " %s after %.1f s: %s\n", id,
-                    troupe_job_state_name(j->state),
-                    secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
-            troupe_job_free(j);
-            return ok ? 0 : 1;
-        }
-        troupe_job_free(j);
-    }
-    fprintf(stderr,
-            "\ntroupe: detached; job %" PRIu64 " keeps running (troupe logs -f %" PRIu64
-            ", troupe stop %" PRIu64 ")\n",
-            id, id, id);
-    return 130;
-}
-
 /* wait_all waits for every job to end, one line per job as it ends; 0 when
  * all SUCCEEDED. Lost contact with the head is retried for 60 s. */
 static int wait_all(tr_cli *cli, const uint64_t *ids, size_t n)
 {
     int failed = 0;
-    for (size_t i = 0; i < n && !interrupted; i++) {
+    for (size_t i = 0; i < n && !tr_cli_interrupted; i++) {
         uint64_t version = 0;
         int64_t lost_since = 0;
-        while (!interrupted) {
+        while (!tr_cli_interrupted) {
             troupe_job *j = NULL;
             troupe_error err;
             int rv = troupe_wait_job(cli->client, ids[i], version, 1000, &j, &err);
             if (rv == TROUPE_UNAVAILABLE || rv == TROUPE_DEADLINE_EXCEEDED) {
-                if (gave_up(&lost_since, &err, "jobs may still be running (troupe jobs)")) {
-                    return 1;
+                if (tr_cli_gave_up(&lost_since, &err, "jobs may still be running (troupe jobs)")) {
+                    return TR_EXIT_FAILED;
                 }
                 continue;
             }
             if (rv != TROUPE_OK) {
                 tr_cli_fail(cli, &err);
-                return 1;
+                return TR_EXIT_FAILED;
             }
             lost_since = 0;
             version = j->version;
-            if (terminal(j->state)) {
+            if (tr_cli_terminal(j->state)) {
                 fprintf(stderr, "troupe: job %" PRIu64 " (%s) %s after %.1f s: %s\n", j->id, j->name,
                         troupe_job_state_name(j->state),
-                        secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
+                        tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
                 failed |= j->state != TROUPE_JOB_SUCCEEDED;
+                if (cli->json) {
+                    tr_cli_job_json(stdout, j);
+                    fputc('\n', stdout);
+                    fflush(stdout);
+                }
                 troupe_job_free(j);
                 break;
             }
             troupe_job_free(j);
         }
     }
-    if (interrupted) {
+    if (tr_cli_interrupted) {
         fprintf(stderr, "\ntroupe: detached; the jobs keep running (troupe jobs)\n");
-        return 130;
+        return TR_EXIT_DETACHED;
     }
-    return failed;
+    return failed ? TR_EXIT_FAILED : TR_EXIT_OK;
 }
 
 static void batch_json(const troupe_batch *b, char **names, const char *key)
@@ -417,11 +358,13 @@ static int submit_many(tr_cli *cli, char **paths, size_t n, int no_wait)
         }
     }
     fflush(stdout);
-    rv = b->failed ? 1 : 0;
+    rv = b->failed ? TR_EXIT_FAILED : TR_EXIT_OK;
     if (!no_wait && n_ids > 0) {
-        signal(SIGINT, on_sigint);
-        fprintf(stderr, "troupe: waiting for %zu jobs to end (Ctrl-C detaches; they keep running)\n", n_ids);
-        rv |= wait_all(cli, ids, n_ids);
+        tr_cli_catch_sigint();
+        fprintf(stderr, "troupe: waiting for %zu job%s to end (Ctrl-C detaches; they keep running)\n", n_ids,
+                tr_cli_plural(n_ids));
+        int w = wait_all(cli, ids, n_ids);
+        rv = w == TR_EXIT_DETACHED ? w : (rv | w);
     }
 close:
     troupe_client_close(cli->client);
@@ -443,10 +386,13 @@ int tr_cli_cmd_submit(tr_cli *cli, int argc, char **argv)
     int no_wait = 0, rv;
     troupe_error err;
     uint64_t id = 0;
+    tr_follow_view view = TR_FOLLOW_AUTO;
 
     for (int i = 1; paths != NULL && i < argc; i++) {
         if (strcmp(argv[i], "--no-wait") == 0) {
             no_wait = 1;
+        } else if (tr_cli_follow_flag(argv[i], &view)) {
+            continue;
         } else if (argv[i][0] != '-') {
             paths[n++] = argv[i];
         } else {
@@ -455,10 +401,10 @@ int tr_cli_cmd_submit(tr_cli *cli, int argc, char **argv)
         }
     }
     if (n == 0 || n > TROUPE_BATCH_MAX) {
-        fprintf(stderr, "usage: troupe submit JOB.yaml [JOB.yaml ...] [--no-wait]%s\n",
+        fprintf(stderr, "usage: troupe submit JOB.yaml [JOB.yaml ...] [--no-wait] [--raw|--live]%s\n",
                 n > TROUPE_BATCH_MAX ? " (at most 4096 files)" : "");
         free(paths);
-        return 2;
+        return TR_EXIT_USAGE;
     }
     if (n > 1) {
         rv = submit_many(cli, paths, n, no_wait);
@@ -468,12 +414,12 @@ int tr_cli_cmd_submit(tr_cli *cli, int argc, char **argv)
     path = paths[0];
     free(paths);
     if (tr_cli_connect(cli) != 0) {
-        return 1;
+        return TR_EXIT_FAILED;
     }
     if (troupe_submit_file(cli->client, path, &id, &err) != TROUPE_OK) {
         tr_cli_fail(cli, &err);
         troupe_client_close(cli->client);
-        return 1;
+        return TR_EXIT_FAILED;
     }
     if (cli->json) {
         printf("{\"job_id\":%" PRIu64 "}\n", id);
@@ -483,24 +429,72 @@ int tr_cli_cmd_submit(tr_cli *cli, int argc, char **argv)
     fflush(stdout);
     rv = 0;
     if (!no_wait) {
-        signal(SIGINT, on_sigint);
+        tr_cli_catch_sigint();
         fprintf(stderr, "troupe: following job %" PRIu64 " (Ctrl-C detaches; the job keeps running)\n", id);
-        rv = follow(cli, id, NULL);
+        rv = tr_cli_follow(cli, id, NULL, view);
     }
     troupe_client_close(cli->client);
+    return rv;
+}
+
+/* print_logs prints everything written so far: as is, or with -o json as
+ * one {"job_id","worker","text","next_offset","done"} object. */
+static int print_logs(tr_cli *cli, uint64_t id, const char *worker)
+{
+    char *all = NULL;
+    size_t all_len = 0;
+    uint64_t offset = 0;
+    int done = 0, rv = TR_EXIT_OK;
+    troupe_error err;
+    FILE *out = cli->json ? open_memstream(&all, &all_len) : stdout;
+
+    if (out == NULL) {
+        fprintf(stderr, "troupe: out of memory\n");
+        return TR_EXIT_FAILED;
+    }
+    for (;;) {
+        char *data = NULL;
+        size_t len = 0;
+        uint64_t next = offset;
+        if (troupe_read_logs(cli->client, id, worker, offset, 0, &data, &len, &next, &done, &err) !=
+            TROUPE_OK) {
+            tr_cli_fail(cli, &err);
+            rv = TR_EXIT_FAILED;
+            break;
+        }
+        fwrite(data, 1, len, out);
+        troupe_free(data);
+        if (next == offset) {
+            break;
+        }
+        offset = next;
+    }
+    if (cli->json) {
+        fclose(out);
+        if (rv == TR_EXIT_OK) {
+            printf("{\"job_id\":%" PRIu64 ",\"worker\":", id);
+            tr_json_str(stdout, worker);
+            fputs(",\"text\":", stdout);
+            tr_json_strn(stdout, all, all_len);
+            printf(",\"next_offset\":%" PRIu64 ",\"done\":%s}\n", offset, done ? "true" : "false");
+        }
+        free(all);
+    }
     return rv;
 }
 
 int tr_cli_cmd_logs(tr_cli *cli, int argc, char **argv)
 {
     const char *worker = NULL;
-    uint64_t id = 0, offset = 0;
-    int follow_flag = 0, done = 0, rv;
-    troupe_error err;
+    uint64_t id = 0;
+    int follow_flag = 0, rv;
+    tr_follow_view view = TR_FOLLOW_AUTO;
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0) {
             follow_flag = 1;
+        } else if (tr_cli_follow_flag(argv[i], &view)) {
+            continue;
         } else if (strcmp(argv[i], "--worker") == 0 && i + 1 < argc) {
             worker = argv[++i];
         } else if (id == 0 && argv[i][0] != '-') {
@@ -508,42 +502,26 @@ int tr_cli_cmd_logs(tr_cli *cli, int argc, char **argv)
                 return rv;
             }
         } else {
-            fprintf(stderr, "usage: troupe logs ID [-f] [--worker NAME]\n");
-            return 2;
+            fprintf(stderr, "usage: troupe logs ID [-f [--raw|--live]] [--worker NAME]\n");
+            return TR_EXIT_USAGE;
         }
     }
     if (id == 0) {
-        fprintf(stderr, "usage: troupe logs ID [-f] [--worker NAME]\n");
-        return 2;
+        fprintf(stderr, "usage: troupe logs ID [-f [--raw|--live]] [--worker NAME]\n");
+        return TR_EXIT_USAGE;
     }
     if (tr_cli_connect(cli) != 0) {
-        return 1;
+        return TR_EXIT_FAILED;
     }
     if (follow_flag) {
-        signal(SIGINT, on_sigint);
-        rv = follow(cli, id, worker);
+        tr_cli_catch_sigint();
+        rv = tr_cli_follow(cli, id, worker, view);
         troupe_client_close(cli->client);
-        return rv == 130 ? 0 : rv;
+        return rv;
     }
-    for (;;) { /* everything written so far */
-        char *data = NULL;
-        size_t len = 0;
-        uint64_t next = offset;
-        if (troupe_read_logs(cli->client, id, worker, offset, 0, &data, &len, &next, &done, &err) !=
-            TROUPE_OK) {
-            tr_cli_fail(cli, &err);
-            troupe_client_close(cli->client);
-            return 1;
-        }
-        fwrite(data, 1, len, stdout);
-        troupe_free(data);
-        if (next == offset) {
-            break;
-        }
-        offset = next;
-    }
+    rv = print_logs(cli, id, worker);
     troupe_client_close(cli->client);
-    return 0;
+    return rv;
 }
 
 static size_t count_active(const troupe_job *j)
@@ -555,114 +533,227 @@ static size_t count_active(const troupe_job *j)
     return n;
 }
 
-/* wait_stopped waits (60 s) until no worker of any of the jobs runs. */
-static int wait_stopped(tr_cli *cli, const uint64_t *ids, size_t n)
+/* One id given to `troupe stop` and what became of it. */
+typedef struct stop_item {
+    uint64_t id;
+    troupe_status code;
+    char message[512];
+    troupe_job_state state;
+} stop_item;
+
+/* kill_in_ms: how long until the agents SIGKILL what is left of a stopping
+ * job: its STOPPED event plus the longest grace among the nodes its live
+ * workers are on; -1 when not known (no node list, or older agents). */
+static int64_t kill_in_ms(const troupe_job *j, const troupe_node_list *nodes)
 {
-    int64_t until = now_ms() + 60000; /* covers the default 10 s grace period */
-    for (size_t i = 0; i < n; i++) {
-        uint64_t version = 0;
-        for (;;) {
-            troupe_job *j = NULL;
-            troupe_error err;
-            size_t left;
-            if (now_ms() >= until) {
-                fprintf(stderr,
-                        "troupe: job %" PRIu64
-                        " still has workers running after 60 s (see troupe job %" PRIu64 ")\n",
-                        ids[i], ids[i]);
-                return 1;
-            }
-            if (troupe_wait_job(cli->client, ids[i], version, 1000, &j, &err) != TROUPE_OK) {
-                tr_cli_fail(cli, &err);
-                return 1;
-            }
-            version = j->version;
-            left = count_active(j);
-            troupe_job_free(j);
-            if (left == 0) {
-                fprintf(stderr, "troupe: job %" PRIu64 " STOPPED; no worker left running\n", ids[i]);
-                break;
+    int64_t stopped = 0, grace = -1;
+    for (size_t e = 0; e < j->n_events; e++) {
+        stopped = strcmp(j->events[e].kind, "STOPPED") == 0 ? j->events[e].ts_ms : stopped;
+    }
+    for (size_t i = 0; nodes != NULL && i < j->n_workers; i++) {
+        const troupe_worker *w = &j->workers[i];
+        if (w->state != TROUPE_WORKER_RUNNING && w->state != TROUPE_WORKER_PENDING) {
+            continue;
+        }
+        for (size_t k = 0; k < nodes->count; k++) {
+            if (nodes->nodes[k].id == w->node_id && nodes->nodes[k].stop_grace_ms > 0 &&
+                (int64_t)nodes->nodes[k].stop_grace_ms > grace) {
+                grace = nodes->nodes[k].stop_grace_ms;
             }
         }
     }
-    return 0;
+    if (stopped == 0 || grace < 0) {
+        return -1;
+    }
+    return stopped + grace > tr_cli_now_ms() ? stopped + grace - tr_cli_now_ms() : 0;
 }
 
-/* stop_ids stops one job (StopJob) or several (one StopJobs call). */
-static int stop_ids(tr_cli *cli, const uint64_t *ids, size_t n, uint64_t *stopped, size_t *n_stopped)
+/* stop_progress says how many workers the stop still waits for and when
+ * they get SIGKILL: on every change, and each second on a terminal. */
+static void stop_progress(const stop_item *it, const troupe_job *j, const troupe_node_list *nodes,
+                          size_t left, size_t *last)
+{
+    int64_t kill_ms = kill_in_ms(j, nodes);
+    char when[64] = "";
+    if (left == *last && !isatty(STDERR_FILENO)) {
+        return;
+    }
+    if (kill_ms > 0) {
+        snprintf(when, sizeof(when), ", SIGKILL in %.0f s", (double)kill_ms / 1000.0 + 0.499);
+    } else if (kill_ms == 0) {
+        snprintf(when, sizeof(when), ", SIGKILL sent");
+    }
+    fprintf(stderr, "troupe: job %" PRIu64 ": waiting for %zu worker%s to exit%s\n", it->id, left,
+            tr_cli_plural(left), when);
+    *last = left;
+}
+
+/* wait_stopped waits (60 s) until no worker of the job runs, saying how
+ * many it still waits for (stop_progress). */
+static int wait_stopped(tr_cli *cli, stop_item *it, const troupe_node_list *nodes, int64_t until)
+{
+    uint64_t version = 0;
+    size_t last = (size_t)-1;
+    while (!tr_cli_interrupted) {
+        troupe_job *j = NULL;
+        troupe_error err;
+        size_t left;
+        if (tr_cli_now_ms() >= until) {
+            fprintf(stderr,
+                    "troupe: job %" PRIu64 " still has workers running after 60 s (see troupe job %" PRIu64
+                    ")\n",
+                    it->id, it->id);
+            return TR_EXIT_FAILED;
+        }
+        if (troupe_wait_job(cli->client, it->id, version, 1000, &j, &err) != TROUPE_OK) {
+            tr_cli_fail(cli, &err);
+            return TR_EXIT_FAILED;
+        }
+        version = j->version;
+        left = count_active(j);
+        it->state = j->state;
+        if (left == 0) {
+            fprintf(stderr, "troupe: job %" PRIu64 " %s; no worker left running\n", it->id,
+                    troupe_job_state_name(it->state));
+            troupe_job_free(j);
+            return TR_EXIT_OK;
+        }
+        stop_progress(it, j, nodes, left, &last);
+        troupe_job_free(j);
+    }
+    return TR_EXIT_DETACHED;
+}
+
+/* stop_ids stops one job (StopJob) or several (one StopJobs call), filling
+ * each item's outcome; TR_EXIT_FAILED when the call itself failed. */
+static int stop_ids(tr_cli *cli, stop_item *items, const uint64_t *ids, size_t n)
 {
     troupe_batch *b = NULL;
     troupe_error err;
-    int rv = 0;
 
-    *n_stopped = 0;
     if (n == 1) {
-        if (troupe_stop_job(cli->client, ids[0], &err) != TROUPE_OK) {
+        items[0].code = troupe_stop_job(cli->client, ids[0], &err);
+        if (items[0].code == TROUPE_UNAVAILABLE || items[0].code == TROUPE_DEADLINE_EXCEEDED ||
+            items[0].code == TROUPE_UNAUTHENTICATED) {
             tr_cli_fail(cli, &err);
-            return 1;
+            return TR_EXIT_FAILED;
         }
-        stopped[(*n_stopped)++] = ids[0];
-        return 0;
+        snprintf(items[0].message, sizeof(items[0].message), "%s", items[0].code ? err.message : "");
+        if (items[0].code == TROUPE_OK) { /* the state as acknowledged, as StopJobs gives it */
+            troupe_job *j = NULL;
+            if (troupe_get_job(cli->client, ids[0], &j, &err) == TROUPE_OK) {
+                items[0].state = j->state;
+                troupe_job_free(j);
+            }
+        }
+        return TR_EXIT_OK;
     }
     troupe_stop_batch(cli->client, ids, n, &b, &err);
     if (b == NULL) {
         tr_cli_fail(cli, &err);
-        return 1;
+        return TR_EXIT_FAILED;
     }
-    if (cli->json) {
-        batch_json(b, NULL, "id");
-    }
-    for (size_t i = 0; i < b->count; i++) {
-        if (b->items[i].code == TROUPE_OK) {
-            stopped[(*n_stopped)++] = ids[i];
-        } else {
-            fprintf(stderr, "troupe: job %" PRIu64 ": %s: %s\n", ids[i], troupe_strerror(b->items[i].code),
-                    b->items[i].message);
-            rv = 1;
-        }
+    for (size_t i = 0; i < b->count && i < n; i++) {
+        items[i].code = b->items[i].code;
+        items[i].state = b->items[i].state;
+        snprintf(items[i].message, sizeof(items[i].message), "%s", b->items[i].message);
     }
     troupe_batch_free(b);
-    return rv;
+    return TR_EXIT_OK;
+}
+
+static void stop_json(const stop_item *items, size_t n)
+{
+    printf("{\"jobs\":[");
+    for (size_t i = 0; i < n; i++) {
+        printf("%s{\"id\":%" PRIu64 ",\"code\":\"%s\",\"state\":\"%s\",\"message\":", i ? "," : "",
+               items[i].id, troupe_strerror(items[i].code), troupe_job_state_name(items[i].state));
+        tr_json_str(stdout, items[i].message);
+        putchar('}');
+    }
+    printf("]}\n");
+}
+
+/* parse_stop_args fills ids (n of them) and *no_wait; TR_EXIT_USAGE on bad usage. */
+static int parse_stop_args(int argc, char **argv, uint64_t *ids, size_t *n, int *no_wait)
+{
+    *n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-wait") == 0) {
+            *no_wait = 1;
+        } else if (argv[i][0] != '-') {
+            if (parse_id(argv[i], &ids[(*n)++]) != 0) {
+                return TR_EXIT_USAGE;
+            }
+        } else {
+            *n = 0;
+            break;
+        }
+    }
+    if (*n == 0 || *n > TROUPE_BATCH_MAX) {
+        fprintf(stderr, "usage: troupe stop ID [ID ...] [--no-wait]\n");
+        return TR_EXIT_USAGE;
+    }
+    return TR_EXIT_OK;
 }
 
 int tr_cli_cmd_stop(tr_cli *cli, int argc, char **argv)
 {
-    uint64_t *ids = calloc((size_t)argc, sizeof(*ids)), *stopped = calloc((size_t)argc, sizeof(*ids));
-    size_t n = 0, n_stopped = 0;
-    int no_wait = 0, rv = 2;
+    uint64_t *ids = calloc((size_t)argc, sizeof(*ids));
+    stop_item *items = calloc((size_t)argc, sizeof(*items));
+    troupe_node_list *nodes = NULL;
+    troupe_error err;
+    int64_t until = tr_cli_now_ms() + 60000; /* covers the default 10 s grace period */
+    size_t n = 0;
+    int no_wait = 0, rv = TR_EXIT_FAILED;
 
-    for (int i = 1; ids != NULL && stopped != NULL && i < argc; i++) {
-        if (strcmp(argv[i], "--no-wait") == 0) {
-            no_wait = 1;
-        } else if (argv[i][0] != '-') {
-            if (parse_id(argv[i], &ids[n++]) != 0) {
-                goto out;
-            }
-        } else {
-            n = 0;
-            break;
-        }
+    if (ids == NULL || items == NULL) {
+        fprintf(stderr, "troupe: out of memory\n");
+        goto out;
     }
-    if (n == 0 || n > TROUPE_BATCH_MAX) {
-        fprintf(stderr, "usage: troupe stop ID [ID ...] [--no-wait]\n");
+    if ((rv = parse_stop_args(argc, argv, ids, &n, &no_wait)) != TR_EXIT_OK) {
         goto out;
     }
     if (tr_cli_connect(cli) != 0) {
-        rv = 1;
+        rv = TR_EXIT_FAILED;
         goto out;
     }
-    rv = stop_ids(cli, ids, n, stopped, &n_stopped);
-    for (size_t i = 0; i < n_stopped; i++) {
+    for (size_t i = 0; i < n; i++) {
+        items[i].id = ids[i];
+    }
+    if ((rv = stop_ids(cli, items, ids, n)) != TR_EXIT_OK) {
+        goto close;
+    }
+    tr_cli_catch_sigint();
+    if (!no_wait && troupe_list_nodes(cli->client, 1, &nodes, &err) != TROUPE_OK) {
+        nodes = NULL; /* progress without the SIGKILL countdown */
+    }
+    for (size_t i = 0; i < n && rv != TR_EXIT_DETACHED; i++) {
+        if (items[i].code != TROUPE_OK) {
+            fprintf(stderr, "troupe: job %" PRIu64 ": %s: %s\n", items[i].id, troupe_strerror(items[i].code),
+                    items[i].message);
+            rv = TR_EXIT_FAILED;
+            continue;
+        }
         fprintf(stderr,
                 "troupe: job %" PRIu64 " stopping (SIGTERM, then SIGKILL after the node's grace period)\n",
-                stopped[i]);
+                items[i].id);
+        if (!no_wait) {
+            int w = wait_stopped(cli, &items[i], nodes, until);
+            rv = w == TR_EXIT_DETACHED ? w : (rv | w);
+        }
     }
-    if (!no_wait && n_stopped > 0) {
-        rv |= wait_stopped(cli, stopped, n_stopped);
+    if (rv == TR_EXIT_DETACHED) {
+        fprintf(stderr, "\ntroupe: detached; the jobs keep stopping (troupe jobs)\n");
     }
+    if (cli->json) {
+        stop_json(items, n);
+    }
+close:
+    troupe_node_list_free(nodes);
     troupe_client_close(cli->client);
 out:
     free(ids);
-    free(stopped);
+    free(items);
     return rv;
 }

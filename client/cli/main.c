@@ -1,5 +1,11 @@
 /* troupe - the command-line client. Uses only the public libtroupe API and
- * stateless helpers from common/ (json.h). */
+ * stateless helpers from common/ (json.h).
+ *
+ * Grammar: troupe [GLOBAL OPTIONS] COMMAND [ARGS] [GLOBAL OPTIONS]. Global
+ * options (commands.c: tr_cli_options) are taken out of argv wherever they
+ * appear, up to a "--", as kubectl and `ray job` users type them
+ * (`troupe jobs -o json`); what is left is the command and its own
+ * arguments. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,93 +14,106 @@
 #include "cli.h"
 #include "troupe/client.h"
 
-static void usage(FILE *out)
+/* match_opt returns the global option arg names (or NULL), and where its
+ * value is: inline after '=' or the alias, or NULL when it is the next word. */
+static const tr_cli_opt *match_opt(const char *a, const char **inline_value)
 {
-    fprintf(out, "usage: troupe [--head URL] [--token T] [-o table|json] [--timeout MS] COMMAND [ARGS]\n"
-                 "\n"
-                 "Commands:\n");
-    for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL; c++) {
-        fprintf(out, "  %-36s %s\n", c->usage, c->help);
-    }
-    fprintf(out,
-            "\n"
-            "Options:\n"
-            "  --head URL      troupe-head address [$TROUPE_HEAD, else %s]\n"
-            "  --token T       auth token [$TROUPE_TOKEN]\n"
-            "  -o, --output F  table (default) or json\n"
-            "  --timeout MS    deadline for each call [10000]\n"
-            "  -h, --help      this text; --version\n"
-            "\n"
-            "Exit status: 0 on success, 1 when the command failed, 2 on bad usage.\n",
-            TROUPE_DEFAULT_HEAD);
-}
-
-static int parse_global(int argc, char **argv, tr_cli *cli, int *first_cmd)
-{
-    int i;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *next = (i + 1 < argc) ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            exit(0);
-        } else if (strcmp(a, "--version") == 0) {
-            printf("troupe %s\n", TROUPE_VERSION);
-            exit(0);
-        } else if ((strcmp(a, "--head") == 0 || strcmp(a, "--token") == 0 || strcmp(a, "-o") == 0 ||
-                    strcmp(a, "--output") == 0 || strcmp(a, "--timeout") == 0) &&
-                   next == NULL) {
-            fprintf(stderr, "troupe: %s needs a value\n", a);
-            return 2;
-        } else if (strcmp(a, "--head") == 0) {
-            cli->opts.head_url = argv[++i];
-        } else if (strcmp(a, "--token") == 0) {
-            cli->opts.token = argv[++i];
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            const char *f = argv[++i];
-            if (strcmp(f, "json") != 0 && strcmp(f, "table") != 0) {
-                fprintf(stderr, "troupe: unknown output format '%s' (use table or json)\n", f);
-                return 2;
-            }
-            cli->json = strcmp(f, "json") == 0;
-        } else if (strcmp(a, "--timeout") == 0) {
-            char *end;
-            long t = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || t <= 0 || t > 86400000L) {
-                fprintf(stderr, "troupe: --timeout wants milliseconds between 1 and 86400000\n");
-                return 2;
-            }
-            cli->opts.timeout_ms = (uint32_t)t;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "troupe: unknown option '%s' (see troupe --help)\n", a);
-            return 2;
-        } else {
-            break;
+    *inline_value = NULL;
+    for (const tr_cli_opt *o = tr_cli_options; o->name != NULL; o++) {
+        size_t n = strlen(o->name);
+        if (strcmp(a, o->name) == 0) {
+            return o;
+        }
+        if (strncmp(a, o->name, n) == 0 && a[n] == '=') {
+            *inline_value = a + n + 1;
+            return o;
+        }
+        if (o->alias != NULL && strcmp(a, o->alias) == 0) {
+            return o;
+        }
+        if (o->alias != NULL && strncmp(a, o->alias, strlen(o->alias)) == 0 && a[1] != '-') {
+            *inline_value = a + strlen(o->alias); /* -ojson */
+            return o;
         }
     }
-    *first_cmd = i;
+    return NULL;
+}
+
+/* parse_args moves the global options out of argv into cli and leaves the
+ * command and its arguments in rest/n_rest. *help is set by -h/--help. */
+static int parse_args(int argc, char **argv, tr_cli *cli, char **rest, int *n_rest, int *help)
+{
+    int n = 0, literal = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *value;
+        const tr_cli_opt *o;
+        if (literal || a[0] != '-' || a[1] == '\0') { /* "-" is an argument */
+            rest[n++] = argv[i];
+        } else if (strcmp(a, "--") == 0) {
+            literal = 1;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *help = 1;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("troupe %s\n", TROUPE_VERSION);
+            exit(TR_EXIT_OK);
+        } else if (n > 0 && strcmp(rest[0], "trace") == 0 && strcmp(a, "-o") == 0) {
+            rest[n++] = argv[i]; /* troupe trace: -o names the file (cmd_trace.c) */
+        } else if ((o = match_opt(a, &value)) != NULL) {
+            if (value == NULL && i + 1 >= argc) {
+                fprintf(stderr, "troupe: %s needs a value (%s %s)\n", a, o->name, o->arg);
+                return TR_EXIT_USAGE;
+            }
+            int rv = o->set(cli, value != NULL ? value : argv[++i]);
+            if (rv != 0) {
+                return rv;
+            }
+        } else if (n == 0) {
+            fprintf(stderr, "troupe: unknown option '%s' (see troupe --help)\n", a);
+            return TR_EXIT_USAGE;
+        } else {
+            rest[n++] = argv[i]; /* the command's own option */
+        }
+    }
+    *n_rest = n;
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     tr_cli cli = {0};
-    int first = 0, rv;
+    int n = 0, help = 0, rv;
 
-    if ((rv = parse_global(argc, argv, &cli, &first)) != 0) {
-        return rv;
+    if (rest == NULL) {
+        fprintf(stderr, "troupe: out of memory\n");
+        return TR_EXIT_FAILED;
     }
-    if (first >= argc) {
-        usage(stderr);
-        return 2;
+    rv = parse_args(argc, argv, &cli, rest, &n, &help);
+    if (rv != 0) {
+        goto out;
     }
-    for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL; c++) {
-        if (strcmp(c->name, argv[first]) == 0) {
-            return c->fn(&cli, argc - first, argv + first);
+    if (help) {
+        rv = n == 0 ? (tr_cli_usage(stdout), TR_EXIT_OK) : tr_cli_cmd_usage(stdout, rest[0]);
+        goto out;
+    }
+    if (n == 0) {
+        tr_cli_usage(stderr);
+        rv = TR_EXIT_USAGE;
+        goto out;
+    }
+    rv = -1;
+    for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL && rv < 0; c++) {
+        if (strcmp(c->name, rest[0]) == 0) {
+            rv = c->fn(&cli, n, rest);
         }
     }
-    fprintf(stderr, "troupe: unknown command '%s' (see troupe --help)\n", argv[first]);
-    return 2;
+    if (rv < 0) {
+        fprintf(stderr, "troupe: unknown command '%s' (see troupe --help)\n", rest[0]);
+        rv = TR_EXIT_USAGE;
+    }
+out:
+    free(rest);
+    return rv;
 }
 
 int tr_cli_connect(tr_cli *cli)
@@ -111,7 +130,15 @@ void tr_cli_fail(tr_cli *cli, const troupe_error *err)
 {
     const char *hint = "";
     switch (err->code) {
-    case TROUPE_UNAVAILABLE: hint = " (is troupe-head running? set --head or TROUPE_HEAD)"; break;
+    case TROUPE_UNAVAILABLE:
+        /* Only when the head could not be reached: an UNAVAILABLE the head
+         * itself sent (a store that cannot write, say) comes from a running
+         * head, and a TLS explanation already says what to change. */
+        hint = strncmp(err->message, "cannot reach", 12) != 0 || strstr(err->message, "tls") ||
+                       strstr(err->message, "TLS")
+                   ? ""
+                   : " (is troupe-head running? set --head or TROUPE_HEAD)";
+        break;
     case TROUPE_UNAUTHENTICATED: hint = ""; break;
     case TROUPE_DEADLINE_EXCEEDED: hint = " (raise --timeout if the head is busy)"; break;
     default: break;
@@ -130,4 +157,9 @@ void tr_cli_time(char *buf, size_t size, int64_t unix_ms)
     }
     localtime_r(&t, &tm);
     strftime(buf, size, "%H:%M:%S", &tm);
+}
+
+const char *tr_cli_plural(uint64_t n)
+{
+    return n == 1 ? "" : "s";
 }
