@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -51,6 +52,8 @@
 
 #include "launcher_shim.h"
 #include "log.h"
+#include "safefile.h"
+#include "proctree.h"
 #include "util.h"
 
 extern char **environ;
@@ -75,6 +78,8 @@ typedef struct tr_worker {
     int64_t kill_at;  /* tr_now_ms() deadline for the SIGKILL while STOPPING */
     int64_t grace_ms; /* the grace this stop was given (for the message) */
     char message[TR_ERR_MSG_MAX];
+    char *report_glob; /* spec->report_glob */
+    char *report;      /* its newest match, found when the worker ended */
 } tr_worker;
 
 struct tr_launcher {
@@ -100,6 +105,17 @@ static const char *sig_name(int sig, char *buf, size_t size)
     return buf;
 }
 
+/* signal_worker signals the worker's group and every descendant that left it
+ * (the shim ignores SIGTERM and dies of SIGKILL last, so the tree is walked
+ * while it is still there to hold the orphans). */
+static void signal_worker(const tr_worker *w, int sig)
+{
+    tr_proctree_signal(w->pid, sig);
+    if (kill(-w->pid, sig) != 0) {
+        TR_LOG(TR_LOG_DEBUG, "kill(-%d, %d): %s", (int)w->pid, sig, strerror(errno));
+    }
+}
+
 static int is_live(const tr_worker *w)
 {
     return w->phase == TR_WORKER_RUNNING || w->phase == TR_WORKER_STOPPING;
@@ -110,8 +126,42 @@ static void worker_free(tr_worker *w)
     if (w != NULL) {
         free(w->name);
         free(w->log_path);
+        free(w->report_glob);
+        free(w->report);
         free(w);
     }
+}
+
+/* find_report records the newest file matching the worker's report glob that
+ * was written since it started (an earlier attempt's report of the same
+ * worker and range matches the glob too). The worker has ended: a tool that
+ * wrote it (nsys) has finished. */
+static void find_report(tr_worker *w)
+{
+    glob_t g;
+    time_t best_t = 0;
+    const char *best = NULL;
+
+    if (w->report_glob == NULL || glob(w->report_glob, 0, NULL, &g) != 0) {
+        return;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        struct stat st;
+        if (stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime >= w->started_ms / 1000 - 1 &&
+            (best == NULL || st.st_mtime >= best_t)) {
+            best = g.gl_pathv[i];
+            best_t = st.st_mtime;
+        }
+    }
+    if (best != NULL) {
+        free(w->report);
+        w->report = strdup(best);
+        TR_LOG(TR_LOG_INFO, "worker=%s attempt=%u report %s", w->name, w->attempt, best);
+    } else {
+        TR_LOG(TR_LOG_WARNING, "worker=%s attempt=%u wrote no report matching %s", w->name, w->attempt,
+               w->report_glob);
+    }
+    globfree(&g);
 }
 
 /* set_failed records a start that never produced a process. */
@@ -154,7 +204,7 @@ static int in_list(const char *kv, const char *const *list)
  * less the keys spec->env sets, then spec->env (the last of repeated keys
  * wins), then NCCL_NVLS_ENABLE=0 when nobody set it (house rule for workers
  * on machines where NVLink multicast must stay off), then parent_kv. */
-static char **build_envp(const char *const *env, char *parent_kv)
+static char **build_envp(const char *const *env, char *parent_kv, char *lease_kv)
 {
     static char nvls_off[] = "NCCL_NVLS_ENABLE=0";
     size_t ne = 0, ns = 0, k = 0;
@@ -167,12 +217,20 @@ static char **build_envp(const char *const *env, char *parent_kv)
     while (env != NULL && env[ns] != NULL) {
         ns++;
     }
-    envp = calloc(ne + ns + 3, sizeof(*envp));
+    envp = calloc(ne + ns + 4, sizeof(*envp));
     if (envp == NULL) {
         return NULL;
     }
     for (size_t i = 0; i < ne; i++) {
-        if (!in_list(environ[i], env) && !key_is(environ[i], TR_EXEC_PARENT_ENV "=")) {
+        /* The agent's own credentials never reach a worker: it gets its job's
+         * worker credential in a file (TROUPE_CREDENTIALS, set in env). */
+        if (key_is(environ[i], "TROUPE_TOKEN=") || key_is(environ[i], "TROUPE_TOKEN_FILE=") ||
+            key_is(environ[i], "TROUPE_CREDENTIALS=") || key_is(environ[i], "TROUPE_TLS_KEY=") ||
+            key_is(environ[i], "TROUPE_TLS_CERT=")) {
+            continue;
+        }
+        if (!in_list(environ[i], env) && !key_is(environ[i], TR_EXEC_PARENT_ENV "=") &&
+            !key_is(environ[i], TR_EXEC_LEASE_ENV "=")) {
             have_nvls |= key_is(environ[i], nvls_off);
             envp[k++] = environ[i];
         }
@@ -186,7 +244,8 @@ static char **build_envp(const char *const *env, char *parent_kv)
     if (!have_nvls) {
         envp[k++] = nvls_off;
     }
-    envp[k] = parent_kv;
+    envp[k++] = parent_kv;
+    envp[k] = lease_kv; /* NULL ends the array when there is no lease */
     return envp;
 }
 
@@ -263,11 +322,14 @@ static int open_log(tr_launcher *l, tr_worker *w, const char *cmd)
     struct stat st;
     int fd = -1;
 
-    if (tr_mkdir_p(l->log_dir) != 0) {
-        set_failed(w, TR_CANNOT_START "'%s': log directory '%s': %s", cmd, l->log_dir, strerror(errno));
+    tr_err err;
+
+    if (tr_dir_private(l->log_dir, &err) != TROUPE_OK) {
+        set_failed(w, TR_CANNOT_START "'%s': log directory: %s", cmd, err.msg);
         return -1;
     }
-    fd = open(w->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a symlink planted where a log goes is refused, not followed. */
+    fd = open(w->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0 && fd < 3) { /* only when the agent runs with 0-2 closed; dup2 onto 1/2 needs fd >= 3 */
         int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
         close(fd);
@@ -337,7 +399,7 @@ static int shim_failure(const tr_worker *w, char *msg, size_t size)
 {
     char line[TR_ERR_MSG_MAX];
     ssize_t got = -1;
-    int fd = open(w->log_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(w->log_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
     if (fd >= 0) {
         got = pread(fd, line, sizeof(line) - 1, w->log_base);
@@ -355,6 +417,99 @@ static int shim_failure(const tr_worker *w, char *msg, size_t size)
     return 1;
 }
 
+/* not_found_name finds, in the last lines of this attempt's log, the name a
+ * shell could not find ("sh: 1: troupe-train: not found", bash's "...: command
+ * not found") and copies it; returns 1 if there is one. */
+/* log_tail reads the last size-1 bytes of this attempt's log into buf, ended
+ * with a NUL; returns 0 when there is nothing to read. */
+static int log_tail(const tr_worker *w, char *buf, size_t size)
+{
+    ssize_t got = -1;
+    struct stat st;
+    int fd = open(w->log_path, O_RDONLY | O_CLOEXEC);
+
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        off_t from = st.st_size - (off_t)size + 1;
+        got = pread(fd, buf, size - 1, from > w->log_base ? from : w->log_base);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (got <= 0) {
+        return 0;
+    }
+    buf[got] = '\0';
+    return 1;
+}
+
+static int not_found_name(const tr_worker *w, char *name, size_t size)
+{
+    static const char *const suffixes[] = {": command not found", ": not found"};
+    char buf[4096];
+
+    if (!log_tail(w, buf, sizeof(buf))) {
+        return 0;
+    }
+    name[0] = '\0';
+    for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++) {
+            char *end = strstr(line, suffixes[k]), *start;
+            if (end == NULL || end == line) {
+                continue;
+            }
+            *end = '\0';
+            start = strrchr(line, ' ');
+            tr_strlcpy(name, start != NULL ? start + 1 : line, size); /* the last such line wins */
+            break;
+        }
+    }
+    return name[0] != '\0';
+}
+
+/* exit_meaning says what a non-zero exit code usually means (126/127 from a
+ * shell, 128+N for a child killed by signal N), or "" when it means nothing
+ * in particular. */
+static const char *exit_meaning(const tr_worker *w, int code, char *buf, size_t size)
+{
+    char name[128], sn[32];
+    if (code == 127 && not_found_name(w, name, sizeof(name))) {
+        snprintf(buf, size, ": command not found: %s (is it on the node's PATH?)", name);
+    } else if (code == 127) {
+        snprintf(buf, size, ": command not found (is it on the node's PATH?)");
+    } else if (code == 126) {
+        snprintf(buf, size, ": command found but could not run (is it executable? its #! line right?)");
+    } else if (code > 128 && code < 128 + 65 && sigabbrev_np(code - 128) != NULL) {
+        snprintf(buf, size, " (128+%d: a process it ran was killed by %s)", code - 128,
+                 sig_name(code - 128, sn, sizeof(sn)));
+    } else {
+        buf[0] = '\0';
+    }
+    return buf;
+}
+
+/* fenced_by_lease: the worker's supervisor logged that it killed it because
+ * the agent's lease ran out (the agent lost the head for longer than the
+ * lease: a cut network, a head down or too slow to answer heartbeats). */
+static int fenced_by_lease(const tr_worker *w)
+{
+    char buf[2048];
+    return log_tail(w, buf, sizeof(buf)) && strstr(buf, TR_SHIM_PREFIX TR_SHIM_LEASE_LINE) != NULL;
+}
+
+/* signal_meaning adds strsignal's words, and for SIGKILL the reason when
+ * troupe's own fencing sent it, else the usual culprits from outside. */
+static const char *signal_meaning(const tr_worker *w, int sig, char *buf, size_t size)
+{
+    if (sig == SIGKILL && fenced_by_lease(w)) {
+        snprintf(buf, size, " (fenced by troupe-node: its lease ran out without an answer from the head, so the "
+                            "worker was killed before the head could place it again; if the head was only slow, "
+                            "raise its heartbeat_ms/dead_after or lease_ms)");
+    } else {
+        snprintf(buf, size, " (%s%s)", strsignal(sig), sig == SIGKILL ? ": out of memory, or killed by hand?" : "");
+    }
+    return buf;
+}
+
 /* describe_exit turns a wait status into the record's phase and message. */
 static void describe_exit(tr_worker *w, int st)
 {
@@ -368,7 +523,11 @@ static void describe_exit(tr_worker *w, int st)
             w->phase = TR_WORKER_FAILED_TO_START;
             return;
         }
-        snprintf(w->message, sizeof(w->message), "%sexited with code %d", by, w->exit_code);
+        char meaning[256] = "";
+        if (!w->stopping && w->exit_code != 0) {
+            exit_meaning(w, w->exit_code, meaning, sizeof(meaning));
+        }
+        snprintf(w->message, sizeof(w->message), "%sexited with code %d%s", by, w->exit_code, meaning);
         return;
     }
     w->signal = WTERMSIG(st);
@@ -381,7 +540,11 @@ static void describe_exit(tr_worker *w, int st)
     } else if (w->stopping && w->signal == SIGKILL) {
         snprintf(w->message, sizeof(w->message), "stopped (SIGKILL)");
     } else {
-        snprintf(w->message, sizeof(w->message), "%skilled by signal %s%s", by, sn,
+        char meaning[320] = "";
+        if (!w->stopping) {
+            signal_meaning(w, w->signal, meaning, sizeof(meaning));
+        }
+        snprintf(w->message, sizeof(w->message), "%skilled by signal %s%s%s", by, sn, meaning,
                  WCOREDUMP(st) ? " (core dumped)" : "");
     }
 }
@@ -414,6 +577,7 @@ static void reap_one(tr_launcher *l, tr_worker *w)
     describe_exit(w, st);
 ended:
     w->ended_ms = tr_wall_ms();
+    find_report(w);
     l->changes++;
     TR_LOG(TR_LOG_INFO, "worker ended job=%llu worker=%s attempt=%u pid=%d: %s",
            (unsigned long long)w->job_id, w->name, w->attempt, (int)w->pid, w->message);
@@ -462,7 +626,7 @@ void tr_launcher_close(tr_launcher *l)
     }
     for (size_t i = 0; i < l->n; i++) {
         if (is_live(l->w[i])) {
-            kill(-l->w[i]->pid, SIGKILL);
+            signal_worker(l->w[i], SIGKILL);
         }
     }
     for (;;) {
@@ -537,6 +701,10 @@ static int new_record(tr_launcher *l, const tr_worker_spec *spec, tr_worker **ou
     }
     w->job_id = spec->job_id;
     w->attempt = spec->attempt;
+    if (spec->report_glob != NULL && (w->report_glob = strdup(spec->report_glob)) == NULL) {
+        worker_free(w);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "worker %s: out of memory", spec->name);
+    }
     l->w[l->n++] = w;
     l->changes++;
     *out = w;
@@ -545,7 +713,7 @@ static int new_record(tr_launcher *l, const tr_worker_spec *spec, tr_worker **ou
 
 int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err)
 {
-    char parent_kv[64];
+    char parent_kv[64], *lease_kv = NULL;
     char **argv = NULL, **envp = NULL;
     tr_worker *w = NULL;
     int rv;
@@ -561,7 +729,12 @@ int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err)
     }
     snprintf(parent_kv, sizeof(parent_kv), TR_EXEC_PARENT_ENV "=%ld", (long)getpid());
     argv = build_argv(l, spec);
-    envp = build_envp(spec->env, parent_kv);
+    if (spec->lease_path != NULL && asprintf(&lease_kv, TR_EXEC_LEASE_ENV "=%s", spec->lease_path) < 0) {
+        lease_kv = NULL;
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "worker %s: out of memory", spec->name);
+        goto out;
+    }
+    envp = build_envp(spec->env, parent_kv, lease_kv);
     if (argv == NULL || envp == NULL) {
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "worker %s: out of memory", spec->name);
         goto out;
@@ -570,10 +743,16 @@ int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err)
     if (rv != TROUPE_OK) {
         goto out;
     }
+    if (spec->fail_reason != NULL) {
+        w->started_ms = tr_wall_ms();
+        set_failed(w, "%s", spec->fail_reason);
+        goto out;
+    }
     spawn_worker(l, w, argv, envp);
 out:
     free(argv);
     free(envp);
+    free(lease_kv);
     return rv;
 }
 
@@ -593,8 +772,9 @@ int tr_launcher_stop(tr_launcher *l, const char *name, uint32_t attempt, tr_err 
     /* Grace 0 means SIGKILL at once; tr_launcher_poll then has nothing to
      * escalate (it checks grace_ms > 0). */
     sig = l->grace_ms > 0 ? SIGTERM : SIGKILL;
-    if (kill(-w->pid, sig) != 0) {
-        TR_LOG(TR_LOG_DEBUG, "kill(-%d, %d): %s", (int)w->pid, sig, strerror(errno));
+    signal_worker(w, sig);
+    if (sig == SIGTERM) {
+        signal_worker(w, SIGCONT); /* a SIGSTOPped worker acts on SIGTERM only once continued */
     }
     w->stopping = 1;
     w->escalated = 0;
@@ -620,7 +800,7 @@ int tr_launcher_poll(tr_launcher *l)
     for (size_t i = 0; i < l->n; i++) {
         tr_worker *w = l->w[i];
         if (w->phase == TR_WORKER_STOPPING && !w->escalated && l->grace_ms > 0 && tr_now_ms() >= w->kill_at) {
-            kill(-w->pid, SIGKILL);
+            signal_worker(w, SIGKILL);
             w->escalated = 1;
             TR_LOG(TR_LOG_NOTICE, "worker ignored SIGTERM, killing job=%llu worker=%s attempt=%u pid=%d",
                    (unsigned long long)w->job_id, w->name, w->attempt, (int)w->pid);
@@ -629,6 +809,12 @@ int tr_launcher_poll(tr_launcher *l)
     changed = l->changes;
     l->changes = 0;
     return changed;
+}
+
+int tr_launcher_paused(const tr_launcher *l, size_t i)
+{
+    const tr_worker *w = l != NULL && i < l->n ? l->w[i] : NULL;
+    return w != NULL && w->phase == TR_WORKER_RUNNING && w->pid > 0 && tr_proctree_stopped(w->pid);
 }
 
 size_t tr_launcher_count(const tr_launcher *l)
@@ -654,6 +840,7 @@ int tr_launcher_get(const tr_launcher *l, size_t i, tr_worker_status *out)
     out->signal = w->signal;
     out->message = w->message;
     out->log_path = w->log_path;
+    out->report = w->report;
     out->started_ms = w->started_ms;
     out->ended_ms = w->ended_ms;
     return TROUPE_OK;
@@ -704,7 +891,7 @@ int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_
     if (!w->has_log) {
         goto out; /* the start failed before the log existed: the message says why */
     }
-    fd = open(w->log_path, O_RDONLY | O_CLOEXEC);
+    fd = open(w->log_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 && errno == ENOENT) {
         goto out; /* removed by hand: nothing more to say */
     }

@@ -9,11 +9,16 @@
  * when the agent dies (so no worker, nor any child of one, lingers), and
  * otherwise ends exactly as the command ended (launcher_shim.c).
  *
- * Stopping sends SIGTERM to the whole process group, then SIGKILL after the
- * grace period. Exits are collected with waitpid (per pid, never -1) and
+ * Stopping sends SIGTERM, then SIGCONT (so a stopped worker can act on it),
+ * to the whole process group and to every descendant that left it (the shim
+ * is their subreaper, proctree.h), then SIGKILL the same way after the grace
+ * period. Exits are collected with waitpid (per pid, never -1) and
  * reported with exit code or signal; when a group's leader has exited, what is
  * left of its group is SIGKILLed (a shell's background children do not
  * outlive the worker).
+ *
+ * A worker the agent refuses (spec->fail_reason) is recorded FAILED_TO_START
+ * with that reason, and nothing runs.
  *
  * A command that cannot be started (not on PATH, not executable, bad workdir)
  * makes the shim print "troupe-node: cannot start 'CMD': REASON" to the log
@@ -53,6 +58,11 @@ typedef struct tr_worker_spec {
     const char *const *argv; /* NULL-terminated; argv[0] looked up on PATH */
     const char *const *env;  /* NULL-terminated "K=V" added to/overriding the agent's environment */
     const char *workdir;     /* NULL or "" = the agent's cwd */
+    const char *fail_reason; /* non-NULL: start nothing, record FAILED_TO_START with this message
+                                (the agent could not prepare the worker, e.g. its GPUs) */
+    const char *lease_path;  /* NULL = no lease; else the agent's lease file (launcher_shim.h) */
+    const char *report_glob; /* NULL, or a glob of a file the command writes (an nsys report): once the
+                                worker ended, the newest match written since its start is its report */
 } tr_worker_spec;
 
 typedef struct tr_worker_status {
@@ -64,10 +74,12 @@ typedef struct tr_worker_status {
     int exit_code;           /* when EXITED by exit(); 127 for a shim start failure, -1 when no
                                 process was spawned (log file or posix_spawn failed; pid 0) */
     int signal;              /* when EXITED by a signal (0 otherwise) */
-    const char *message;     /* "exited with code 3", "killed by signal SIGSEGV", "stopped (SIGTERM)",
+    const char *message;     /* "exited with code 3", "killed by signal SIGSEGV (Segmentation fault)",
+                                "exited with code 127: command not found: X (...)", "stopped (SIGTERM)",
                                 "stopped (SIGKILL)" (grace 0), "stopped: SIGKILL after 10000 ms grace",
-                                "cannot start 'nosuchcmd': No such file or directory" */
+                                "cannot start 'nosuchcmd': command not found (is it on the node's PATH?)" */
     const char *log_path;    /* message and log_path: borrowed, valid until tr_launcher_forget */
+    const char *report;      /* spec->report_glob's file once ended (NULL: none), borrowed likewise */
     int64_t started_ms, ended_ms;
 } tr_worker_status;
 
@@ -107,6 +119,11 @@ int tr_launcher_poll(tr_launcher *l);
  * stable until a forget). */
 size_t tr_launcher_count(const tr_launcher *l);
 int tr_launcher_get(const tr_launcher *l, size_t i, tr_worker_status *out);
+
+/* tr_launcher_paused returns 1 when worker i is RUNNING but its command is
+ * stopped by a signal (SIGSTOP: state T), else 0. Reads /proc: call it per
+ * report, not per poll. */
+int tr_launcher_paused(const tr_launcher *l, size_t i);
 
 /* tr_launcher_find returns the index of (name, attempt) or -1. */
 long tr_launcher_find(const tr_launcher *l, const char *name, uint32_t attempt);

@@ -7,6 +7,13 @@
  *   - PR_SET_PDEATHSIG tells it when the agent dies; it then SIGKILLs the whole
  *     process group. (Armed on the command itself, the death signal would reach
  *     only that one process: a shell worker's children would live on.)
+ *   - It is the child subreaper of everything the command starts, so children
+ *     that setsid away stay in its tree: on the agent's death, a lease that ran
+ *     out, or the command's own exit, it SIGKILLs that whole tree (proctree.h)
+ *     and ends only once none is left, so the worker's GPUs are free when the
+ *     launcher sees it end.
+ *   - It holds the agent's lease (TR_EXEC_LEASE_ENV): past it, the worker is
+ *     fenced (killed) even while the agent itself is frozen.
  *   - It ignores the stop signals the agent sends to the group, waits for the
  *     command, and ends the way the command ended (same exit code, or the same
  *     signal), so the launcher sees the command's own status.
@@ -16,16 +23,83 @@
  * The command itself starts with default signal dispositions and an empty
  * signal mask. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "launcher.h"
 #include "launcher_shim.h"
+#include "proctree.h"
+
+/* How long the shim waits for a killed tree to be gone before it ends anyway
+ * (a process in uninterruptible sleep cannot be hurried). */
+#define TREE_GONE_MS 5000
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* lease_over reads the agent's lease file: 1 once its deadline has passed. */
+static int lease_over(const char *path)
+{
+    char buf[32];
+    ssize_t n;
+    int fd;
+
+    if (path == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        return 0;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    return strtoll(buf, NULL, 10) > 0 && mono_ms() > strtoll(buf, NULL, 10);
+}
+
+/* fence kills the command and everything under us, then the group with us. */
+static void fence(void)
+{
+    tr_proctree_signal(getpid(), SIGKILL);
+    kill(0, SIGKILL);
+    _exit(TR_SHIM_EXIT);
+}
+
+/* bury kills what the command left behind and reaps it all, so nothing the
+ * worker started outlives it (nor holds its GPU). */
+static void bury(void)
+{
+    int64_t until = mono_ms() + TREE_GONE_MS, next_kill = 0;
+    int st;
+
+    for (;;) {
+        pid_t got = waitpid(-1, &st, WNOHANG);
+        if (got > 0) {
+            continue;
+        }
+        if (got < 0 && errno == ECHILD) {
+            return;
+        }
+        if (mono_ms() >= until) {
+            return;
+        }
+        if (mono_ms() >= next_kill) {
+            tr_proctree_signal(getpid(), SIGKILL);
+            next_kill = mono_ms() + 200;
+        }
+        usleep(10000);
+    }
+}
 
 /* parent_gone says whether the agent died before the death signal was armed;
  * want is the pid the launcher put in TR_EXEC_PARENT_ENV, or -1 without it. */
@@ -48,38 +122,70 @@ static void run_command(char **argv, const char *cmd)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execvp(cmd, argv);
-    fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': %s\n", cmd, strerror(errno));
+    /* Say what the errno means for a command line, with what to check. */
+    if (errno == ENOENT && strchr(cmd, '/') == NULL) {
+        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': command not found (is it on the node's PATH?)\n",
+                cmd);
+    } else if (errno == EACCES) {
+        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': %s (is it executable?)\n", cmd, strerror(errno));
+    } else {
+        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': %s\n", cmd, strerror(errno));
+    }
     _exit(TR_SHIM_EXIT);
 }
 
-/* supervise waits for the command or the agent's death, whichever comes
- * first, and returns (or dies) the way the command ended. */
-static int supervise(pid_t child, const sigset_t *waitset)
+/* wait_command waits for the command, the agent's death or the end of the
+ * lease, whichever comes first, reaping adopted orphans on the way; returns
+ * the command's wait status. */
+static int wait_command(pid_t child, const sigset_t *waitset, const char *lease)
 {
+    int64_t next_check = 0;
+
     for (;;) {
-        int sig = sigwaitinfo(waitset, NULL);
+        struct timespec ts = {0, TR_LEASE_CHECK_MS * 1000000L};
+        int sig = sigtimedwait(waitset, NULL, &ts);
         int st;
+        pid_t got;
         if (sig == SIGUSR1) {
-            kill(0, SIGKILL); /* the agent is gone: take the whole group down, us too */
-            _exit(TR_SHIM_EXIT);
+            fence(); /* the agent is gone: take the whole tree down, us too */
         }
-        if (sig != SIGCHLD || waitpid(child, &st, WNOHANG) != child) {
-            continue;
+        if (mono_ms() >= next_check) {
+            if (lease_over(lease)) {
+                fprintf(stderr, TR_SHIM_PREFIX TR_SHIM_LEASE_LINE "; worker killed so that it cannot run twice\n");
+                fence();
+            }
+            next_check = mono_ms() + TR_LEASE_CHECK_MS;
         }
-        if (WIFEXITED(st)) {
-            return WEXITSTATUS(st);
+        while ((got = waitpid(-1, &st, WNOHANG)) > 0) {
+            if (got == child) {
+                return st;
+            }
         }
-        /* Die of the same signal so the launcher reports it as the command's. */
-        signal(WTERMSIG(st), SIG_DFL);
-        sigprocmask(SIG_UNBLOCK, waitset, NULL);
-        raise(WTERMSIG(st));
-        return 128 + WTERMSIG(st);
     }
+}
+
+/* supervise runs the command to its end and returns (or dies) the way it
+ * ended, once nothing it started is left. */
+static int supervise(pid_t child, const sigset_t *waitset, const char *lease)
+{
+    int st = wait_command(child, waitset, lease);
+
+    bury();
+    if (WIFEXITED(st)) {
+        return WEXITSTATUS(st);
+    }
+    /* Die of the same signal so the launcher reports it as the command's. */
+    signal(WTERMSIG(st), SIG_DFL);
+    sigprocmask(SIG_UNBLOCK, waitset, NULL);
+    raise(WTERMSIG(st));
+    return 128 + WTERMSIG(st);
 }
 
 int tr_launcher_exec_worker(int argc, char **argv)
 {
     const char *dir, *cmd, *env;
+    static char lease_buf[4096];
+    const char *lease = NULL;
     sigset_t waitset;
     long want = -1;
     pid_t child;
@@ -95,6 +201,11 @@ int tr_launcher_exec_worker(int argc, char **argv)
         want = strtol(env, NULL, 10);
         unsetenv(TR_EXEC_PARENT_ENV); /* the worker must not see it */
     }
+    if ((env = getenv(TR_EXEC_LEASE_ENV)) != NULL) {
+        snprintf(lease_buf, sizeof(lease_buf), "%s", env);
+        lease = lease_buf;
+        unsetenv(TR_EXEC_LEASE_ENV);
+    }
     /* Block before arming the death signal, so it cannot be lost. */
     sigemptyset(&waitset);
     sigaddset(&waitset, SIGUSR1);
@@ -103,6 +214,10 @@ int tr_launcher_exec_worker(int argc, char **argv)
     signal(SIGTERM, SIG_IGN); /* the command decides how to stop; we report it */
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': PR_SET_CHILD_SUBREAPER: %s\n", cmd, strerror(errno));
+        return TR_SHIM_EXIT;
+    }
     if (prctl(PR_SET_PDEATHSIG, SIGUSR1) != 0) {
         fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': PR_SET_PDEATHSIG: %s\n", cmd, strerror(errno));
         return TR_SHIM_EXIT;
@@ -124,5 +239,5 @@ int tr_launcher_exec_worker(int argc, char **argv)
     if (child == 0) {
         run_command(argv + 4, cmd);
     }
-    return supervise(child, &waitset);
+    return supervise(child, &waitset, lease);
 }

@@ -13,25 +13,42 @@
 
 #include "launcher.h"
 #include "log.h"
+#include "names.h"
 #include "node.h"
+#include "safefile.h"
 #include "util.h"
 
 #define F(x) offsetof(tr_node_config, x)
 const tr_cfg_desc tr_node_config_table[] = {
-    {"head", TR_CFG_STRING, F(head), "tcp://127.0.0.1:7770", TR_CFG_UNBOUNDED, 0, "troupe-head RPC address"},
+    {"head", TR_CFG_STRING, F(head), "tcp://127.0.0.1:7770", TR_CFG_UNBOUNDED, TR_CFG_URL,
+     "troupe-head RPC address: tcp://HOST:PORT, tls+tcp://HOST:PORT or ipc:///PATH"},
+    {"tls_ca", TR_CFG_STRING, F(tls_ca), NULL, TR_CFG_UNBOUNDED, 0,
+     "PEM CA that signed the head's certificate (tls+tcp://); workers get it as TROUPE_TLS_CA"},
+    {"tls_cert", TR_CFG_STRING, F(tls_cert), NULL, TR_CFG_UNBOUNDED, 0,
+     "PEM client certificate for a head with tls_client_auth (signed by its tls_client_ca)"},
+    {"tls_key", TR_CFG_STRING, F(tls_key), NULL, TR_CFG_UNBOUNDED, 0, "PEM private key of tls_cert (mode 0600)"},
+    {"tls_server_name", TR_CFG_STRING, F(tls_server_name), NULL, TR_CFG_UNBOUNDED, 0,
+     "name the head's certificate must carry (default: the host in head)"},
     {"name", TR_CFG_STRING, F(name), NULL, TR_CFG_UNBOUNDED, 0, "node name (default: the hostname)"},
     {"labels", TR_CFG_STRING, F(labels), NULL, TR_CFG_UNBOUNDED, 0, "k=v,k2=v2 labels for job selectors"},
     {"fake_gpus", TR_CFG_STRING, F(fake_gpus), NULL, TR_CFG_UNBOUNDED, 0,
      "advertise simulated GPUs instead of real ones: N[xMODEL][:MEM], e.g. 4xH200:141GB"},
-    {"token", TR_CFG_STRING, F(token), NULL, TR_CFG_UNBOUNDED, TR_CFG_SENSITIVE, "auth token (TROUPE_TOKEN)"},
-    {"address", TR_CFG_STRING, F(address), NULL, TR_CFG_UNBOUNDED, 0,
+    {"token", TR_CFG_STRING, F(token), NULL, TR_CFG_UNBOUNDED, TR_CFG_SENSITIVE,
+     "node credential (TROUPE_TOKEN; prefer token_file: a flag shows in ps)"},
+    {"token_file", TR_CFG_STRING, F(token_file), NULL, TR_CFG_UNBOUNDED, 0,
+     "file holding the node credential (troupe token create --scope node), mode 0600"},
+    {"address", TR_CFG_STRING, F(address), NULL, TR_CFG_UNBOUNDED, TR_CFG_HOST,
      "address workers on other nodes use to reach this one, MASTER_ADDR (default: the hostname if it "
      "resolves, else the first non-loopback IPv4 address)"},
     {"state_dir", TR_CFG_STRING, F(state_dir), NULL, TR_CFG_UNBOUNDED, 0,
-     "worker logs and state (default: /tmp/troupe-node-NAME)"},
+     "worker logs and credentials, 0700 (default: /var/lib/troupe-node/NAME as root, else "
+     "$XDG_STATE_HOME/troupe-node/NAME or ~/.local/state/troupe-node/NAME)"},
     {"log_level", TR_CFG_STRING, F(log_level), "info", TR_CFG_UNBOUNDED, 0, "err|warning|notice|info|debug"},
     {"stop_grace_ms", TR_CFG_INT, F(stop_grace_ms), "10000", 0, 3600000, 0,
      "SIGTERM-to-SIGKILL grace when stopping workers"},
+    {"lease_ms", TR_CFG_INT, F(lease_ms), "0", 0, 6000000, 0,
+     "kill the workers after this long without an answered heartbeat; 0 = the lease the head grants "
+     "(its lease_ms, shorter than its DEAD timeout); a value here can only shorten it"},
     {NULL, 0, 0, NULL, 0, 0, 0, NULL},
 };
 #undef F
@@ -66,6 +83,52 @@ static const char *default_address(const char *hostname, char *buf, size_t size)
     TR_LOG(TR_LOG_NOTICE, "hostname %s does not resolve; workers will use address=%s (set --address)",
            hostname, buf);
     return buf;
+}
+
+/* default_state_dir is private to this user, never a shared /tmp path that
+ * another local user could prepare with symlinks: /var/lib/troupe-node/NAME
+ * as root, else $XDG_STATE_HOME/troupe-node/NAME (~/.local/state/...). */
+static char *default_state_dir(const char *name)
+{
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    char *dir = NULL;
+
+    if (geteuid() == 0) {
+        return asprintf(&dir, "/var/lib/troupe-node/%s", name) > 0 ? dir : NULL;
+    }
+    if (xdg != NULL && xdg[0] == '/') {
+        return asprintf(&dir, "%s/troupe-node/%s", xdg, name) > 0 ? dir : NULL;
+    }
+    if (home == NULL || home[0] != '/') {
+        return NULL;
+    }
+    return asprintf(&dir, "%s/.local/state/troupe-node/%s", home, name) > 0 ? dir : NULL;
+}
+
+/* load_token takes the node credential from token_file when token is unset;
+ * a --token flag works but says it is visible to every local user in ps. */
+static int load_token(tr_node_config *c, int argc, char **argv, tr_err *err)
+{
+    int warn = 0, rv;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--token") == 0 || strncmp(argv[i], "--token=", 8) == 0) {
+            TR_LOG(TR_LOG_WARNING, "--token on the command line is visible to other users in ps; use "
+                                   "--token-file or TROUPE_TOKEN");
+        }
+    }
+    if ((c->token && c->token[0]) || !c->token_file || !c->token_file[0]) {
+        return TROUPE_OK;
+    }
+    free(c->token);
+    c->token = NULL;
+    if ((rv = tr_secret_file_read(c->token_file, &c->token, &warn, err)) != TROUPE_OK) {
+        return rv;
+    }
+    if (warn) {
+        TR_LOG(TR_LOG_WARNING, "token_file %s is readable by group or others; chmod 600 it", c->token_file);
+    }
+    return TROUPE_OK;
 }
 
 static void on_signal(int sig)
@@ -114,13 +177,23 @@ static int load_config(tr_node_agent *a, int argc, char **argv, tr_cfg_args *arg
         c->address = strdup(default_address(a->hostname, addr, sizeof(addr)));
     }
     if (c->state_dir == NULL || c->state_dir[0] == '\0') {
-        char dir[512];
-        snprintf(dir, sizeof(dir), "/tmp/troupe-node-%s", c->name);
         free(c->state_dir);
-        c->state_dir = strdup(dir);
+        c->state_dir = default_state_dir(c->name);
     }
-    if (c->name == NULL || c->address == NULL || c->state_dir == NULL) {
+    if (c->state_dir == NULL) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "no state dir: set --state-dir (HOME is not set)");
+    }
+    if (c->name == NULL || c->address == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    /* The head refuses the same (names.h); saying it here names the setting. */
+    if ((rv = tr_node_name_check("name", c->name, err)) != TROUPE_OK ||
+        (rv = tr_address_check("address", c->address, err)) != TROUPE_OK ||
+        (rv = tr_labels_check_list(c->labels, 32, err)) != TROUPE_OK) {
+        return rv;
+    }
+    if ((rv = load_token(c, argc, argv, err)) != TROUPE_OK) {
+        return rv;
     }
     if (c->fake_gpus != NULL && c->fake_gpus[0] != '\0') {
         return tr_gpus_parse_fake(c->fake_gpus, c->name, a->gpus, &a->n_gpus, err);
@@ -134,15 +207,19 @@ static int register_first(tr_node_agent *a, tr_err *err)
 {
     int64_t said = 0;
 
+    tr_node_find_nsys(a); /* told to the head at every registration */
+
     for (;;) {
         int rv = tr_node_register(a, err);
         if (rv == TROUPE_OK) {
             return rv;
         }
-        if (rv == TROUPE_UNAUTHENTICATED || rv == TROUPE_INVALID_ARGUMENT || rv == TROUPE_PERMISSION_DENIED) {
+        if (rv == TROUPE_UNAUTHENTICATED || rv == TROUPE_INVALID_ARGUMENT || rv == TROUPE_PERMISSION_DENIED ||
+            rv == TROUPE_ALREADY_EXISTS) {
             return rv;
         }
         if (tr_now_ms() - said >= 5000) {
+            tr_rpc_client_explain(a->rpc, err); /* a TLS handshake that fails says why */
             TR_LOG(TR_LOG_WARNING, "waiting for troupe-head at %s: %s", a->cfg.head, err->msg);
             said = tr_now_ms();
         }
@@ -186,6 +263,11 @@ int main(int argc, char **argv)
         return 0;
     }
     tr_log_level = tr_log_level_parse(a.cfg.log_level);
+    if ((rv = tr_dir_private(a.cfg.state_dir, &err)) != TROUPE_OK) {
+        fprintf(stderr, "troupe-node: state dir: %s\n", err.msg);
+        tr_cfg_free(tr_node_config_table, &a.cfg);
+        return 2;
+    }
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
@@ -193,19 +275,31 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     a.stop = &stop_flag;
 
+    pthread_mutex_init(&a.id_mu, NULL);
+    if ((rv = tr_node_identity(&a, &err)) != TROUPE_OK) {
+        fprintf(stderr, "troupe-node: %s\n", err.msg);
+        tr_cfg_free(tr_node_config_table, &a.cfg);
+        return 1;
+    }
     ro.url = a.cfg.head;
     ro.token = a.cfg.token;
     ro.wait_for_server = 1;
+    ro.tls.ca_file = a.cfg.tls_ca;
+    ro.tls.cert_file = a.cfg.tls_cert;
+    ro.tls.key_file = a.cfg.tls_key;
+    ro.tls.server_name = a.cfg.tls_server_name;
     if ((rv = tr_rpc_client_open(&ro, &a.rpc, &err)) != TROUPE_OK ||
         (rv = register_first(&a, &err)) != TROUPE_OK) {
         fprintf(stderr, "troupe-node: %s: %s\n", troupe_strerror(rv), err.msg);
         tr_rpc_client_close(a.rpc);
+        close(a.lock_fd);
         tr_cfg_free(tr_node_config_table, &a.cfg);
         return rv == TROUPE_CANCELLED ? 0 : 1;
     }
     rv = tr_node_run(&a, &err);
     TR_LOG(TR_LOG_NOTICE, "stopping node=%llu", (unsigned long long)a.node_id);
     tr_rpc_client_close(a.rpc);
+    close(a.lock_fd);
     tr_cfg_free(tr_node_config_table, &a.cfg);
     return rv == TROUPE_OK ? 0 : 1;
 }

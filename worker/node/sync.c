@@ -7,17 +7,28 @@
  * with any new output. A (name, attempt) that the agent has seen is never
  * started again, so an exited worker is not resurrected by a set that was
  * computed before the head heard of the exit. Output that could not be
- * delivered stays queued and goes with the next report. */
+ * delivered stays queued and goes with the next report.
+ *
+ * No output is lost: a worker that ended is reported as still running until
+ * its log has been read to the end and shipped, so the head never sees a job
+ * end before it has every byte its workers wrote; and a worker is forgotten
+ * only once the head acknowledged the report that carried its last bytes.
+ * A report carries at most LOG_BATCH of each worker's output and REPORT_LOG_MAX
+ * in all (well inside the head's frame); while more is waiting, the next
+ * report goes out on the next step instead of after the usual period. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpus.h"
 #include "log.h"
 #include "node.h"
+#include "safefile.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
 
-#define LOG_BATCH (64u * 1024u)
+#define LOG_BATCH (256u * 1024u)
+#define REPORT_LOG_MAX (1024u * 1024u)
 #define POLL_MS 5000u
 
 typedef struct tr_pending_log {
@@ -26,6 +37,7 @@ typedef struct tr_pending_log {
     uint32_t attempt;
     char *buf;
     size_t len;
+    int drained; /* the worker ended and its log was read to the end */
     struct tr_pending_log *next;
 } tr_pending_log;
 
@@ -52,10 +64,17 @@ static void *sync_main(void *arg)
             continue;
         }
         pthread_mutex_lock(&a->mu);
-        if (a->incoming != NULL) {
+        if (req.node_id != a->sync_node_id) {
+            /* Asked for a node id the agent no longer has (it registered
+             * again as a new node): that set is not this node's. */
+            troupe__v1__node_sync_reply__free_unpacked(rep, NULL);
+            rep = NULL;
+        } else if (a->incoming != NULL) {
             troupe__v1__node_sync_reply__free_unpacked(a->incoming, NULL);
         }
-        a->incoming = rep;
+        if (rep != NULL) {
+            a->incoming = rep;
+        }
         pthread_mutex_unlock(&a->mu);
     }
     return NULL;
@@ -72,7 +91,7 @@ int tr_node_workers_start(tr_node_agent *a, tr_err *err)
         return rv;
     }
     pthread_mutex_init(&a->mu, NULL);
-    a->sync_node_id = a->node_id;
+    a->sync_node_id = tr_node_id(a);
     if (pthread_create(&a->sync_thread, NULL, sync_main, a) != 0) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the sync thread");
     }
@@ -91,14 +110,45 @@ static const Troupe__V1__WorkerAssignment *assigned(const Troupe__V1__NodeSyncRe
     return NULL;
 }
 
+/* credential_path names the file holding a worker's credential:
+ * STATE_DIR/credentials/JOB-ATTEMPT-WORKER (worker names are [A-Za-z0-9._-],
+ * the head's name rules; anything else would not be a file name here). */
+static void credential_path(const tr_node_agent *a, uint64_t job, uint32_t attempt, const char *name,
+                            char *path, size_t size)
+{
+    snprintf(path, size, "%s/credentials/%llu-%u-%s", a->cfg.state_dir, (unsigned long long)job, attempt,
+             strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == strlen(name) &&
+                     name[0] != '.'
+                 ? name
+                 : "worker");
+}
+
+/* write_credential stores wa's credential in a file only this user can read
+ * (0600, O_NOFOLLOW, in a 0700 directory). */
+static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa, char *path, size_t size,
+                            tr_err *err)
+{
+    char dir[1024];
+    int rv;
+
+    snprintf(dir, sizeof(dir), "%s/credentials", a->cfg.state_dir);
+    if ((rv = tr_dir_private(dir, err)) != TROUPE_OK) {
+        return rv;
+    }
+    credential_path(a, wa->job_id, wa->attempt, wa->name, path, size);
+    return tr_file_replace_private(path, wa->credential, strlen(wa->credential), err);
+}
+
 static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
 {
     const char **argv = calloc(wa->n_command + 1, sizeof(*argv));
-    const char **env = calloc(wa->n_env + 4, sizeof(*env));
-    char **owned = calloc(wa->n_env + 4, sizeof(*owned));
+    const char **env = calloc(wa->n_env + 7, sizeof(*env));
+    char **owned = calloc(wa->n_env + 7, sizeof(*owned));
     tr_worker_spec ws = {0};
+    tr_nsys_cmd nsys = {0};
+    char lease[1100];
     size_t ne = 0;
-    tr_err err;
+    tr_err err, gpu_err = {0};
     const char *real_visible = getenv("CUDA_VISIBLE_DEVICES");
 
     if (a->n_gpus == 0 || a->gpus[0].simulated || real_visible == NULL || real_visible[0] == '\0') {
@@ -118,11 +168,11 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
         char mapped[1024];
         /* The head numbers GPUs as this agent discovered them; when the agent
          * itself sees only some GPUs (CUDA_VISIBLE_DEVICES=4,5,6,7 in a partial
-         * allocation), index 0 is physical GPU 4: translate for the worker. */
+         * allocation), index 0 is physical GPU 4: translate for the worker.
+         * An index that does not translate fails the worker: the raw index
+         * may be a GPU of another allocation. */
         if (strcmp(wa->env[i]->key, "CUDA_VISIBLE_DEVICES") == 0 && real_visible != NULL) {
-            if (tr_gpus_translate_visible(real_visible, value, mapped, sizeof(mapped), &err) != TROUPE_OK) {
-                TR_LOG(TR_LOG_ERR, "worker=%s: %s", wa->name, err.msg);
-            } else {
+            if (tr_gpus_translate_visible(real_visible, value, mapped, sizeof(mapped), &gpu_err) == TROUPE_OK) {
                 value = mapped;
             }
         }
@@ -135,17 +185,48 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
         env[ne] = owned[ne];
         ne++;
     }
-    if (a->cfg.token != NULL && a->cfg.token[0] &&
-        asprintf(&owned[ne], "TROUPE_TOKEN=%s", a->cfg.token) > 0) {
+    /* The worker gets its job's worker credential in a file, never the
+     * agent's own credential and never on a command line or in its env. */
+    if (wa->credential != NULL && wa->credential[0] != '\0') {
+        char path[1024];
+        if (write_credential(a, wa, path, sizeof(path), &err) != TROUPE_OK) {
+            TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name, err.msg);
+            goto out;
+        }
+        if (asprintf(&owned[ne], "TROUPE_CREDENTIALS=%s", path) > 0) {
+            env[ne] = owned[ne];
+            ne++;
+        }
+    }
+    /* Where peers on other nodes reach this worker (the CPU collective listens on it). */
+    if (a->cfg.address != NULL && asprintf(&owned[ne], "TROUPE_NODE_ADDR=%s", a->cfg.address) > 0) {
         env[ne] = owned[ne];
         ne++;
+    }
+    /* A TLS head: the worker's libtroupe verifies it with the agent's CA (a
+     * public certificate); the agent's own client key never reaches it. */
+    if (a->cfg.tls_ca != NULL && a->cfg.tls_ca[0] && asprintf(&owned[ne], "TROUPE_TLS_CA=%s", a->cfg.tls_ca) > 0) {
+        env[ne] = owned[ne];
+        ne++;
+    }
+    if (a->cfg.tls_server_name != NULL && a->cfg.tls_server_name[0] &&
+        asprintf(&owned[ne], "TROUPE_TLS_SERVER_NAME=%s", a->cfg.tls_server_name) > 0) {
+        env[ne] = owned[ne];
+        ne++;
+    }
+    if (tr_node_nsys_wrap(a, wa, &nsys) != 0) {
+        TR_LOG(TR_LOG_ERR, "cannot start worker=%s: out of memory", wa->name);
+        goto out;
     }
     ws.job_id = wa->job_id;
     ws.name = wa->name;
     ws.attempt = wa->attempt;
-    ws.argv = argv;
+    ws.argv = nsys.argv != NULL ? nsys.argv : argv; /* under nsys when the job asks (nsys.c) */
+    ws.report_glob = nsys.report_glob;
     ws.env = env;
     ws.workdir = wa->workdir;
+    ws.fail_reason = gpu_err.code != TROUPE_OK ? gpu_err.msg : nsys.fail_reason[0] ? nsys.fail_reason : NULL;
+    ws.lease_path = tr_node_lease_file(a, lease, sizeof(lease)) ? lease : NULL;
     if (tr_launcher_start(a->launcher, &ws, &err) != TROUPE_OK) {
         TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name, err.msg);
     } else {
@@ -156,6 +237,7 @@ out:
     for (size_t i = 0; owned != NULL && i < ne; i++) {
         free(owned[i]);
     }
+    tr_node_nsys_free(&nsys);
     free(owned);
     free(argv);
     free(env);
@@ -195,6 +277,14 @@ static void apply(tr_node_agent *a)
     a->applied = set;
     pthread_mutex_lock(&a->mu);
     a->applied_version = set->version;
+    memset(a->gpu_busy, 0, sizeof(a->gpu_busy)); /* for the heartbeat's simulated GPU figures */
+    for (size_t i = 0; i < set->n_workers; i++) {
+        for (size_t k = 0; k < set->workers[i]->n_gpus; k++) {
+            if (set->workers[i]->gpus[k] < TR_MAX_GPUS) {
+                a->gpu_busy[set->workers[i]->gpus[k]] = 1;
+            }
+        }
+    }
     pthread_mutex_unlock(&a->mu);
     a->need_report = 1;
 }
@@ -217,26 +307,43 @@ static tr_pending_log *pending_for(tr_node_agent *a, const tr_worker_status *st)
     return p;
 }
 
-/* collect_output moves new log lines of worker i into its pending buffer. */
-static void collect_output(tr_node_agent *a, size_t i, const tr_worker_status *st)
+static int phase_ended(tr_worker_phase ph)
+{
+    return ph != TR_WORKER_RUNNING && ph != TR_WORKER_STOPPING;
+}
+
+/* collect_output moves new log output of worker i into its pending buffer,
+ * taking at most *budget bytes (and LOG_BATCH per worker); it marks the
+ * buffer drained once a read of an ended worker's log comes back short.
+ * st was taken before the read, so an ended worker wrote nothing after it. */
+static void collect_output(tr_node_agent *a, size_t i, const tr_worker_status *st, size_t *budget)
 {
     tr_pending_log *p = pending_for(a, st);
-    char *buf = NULL;
-    size_t len = 0;
     tr_err err;
 
-    if (p == NULL || p->len >= LOG_BATCH ||
-        tr_launcher_read_log(a->launcher, i, LOG_BATCH - p->len, &buf, &len, &err) != TROUPE_OK || len == 0) {
-        free(buf);
-        return;
-    }
-    char *grown = realloc(p->buf, p->len + len);
-    if (grown != NULL) {
-        memcpy(grown + p->len, buf, len);
+    while (p != NULL && !p->drained && p->len<LOG_BATCH && * budget> 0) {
+        size_t room = LOG_BATCH - p->len < *budget ? LOG_BATCH - p->len : *budget;
+        char *buf = NULL, *grown = realloc(p->buf, p->len + room);
+        size_t len = 0;
+        if (grown == NULL) {
+            return; /* room first, so a read's bytes always have a place */
+        }
         p->buf = grown;
+        if (tr_launcher_read_log(a->launcher, i, room, &buf, &len, &err) != TROUPE_OK) {
+            TR_LOG(TR_LOG_WARNING, "worker=%s: log not read, will retry: %s", st->name, err.msg);
+            return;
+        }
+        if (len > 0) {
+            memcpy(p->buf + p->len, buf, len);
+        }
         p->len += len;
+        *budget -= len;
+        free(buf);
+        if (len < room) {
+            p->drained = phase_ended(st->phase);
+            return;
+        }
     }
-    free(buf);
 }
 
 static Troupe__V1__WorkerState report_state(tr_worker_phase ph)
@@ -248,6 +355,25 @@ static Troupe__V1__WorkerState report_state(tr_worker_phase ph)
     }
 }
 
+/* drop_drained frees st's output queue if the worker's log was read to the
+ * end and delivered; returns 1 then (or when it has no queue at all). */
+static int drop_drained(tr_node_agent *a, const tr_worker_status *st)
+{
+    for (tr_pending_log **pp = &a->logs; *pp != NULL; pp = &(*pp)->next) {
+        tr_pending_log *p = *pp;
+        if (p->job_id == st->job_id && p->attempt == st->attempt && strcmp(p->name, st->name) == 0) {
+            if (!p->drained || p->len > 0) {
+                return 0;
+            }
+            *pp = p->next;
+            free(p->buf);
+            free(p);
+            return 1;
+        }
+    }
+    return 1;
+}
+
 static void forget_settled(tr_node_agent *a)
 {
     tr_err err;
@@ -257,19 +383,24 @@ static void forget_settled(tr_node_agent *a)
             st.phase == TR_WORKER_STOPPING || assigned(a->applied, st.name, st.attempt)) {
             continue;
         }
-        /* Reported and no longer wanted: the head has it. Drop its queue too. */
-        for (tr_pending_log **pp = &a->logs; *pp != NULL; pp = &(*pp)->next) {
-            tr_pending_log *p = *pp;
-            if (p->job_id == st.job_id && p->attempt == st.attempt && strcmp(p->name, st.name) == 0 &&
-                p->len == 0) {
-                *pp = p->next;
-                free(p->buf);
-                free(p);
-                break;
-            }
+        /* Reported and no longer wanted: forget it once the head has every
+         * byte of its output (its queue drained and delivered). */
+        if (!drop_drained(a, &st)) {
+            continue;
         }
+        char path[1024];
+        credential_path(a, st.job_id, st.attempt, st.name, path, sizeof(path));
+        unlink(path); /* a settled worker's credential no longer works anyway */
         tr_launcher_forget(a->launcher, st.name, st.attempt, &err);
     }
+}
+
+/* report_deadline keeps a report from outlasting the lease, so the main loop
+ * is back to heartbeats (and notices a lapse) in time. */
+static uint32_t report_deadline(tr_node_agent *a)
+{
+    int64_t left = tr_node_lease_left(a);
+    return left >= 3000 ? 3000u : left > 50 ? (uint32_t)left : 50u;
 }
 
 /* report sends every worker's state and new output; on success the queued
@@ -282,28 +413,45 @@ static int report(tr_node_agent *a)
     Troupe__V1__WorkerReport *r = calloc(n + 1, sizeof(*r));
     Troupe__V1__WorkerReport **rp = calloc(n + 1, sizeof(*rp));
     tr_pending_log **used = calloc(n + 1, sizeof(*used));
+    size_t budget = REPORT_LOG_MAX;
     tr_err err;
+    int64_t sent;
     int rv = TROUPE_RESOURCE_EXHAUSTED;
 
     if (r == NULL || rp == NULL || used == NULL) {
         goto out;
     }
+    for (const tr_pending_log *p = a->logs; p != NULL; p = p->next) {
+        budget = p->len < budget ? budget - p->len : 0; /* queued from an undelivered report */
+    }
+    a->more_output = 0;
     for (size_t i = 0; i < n; i++) {
         tr_worker_status st;
+        tr_pending_log *p;
         if (tr_launcher_get(a->launcher, i, &st) != TROUPE_OK) {
             continue;
         }
-        collect_output(a, i, &st);
+        collect_output(a, i, &st, &budget);
+        p = pending_for(a, &st);
         troupe__v1__worker_report__init(&r[req.n_reports]);
         r[req.n_reports].job_id = st.job_id;
         r[req.n_reports].name = (char *)st.name;
         r[req.n_reports].attempt = st.attempt;
         r[req.n_reports].state = report_state(st.phase);
+        if (phase_ended(st.phase) && (p == NULL || !p->drained)) {
+            /* Its exit is told with its last bytes: the head must not end
+             * the job (and `logs -f` must not stop) before the tail came. */
+            r[req.n_reports].state = TROUPE__V1__WORKER_STATE__WORKER_RUNNING;
+            a->more_output = 1;
+        }
+        a->more_output |= p != NULL && p->len >= LOG_BATCH;
         r[req.n_reports].exit_code = st.exit_code;
         r[req.n_reports].signal = st.signal;
         r[req.n_reports].pid = (uint32_t)st.pid;
         r[req.n_reports].message = (char *)(st.message ? st.message : "");
-        used[req.n_reports] = pending_for(a, &st);
+        r[req.n_reports].paused = tr_launcher_paused(a->launcher, i);
+        r[req.n_reports].nsys_report = (char *)(st.report ? st.report : "");
+        used[req.n_reports] = p;
         if (used[req.n_reports] != NULL) {
             r[req.n_reports].log.data = (uint8_t *)used[req.n_reports]->buf;
             r[req.n_reports].log.len = used[req.n_reports]->len;
@@ -312,13 +460,22 @@ static int report(tr_node_agent *a)
         req.n_reports++;
     }
     req.reports = rp;
-    req.node_id = a->node_id;
-    req.version = a->applied_version;
+    req.node_id = tr_node_id(a);
+    /* applied_version counts sets of sync_node_id. The heartbeat thread may
+     * have registered the agent as a new node since this step compared the
+     * ids: then nothing of the new node is applied yet, and the old node's
+     * version (as high as the new node's first placement) would make the
+     * head take those workers for lost. */
+    pthread_mutex_lock(&a->mu);
+    req.version = req.node_id == a->sync_node_id ? a->applied_version : 0;
+    pthread_mutex_unlock(&a->mu);
     req.wait_ms = 0;
+    sent = tr_now_ms();
     rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
-                            &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep, 3000, 0,
-                            &err);
+                            &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep,
+                            report_deadline(a), 0, &err);
     if (rv == TROUPE_OK) {
+        tr_node_lease_renew(a, sent);
         for (size_t i = 0; i < req.n_reports; i++) {
             if (used[i] != NULL) {
                 free(used[i]->buf);
@@ -338,25 +495,46 @@ out:
     return rv;
 }
 
+size_t tr_node_running_workers(tr_node_agent *a)
+{
+    size_t n = 0;
+    for (size_t i = 0; a->launcher != NULL && i < tr_launcher_count(a->launcher); i++) {
+        tr_worker_status st;
+        n += tr_launcher_get(a->launcher, i, &st) == TROUPE_OK &&
+             (st.phase == TR_WORKER_RUNNING || st.phase == TR_WORKER_STOPPING);
+    }
+    return n;
+}
+
 static int any_running(tr_node_agent *a)
 {
-    for (size_t i = 0; i < tr_launcher_count(a->launcher); i++) {
-        tr_worker_status st;
-        if (tr_launcher_get(a->launcher, i, &st) == TROUPE_OK &&
-            (st.phase == TR_WORKER_RUNNING || st.phase == TR_WORKER_STOPPING)) {
-            return 1;
-        }
-    }
-    return 0;
+    return tr_node_running_workers(a) > 0;
 }
 
 void tr_node_workers_step(tr_node_agent *a)
 {
     int64_t now = tr_now_ms();
+    uint64_t node_id = tr_node_id(a);
+    size_t running = tr_node_running_workers(a);
     int64_t every;
 
+    pthread_mutex_lock(&a->id_mu);
+    a->running_now = running;
+    pthread_mutex_unlock(&a->id_mu);
     pthread_mutex_lock(&a->mu);
-    a->sync_node_id = a->node_id;
+    if (a->sync_node_id != node_id) {
+        /* Registered again as a new node: its assignment versions start
+         * afresh. Keeping the old node's (higher) version would tell the head
+         * this node applied sets it never saw, and the head would take the
+         * first worker placed here for lost. */
+        a->applied_version = 0;
+        if (a->incoming != NULL) {
+            troupe__v1__node_sync_reply__free_unpacked(a->incoming, NULL);
+            a->incoming = NULL;
+        }
+        a->need_report = 1;
+    }
+    a->sync_node_id = node_id;
     pthread_mutex_unlock(&a->mu);
     apply(a);
     if (tr_launcher_poll(a->launcher) > 0) {
@@ -365,7 +543,7 @@ void tr_node_workers_step(tr_node_agent *a)
     every = any_running(a) ? 250 : 2000;
     if (a->need_report || now - a->last_report >= every) {
         if (report(a) == TROUPE_OK) {
-            a->need_report = 0;
+            a->need_report = a->more_output; /* more output waiting: next step */
         }
         a->last_report = now;
     }
@@ -390,7 +568,10 @@ void tr_node_workers_stop(tr_node_agent *a)
         tr_sleep_ms(20);
     }
     tr_launcher_poll(a->launcher);
-    report(a); /* best effort: tell the head how they ended */
+    /* Best effort: tell the head how they ended, with all of their output. */
+    while (report(a) == TROUPE_OK && a->more_output && tr_now_ms() < until + 5000) {
+    }
+    tr_node_deregister(a, "troupe-node stopped (SIGTERM or SIGINT)");
     tr_rpc_client_shutdown(a->rpc);
     if (a->sync_started) {
         pthread_join(a->sync_thread, NULL);

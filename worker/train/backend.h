@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "err.h"
 
 #define TR_NUM_PARAM_TENSORS 16
@@ -45,10 +46,14 @@ typedef enum tr_precision {
 } tr_precision;
 
 typedef struct tr_backend_opts {
-    int micro_batch;   /* B: sequences per forward/backward call */
+    int micro_batch; /* B: sequences per forward/backward call */
     tr_precision precision;
-    int recompute;     /* 0 none, 1 recompute GELU activations in backward, 2 also LayerNorm */
-    int device;        /* GPU ordinal for CUDA backends */
+    int recompute; /* 0 none, 1 recompute GELU activations in backward, 2 also LayerNorm */
+    int device;    /* GPU ordinal for CUDA backends */
+    /* data parallelism (allreduce_grads) on GPU backends */
+    size_t dp_bucket_bytes; /* all-reduce bucket size (dp.bucket_mb) */
+    int dp_grad_bf16;       /* reduce the gradients as bf16 (dp.grad_dtype) */
+    int dp_overlap;         /* start buckets during the last backward (dp.overlap; allreduce_start) */
 } tr_backend_opts;
 
 typedef struct tr_adamw {
@@ -64,14 +69,20 @@ typedef struct tr_adamw {
 typedef struct tr_mem_stats {
     uint64_t in_use_bytes; /* device (or host) memory held by the backend now */
     uint64_t peak_bytes;
-    uint64_t total_bytes;  /* device capacity; 0 for CPU */
+    uint64_t total_bytes; /* device capacity; 0 for CPU */
 } tr_mem_stats;
 
-/* Phase timings of the last step, in milliseconds (CUDA events on the GPU). */
+/* Phase timings of the last step, in milliseconds (CUDA events on the GPU).
+ * last_forward_ms/last_backward_ms are those of the last forward_backward
+ * call alone: it returns when its work is done (the loss is read back), so
+ * its backward ended when it returned and the trace can place both phases
+ * on the host clock (train.c, trace_phases). */
 typedef struct tr_phase_times {
     double forward_ms;
     double backward_ms;
     double optimizer_ms;
+    double last_forward_ms;
+    double last_backward_ms;
 } tr_phase_times;
 
 typedef struct tr_backend tr_backend;
@@ -108,6 +119,18 @@ typedef struct tr_backend_ops {
     void (*phase_times)(tr_backend *b, tr_phase_times *out);
     /* sync waits for queued device work (no-op on CPU). */
     int (*sync)(tr_backend *b, tr_err *err);
+    /* allreduce_grads replaces the accumulated gradients with their mean
+     * over c's ranks (data parallelism; called once per optimiser step,
+     * after the last micro-batch). Last in the table so that positional
+     * initialisers of older backends stay valid. */
+    int (*allreduce_grads)(tr_backend *b, tr_comm *c, tr_err *err);
+    /* allreduce_start (optional, NULL: not offered) is called before the
+     * forward_backward of a step's last micro-batch: a backend may then
+     * start all-reducing each bucket of gradients over c as soon as that
+     * backward has made it final, so communication runs behind the rest of
+     * backward; allreduce_grads, called as before, then only finishes and
+     * waits. A backend may also ignore it (opts.dp_overlap 0). */
+    int (*allreduce_start)(tr_backend *b, tr_comm *c, tr_err *err);
 } tr_backend_ops;
 
 /* Every backend struct starts with this header. */

@@ -261,8 +261,10 @@ static int cpu_forward_backward(tr_backend *b, const int32_t *inputs, const int3
     *loss = (float)forward(cb, inputs, targets, B, T);
     t1 = now_ms();
     backward(cb, inputs, targets, B, T, loss_scale);
-    cb->phase.forward_ms += t1 - t0;
-    cb->phase.backward_ms += now_ms() - t1;
+    cb->phase.last_forward_ms = t1 - t0;
+    cb->phase.last_backward_ms = now_ms() - t1;
+    cb->phase.forward_ms += cb->phase.last_forward_ms;
+    cb->phase.backward_ms += cb->phase.last_backward_ms;
     return TROUPE_OK;
 }
 
@@ -397,6 +399,13 @@ static void cpu_destroy(tr_backend *b)
     free(cb);
 }
 
+/* cpu_allreduce_grads averages the fp32 gradients over the ranks in place. */
+static int cpu_allreduce_grads(tr_backend *b, tr_comm *c, tr_err *err)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    return c->ops->allreduce(c, cb->grads, b->num_params, TR_COMM_MEAN, err);
+}
+
 static const tr_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -413,6 +422,7 @@ static const tr_backend_ops cpu_ops = {
     .mem_stats = cpu_mem_stats,
     .phase_times = cpu_phase_times,
     .sync = cpu_sync,
+    .allreduce_grads = cpu_allreduce_grads,
 };
 
 static int check_opts(const tr_backend_opts *opts, tr_err *err)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "rng.h"
 
@@ -226,11 +227,21 @@ static void window(const uint16_t *src, int T, int32_t *inputs, int32_t *targets
 
 void tr_data_train_batch(const tr_data *d, uint64_t *rng, int B, int T, int32_t *inputs, int32_t *targets)
 {
+    tr_data_train_shard(d, rng, B, 0, B, T, inputs, targets);
+}
+
+void tr_data_train_shard(const tr_data *d, uint64_t *rng, int B_total, int first, int B, int T,
+                         int32_t *inputs, int32_t *targets)
+{
     uint64_t starts = (uint64_t)(d->train_count - (size_t)T); /* valid starts: [0, train_count - T - 1] */
 
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B_total; b++) {
+        /* Every window is drawn, kept or not, so that every rank's sampler
+         * stays where one process drawing the global batch would be. */
         size_t s = (size_t)tr_rng_below(rng, starts);
-        window(d->tokens + s, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+        if (b >= first && b < first + B) {
+            window(d->tokens + s, T, inputs + (size_t)(b - first) * T, targets + (size_t)(b - first) * T);
+        }
     }
 }
 
@@ -244,10 +255,16 @@ size_t tr_data_val_batches(const tr_data *d, int B, int T)
 
 void tr_data_val_batch(const tr_data *d, size_t k, int B, int T, int32_t *inputs, int32_t *targets)
 {
+    tr_data_val_shard(d, k, B, 0, B, T, inputs, targets);
+}
+
+void tr_data_val_shard(const tr_data *d, size_t k, int B_total, int first, int n, int T, int32_t *inputs,
+                       int32_t *targets)
+{
     const uint16_t *val = d->tokens + d->train_count;
 
-    for (int b = 0; b < B; b++) {
-        size_t w = k * (size_t)B + (size_t)b;
+    for (int b = 0; b < n; b++) {
+        size_t w = k * (size_t)B_total + (size_t)first + (size_t)b;
         window(val + w * (size_t)T, T, inputs + (size_t)b * T, targets + (size_t)b * T);
     }
 }
@@ -262,7 +279,10 @@ int tr_data_write(const char *path, const uint16_t *tokens, size_t count, int vo
     if (vocab <= 0 || vocab > 65536) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: vocab %d outside 1..65536", path, vocab);
     }
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+    /* A temp name per process: workers of one job may write the same file at
+     * once (the example job generates its data in its first seconds), and the
+     * rename makes one complete file win. */
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp)) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s: path too long", path);
     }
     memcpy(hdr, TR_DATA_MAGIC, 8);

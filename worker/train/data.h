@@ -56,12 +56,23 @@ void tr_data_close(tr_data *d);
  * the training split, advancing *rng. */
 void tr_data_train_batch(const tr_data *d, uint64_t *rng, int B, int T, int32_t *inputs, int32_t *targets);
 
+/* tr_data_train_shard draws a batch of B_total windows as
+ * tr_data_train_batch(B_total) would, advancing *rng alike, and fills only
+ * windows [first, first + B): the share of one data-parallel rank. */
+void tr_data_train_shard(const tr_data *d, uint64_t *rng, int B_total, int first, int B, int T,
+                         int32_t *inputs, int32_t *targets);
+
 /* tr_data_val_batches returns how many distinct B x T validation batches the
  * held-out split holds (0 when there is none). */
 size_t tr_data_val_batches(const tr_data *d, int B, int T);
 
 /* tr_data_val_batch fills validation batch k (k < tr_data_val_batches). */
 void tr_data_val_batch(const tr_data *d, size_t k, int B, int T, int32_t *inputs, int32_t *targets);
+
+/* tr_data_val_shard fills windows [first, first + n) of validation batch k
+ * of B_total windows (a data-parallel rank's share of it). */
+void tr_data_val_shard(const tr_data *d, size_t k, int B_total, int first, int n, int T, int32_t *inputs,
+                       int32_t *targets);
 
 /* tr_data_write writes count tokens (< vocab) as a token file, atomically
  * (path.tmp then rename). */

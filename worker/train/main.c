@@ -1,21 +1,31 @@
 /* main.c - the troupe-train command.
  *
- *   troupe-train --config FILE [--steps N] [--device auto|cpu|cuda] [--set KEY=VALUE]...
- *                [--metrics-json FILE] [-o text|json] [--check-config] [--log-level L]
+ *   troupe-train --config FILE [--role policy|generation] [--steps N] [--device auto|cpu|cuda]
+ *                [--set KEY=VALUE]... [--metrics-json FILE] [-o text|json] [--check-config] [--log-level L]
  *   troupe-train --make-data FILE [--vocab N] [--tokens N] [--seed S]
  *
  * Settings: defaults < config file < TROUPE_TRAIN_* environment < flags. One
  * line per optimiser step goes to stdout (key=value, or JSON with -o json);
  * logs and the final error go to stderr. Exit status: 0 done, 1 training
- * failed, 2 bad usage or config, 130 interrupted (after a checkpoint). */
+ * failed, 2 bad usage or config, 130 interrupted (after a checkpoint).
+ *
+ * --role generation (under troupe only) trains nothing: it takes the policy
+ * group's weights over the job's refit communicator and prints one
+ * "refit step=..." line per refit (refit.h, generation.c). */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "comm_troupe.h"
 #include "data.h"
 #include "log.h"
+#include "refit.h"
 #include "train.h"
+#include "train_int.h"
+#include "under_troupe.h"
 
 #ifdef TR_HAVE_CUDA
 #include "train_cuda.h"
@@ -29,6 +39,12 @@ typedef struct args {
     char owned[MAX_SETS][256];
     int nsets, check_config, help;
     long long vocab, tokens, seed;
+    tr_troupe *troupe; /* the worker API under troupe; NULL standalone */
+    tr_comm *comm;     /* the group's communicator under troupe, when there is one */
+    tr_comm *refit;    /* the refit communicator (policy and generation), when the job has one */
+    tr_refit_gather gather;
+    uint32_t refit_epoch;
+    const tr_train_config *cfg;
 } args;
 
 static volatile sig_atomic_t interrupted;
@@ -58,13 +74,263 @@ static int cuda_gemm_ceiling(int ordinal, double *tflops, tr_err *err)
 }
 #endif
 
+/* on_gpu: training will run on a CUDA device (device cuda, or auto with one). */
+static int on_gpu(const tr_train_config *cfg)
+{
+#ifdef TR_HAVE_CUDA
+    return strcmp(cfg->device, "cuda") == 0 ||
+           (strcmp(cfg->device, "auto") == 0 && cuda_device_name((int)cfg->gpu) != NULL);
+#else
+    (void)cfg;
+    return 0;
+#endif
+}
+
+/* group_comm joins the worker group's communicator under troupe: NCCL when
+ * training runs on a GPU (always, so that the GPU path is exercised even at
+ * world size 1), the CPU collective otherwise when data parallelism is on
+ * (dp.mode auto with WORLD_SIZE > 1, or on). cfg->comm is set when the
+ * training loop is to use it (data parallelism). */
+static int group_comm(args *a, tr_train_config *cfg, tr_err *err)
+{
+    const troupe_worker_self *s = troupe_worker_self_info(tr_troupe_worker(a->troupe));
+    int dp = strcmp(cfg->dp_mode, "on") == 0 || (strcmp(cfg->dp_mode, "auto") == 0 && s->world_size > 1);
+    uint32_t init_ms = (uint32_t)cfg->dp_init_timeout_ms, op_ms = (uint32_t)cfg->dp_timeout_ms;
+    int rv = TROUPE_OK;
+
+    if (on_gpu(cfg)) {
+#if defined(TR_HAVE_CUDA) && defined(TR_HAVE_NCCL)
+        rv = tr_comm_nccl_open(tr_troupe_worker(a->troupe), (int)cfg->gpu, init_ms, op_ms, &a->comm, err);
+#else
+        if (dp) {
+            rv = tr_err_set(
+                err, TROUPE_UNIMPLEMENTED,
+                "data parallelism on the GPU needs NCCL, and this troupe-train was built without it");
+        }
+#endif
+    } else if (dp) {
+        rv = tr_comm_coll_open(tr_troupe_worker(a->troupe), init_ms, op_ms, &a->comm, err);
+    } else {
+        TR_LOG(TR_LOG_NOTICE, "no communicator: world size %u, dp.mode %s, device %s", s->world_size,
+               cfg->dp_mode, cfg->device);
+    }
+    if (rv == TROUPE_OK && a->comm != NULL && dp) {
+        cfg->comm = a->comm;
+    } else if (rv == TROUPE_OK && a->comm != NULL && s->world_size > 1) {
+        TR_LOG(TR_LOG_WARNING, "dp.mode off with WORLD_SIZE=%u: each rank trains its own model",
+               s->world_size);
+    }
+    return rv;
+}
+
+/* refit_join opens the refit communicator (NCCL when this worker runs on a
+ * GPU, else the CPU collective) and remembers its epoch, for a rejoin. */
+static int refit_join(args *a, const tr_train_config *cfg, uint32_t init_ms, tr_err *err)
+{
+    troupe_worker_ctx *w = tr_troupe_worker(a->troupe);
+    troupe_comm_info info = {0};
+    troupe_error e = {0};
+    troupe_status st = troupe_worker_comm_info(w, cfg->refit_comm, &info, &e);
+
+    if (st != TROUPE_OK) {
+        return tr_err_set(err, st, "refit communicator %s: %s", cfg->refit_comm, e.message);
+    }
+    a->refit_epoch = info.epoch;
+    /* The weights travel through host memory either way (get_params, then
+     * set_params), so the CPU collective costs little more than NCCL here
+     * and works where NCCL cannot: two workers on one GPU, or a GPU policy
+     * with CPU generation workers. */
+    if (on_gpu(cfg) && strcmp(cfg->refit_transport, "cpu") != 0) {
+#if defined(TR_HAVE_CUDA) && defined(TR_HAVE_NCCL)
+        return tr_comm_nccl_open_named(w, cfg->refit_comm, (int)cfg->gpu, init_ms, (uint32_t)cfg->refit_timeout_ms,
+                                       &a->refit, err);
+#else
+        return tr_err_set(err, TROUPE_UNIMPLEMENTED,
+                          "a refit between GPU workers needs NCCL, and this troupe-train was built without it");
+#endif
+    }
+    /* A generation worker rejoins after a policy restart: its collective
+     * must not report a peer gone as its own failure (the job's reason would
+     * name it); it reports what it cannot recover from itself. */
+    return tr_comm_coll_open_named(w, cfg->refit_comm, init_ms, (uint32_t)cfg->refit_timeout_ms,
+                                   strcmp(cfg->role, "generation") == 0, &a->refit, err);
+}
+
+/* policy_refit joins the refit communicator when the job declares it and
+ * this worker is a member; a job without one trains as before. */
+static int policy_refit(args *a, tr_train_config *cfg, tr_err *err)
+{
+    troupe_comm_info info;
+    troupe_error e = {0};
+    troupe_status st = troupe_worker_comm_info(tr_troupe_worker(a->troupe), cfg->refit_comm, &info, &e);
+    int rv;
+
+    if (st == TROUPE_NOT_FOUND || st == TROUPE_PERMISSION_DENIED) {
+        TR_LOG(TR_LOG_INFO, "no refit: %s", e.message);
+        return TROUPE_OK;
+    }
+    rv = refit_join(a, cfg, (uint32_t)cfg->dp_init_timeout_ms, err);
+    if (rv == TROUPE_OK) {
+        cfg->refit = a->refit;
+        TR_LOG(TR_LOG_NOTICE,
+               "refit: rank %d of %d of communicator %s over %s, every %lld steps and at the end, deadline %lld ms",
+               a->refit->rank, a->refit->size, cfg->refit_comm, a->refit->ops->name, (long long)cfg->refit_every,
+               (long long)cfg->refit_timeout_ms);
+    }
+    return rv;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* generation_rejoin (tr_refit_link.rejoin): the refit communicator failed
+ * because a rank went away. When the policy group restarts, the head moves
+ * the communicator to a new epoch; join that one. When the job ends instead,
+ * the head asks this worker to stop. */
+static int generation_rejoin(void *user, tr_comm **c, tr_err *err)
+{
+    args *a = user;
+    troupe_worker_ctx *w = tr_troupe_worker(a->troupe);
+    int64_t deadline = mono_ms() + a->cfg->refit_wait_ms;
+    uint32_t old = a->refit_epoch;
+
+    tr_comm_close(*c, 1);
+    *c = a->refit = NULL;
+    while (mono_ms() < deadline) {
+        troupe_comm_info info = {0};
+        troupe_error e = {0};
+        if (interrupted || tr_troupe_should_stop(a->troupe)) {
+            return tr_err_set(err, TROUPE_CANCELLED, "stopped while waiting for the refit communicator %s to "
+                              "come back (the job is ending)", a->cfg->refit_comm);
+        }
+        if (troupe_worker_comm_info(w, a->cfg->refit_comm, &info, &e) == TROUPE_OK && info.epoch > old) {
+            int64_t left = deadline - mono_ms();
+            TR_LOG(TR_LOG_NOTICE, "generation: refit communicator %s is at epoch %u now: joining it",
+                   a->cfg->refit_comm, info.epoch);
+            int rv = refit_join(a, a->cfg, (uint32_t)(left > 1000 ? left : 1000), err);
+            *c = a->refit;
+            return rv;
+        }
+        struct timespec ts = {0, 200 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED,
+                      "the refit communicator %s lost a rank and did not come back in a new epoch within %lld ms "
+                      "(refit.wait_ms): the policy group did not restart",
+                      a->cfg->refit_comm, (long long)a->cfg->refit_wait_ms);
+}
+
+/* refit_gather (tr_refit_gather): the refit's report through the head's
+ * all-gather, which names a rank that never came (a stalled generation
+ * worker) exactly. Counted per epoch by the worker API, so a rejoin after a
+ * restart starts over with the restarted ranks. */
+static int refit_gather(void *user, const void *mine, size_t len, void *all, uint32_t timeout_ms, tr_err *err)
+{
+    const args *a = user;
+    troupe_blobs *b = NULL;
+    troupe_error e = {0};
+    troupe_status st = troupe_worker_allgather(tr_troupe_worker(a->troupe), a->cfg->refit_comm,
+                                               "troupe-train.refit", mine, len, timeout_ms, &b, &e);
+
+    if (st != TROUPE_OK) {
+        return tr_err_set(err, st, "refit report (refit.timeout_ms %u): %s", timeout_ms, e.message);
+    }
+    for (size_t i = 0; i < b->count; i++) {
+        if (b->items[i].len != len) {
+            troupe_blobs_free(b);
+            return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                              "refit report: rank %zu sent %zu bytes, expected %zu (another troupe-train version?)", i,
+                              b->items[i].len, len);
+        }
+        memcpy((char *)all + i * len, b->items[i].data, len);
+    }
+    troupe_blobs_free(b);
+    return TROUPE_OK;
+}
+
+/* on_refit prints and reports one refit: the generation's line on stdout
+ * (its only output, like the policy's step lines), policy rank 0's in the
+ * log; both as metrics of the policy's step. The generation reports named
+ * metrics, not step figures: between refits far apart the head would judge
+ * a worker without steps stalled. */
+static void on_refit(const tr_refit_stats *st, int rank, void *user)
+{
+    const args *a = user;
+    int json = a->output != NULL && strcmp(a->output, "json") == 0;
+    int generation = rank >= st->policy_size;
+    char line[1024];
+
+    if (!generation && rank != 0) {
+        TR_LOG(TR_LOG_INFO, "refit step=%lld took part (relay, weights equal to rank 0's)", (long long)st->step);
+        return;
+    }
+    tr_refit_line(st, rank, json && generation, line, sizeof(line));
+    if (generation) {
+        printf("%s\n", line);
+        fflush(stdout);
+    } else {
+        TR_LOG(TR_LOG_NOTICE, "%s", line);
+    }
+    if (a->troupe != NULL) {
+        troupe_worker_ctx *w = tr_troupe_worker(a->troupe);
+        uint64_t step = (uint64_t)st->step;
+        troupe_worker_metric(w, step, "refit_bytes", (double)st->bytes);
+        troupe_worker_metric(w, step, "refit_ms", st->ms);
+        troupe_worker_metric(w, step, "refit_mb_per_s", st->mb_per_s);
+        if (generation && !isnan(st->val_loss)) {
+            troupe_worker_metric(w, step, "val_loss", st->val_loss);
+            troupe_worker_metric(w, step, "refit_eval_ms", st->eval_ms);
+        }
+    }
+}
+
+/* report_failure tells the head why training failed under troupe, so that
+ * the job's reason names this rank, unless the communicator failed: it
+ * reported that itself (a peer gone, a deadline), and the first report is
+ * the one that counts. */
+static void report_failure(const args *a, int rv, const tr_err *err)
+{
+    if (a->troupe == NULL || (a->comm != NULL && a->comm->failed && a->comm->reports_failures) ||
+        (a->refit != NULL && a->refit->failed && a->refit->reports_failures)) {
+        return;
+    }
+    (void)troupe_worker_fail(tr_troupe_worker(a->troupe), (troupe_status)rv, err->msg, NULL);
+}
+
+/* peer_grace: after a collective failed, give the rank that failed first
+ * the time for its own end to reach the head, so that the job's reason
+ * names it rather than this rank, which only noticed. */
+static void peer_grace(const args *a, const tr_train_config *cfg, int rv)
+{
+    int failed = (a->comm != NULL && a->comm->failed) || (a->refit != NULL && a->refit->failed);
+
+    /* ABORTED: another rank failed an agreed check (settings, a checkpoint,
+     * a refit) and said so through the collective; its own report must reach
+     * the head before this rank's, so the wait comes before reporting. */
+    if ((!failed && rv != TROUPE_ABORTED) || cfg->dp_fail_grace_ms <= 0) {
+        return;
+    }
+    TR_LOG(TR_LOG_NOTICE, "collective failed: waiting %lld ms (dp.fail_grace_ms) before exiting",
+           (long long)cfg->dp_fail_grace_ms);
+    struct timespec ts = {cfg->dp_fail_grace_ms / 1000, (cfg->dp_fail_grace_ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static void usage(FILE *out)
 {
-    fputs("usage: troupe-train --config FILE [--steps N] [--device auto|cpu|cuda] [--set KEY=VALUE]...\n"
-          "                    [--metrics-json FILE] [-o text|json] [--check-config] [--log-level LEVEL]\n"
+    fputs("usage: troupe-train --config FILE [--role policy|generation] [--steps N] [--device auto|cpu|cuda]\n"
+          "                    [--set KEY=VALUE]... [--metrics-json FILE] [-o text|json] [--check-config]\n"
+          "                    [--log-level LEVEL]\n"
           "       troupe-train --make-data FILE [--vocab N] [--tokens N] [--seed S]\n"
           "\n"
           "Trains a GPT-2 style model on a token file and prints one line per step.\n"
+          "--role generation (under troupe): holds the model without training, takes the policy's\n"
+          "weights at every refit over the job's refit.comm communicator and prints one line per refit.\n"
           "--make-data writes a small learnable token file (default vocab 64, 65536 tokens).\n"
           "Token file: \"TRTOKENS\", u32 version 1, u32 vocab, u64 count, u64 0, then count u16\n"
           "tokens (little-endian); any other file is read as bytes (vocab 256).\n"
@@ -128,6 +394,8 @@ static int parse_args(args *a, int argc, char **argv)
             a->log_level = v;
         } else if (strcmp(f, "--steps") == 0) {
             rv = add_set(a, "train.steps", v, "--steps");
+        } else if (strcmp(f, "--role") == 0) {
+            rv = add_set(a, "role", v, "--role");
         } else if (strcmp(f, "--device") == 0) {
             rv = add_set(a, "device", v, "--device");
         } else if (strcmp(f, "--metrics-json") == 0) {
@@ -187,6 +455,11 @@ static int on_step(const tr_train_metrics *m, void *user)
     }
     printf("%s\n", line);
     fflush(stdout);
+    tr_troupe_report_eval(a->troupe, m);
+    if (tr_troupe_should_stop(a->troupe)) {
+        TR_LOG(TR_LOG_NOTICE, "troupe asked this worker to stop after step %lld", (long long)m->step);
+        interrupted = 1;
+    }
     return interrupted;
 }
 
@@ -208,7 +481,8 @@ static int train(args *a)
     tr_train_config cfg;
     tr_err err = {0};
     struct sigaction sa = {.sa_handler = on_signal};
-    int rv = load_config(a, &cfg, &err), status = 0;
+    tr_train_hooks hooks;
+    int rv = load_config(a, &cfg, &err), status = 0, generation = 0, graced = 0;
 
     if (rv != TROUPE_OK) {
         fprintf(stderr, "troupe-train: %s\n", err.msg);
@@ -224,17 +498,71 @@ static int train(args *a)
     cfg.device_name = cuda_device_name;
     cfg.gemm_ceiling = cuda_gemm_ceiling;
 #endif
+    a->cfg = &cfg;
+    cfg.on_refit = on_refit;
+    cfg.on_refit_user = a;
+    a->gather = (tr_refit_gather){.fn = refit_gather, .user = a};
+    cfg.refit_gather = &a->gather;
+    generation = strcmp(cfg.role, "generation") == 0;
+    rv = tr_troupe_open(&a->troupe, &err);
+    if (rv == TROUPE_OK && a->troupe == NULL && generation) {
+        fprintf(stderr, "troupe-train: --role generation runs under troupe only: it takes its weights from the "
+                        "policy group over the job's refit communicator (README, \"Weight refit\")\n");
+        status = 2;
+        goto out;
+    }
+    if (rv == TROUPE_OK && a->troupe != NULL && generation) {
+        rv = refit_join(a, &cfg, (uint32_t)cfg.dp_init_timeout_ms, &err);
+        if (rv == TROUPE_NOT_FOUND) {
+            rv = tr_err_set(&err, TROUPE_FAILED_PRECONDITION,
+                            "--role generation: the job declares no communicator %s; add `communicators: [{name: "
+                            "%s, groups: [policy, generation]}]` to its YAML (or set refit.comm)",
+                            cfg.refit_comm, cfg.refit_comm);
+        }
+    } else if (rv == TROUPE_OK && a->troupe != NULL) {
+        tr_troupe_hooks(a->troupe, &hooks);
+        rv = group_comm(a, &cfg, &err);
+        if (rv == TROUPE_OK) {
+            rv = policy_refit(a, &cfg, &err);
+        }
+    }
+    if (rv != TROUPE_OK) {
+        fprintf(stderr, "troupe-train: %s\n", err.msg);
+        peer_grace(a, &cfg, rv);
+        report_failure(a, rv, &err);
+        status = 1;
+        graced = 1;
+        goto out;
+    }
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    rv = tr_train_run(&cfg, on_step, a, &err);
-    if (rv == TROUPE_CANCELLED && interrupted) {
+    if (generation) {
+        tr_refit_link link = {.comm = a->refit, .gather = &a->gather, .rejoin = generation_rejoin, .on_refit = on_refit, .user = a};
+        rv = tr_generation_run(&cfg, &link, &err);
+        a->refit = link.comm;
+    } else {
+        rv = tr_train_run_hooked(&cfg, a->troupe != NULL ? &hooks : NULL, on_step, a, &err);
+    }
+    if (rv == TROUPE_CANCELLED) {
         fprintf(stderr, "troupe-train: interrupted: %s\n", err.msg);
         status = 130;
     } else if (rv != TROUPE_OK) {
         fprintf(stderr, "troupe-train: %s\n", err.msg);
+        peer_grace(a, &cfg, rv);
+        report_failure(a, rv, &err);
         status = 1;
+        graced = 1;
     }
 out:
+    if (status != 0 && !graced) {
+        peer_grace(a, &cfg, rv);
+    }
+    tr_comm_close(a->refit, status != 0);
+    a->refit = NULL;
+    tr_comm_close(a->comm, status != 0);
+    a->comm = NULL;
+    tr_troupe_close(a->troupe);
+    a->troupe = NULL;
     tr_train_config_fini(&cfg);
     return status;
 }

@@ -6,7 +6,9 @@
 #include "model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rng.h"
 
@@ -105,11 +107,68 @@ int tr_model_config_check(const tr_model_config *cfg, tr_err *err)
     return TROUPE_OK;
 }
 
+typedef struct fill_job {
+    float *p;
+    size_t n;
+    double std;
+    uint64_t rng;
+    pthread_t tid;
+} fill_job;
+
+static void *fill_normal_part(void *arg)
+{
+    fill_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) {
+        j->p[i] = (float)(j->std * tr_rng_normal(&j->rng));
+    }
+    return NULL;
+}
+
+/* fill_normal draws n samples, the same as one sequential loop: every
+ * tr_rng_normal takes exactly two steps of the splitmix64 state, which only
+ * adds a constant per step, so the state at sample i is known without the
+ * samples before it and the tensor is drawn in slices on several threads.
+ * Drawing GPT-2 124M's weights on one thread took 5.7 s (Box-Muller's
+ * log/sqrt/cos at ~45 ns a sample) before every first step; the values
+ * stay bit-identical to that loop. */
 static void fill_normal(float *p, size_t n, double std, uint64_t *rng)
 {
-    for (size_t i = 0; i < n; i++) {
-        p[i] = (float)(std * tr_rng_normal(rng));
+    enum { MAX_THREADS = 16, MIN_PER_THREAD = 1 << 20 };
+    const uint64_t step2 = 2 * 0x9E3779B97F4A7C15ull; /* two tr_rng_next calls */
+    fill_job jobs[MAX_THREADS];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = n / MIN_PER_THREAD, per, off = 0;
+    int started = 0;
+
+    nt = nt < 1 ? 1 : nt > MAX_THREADS ? MAX_THREADS : nt;
+    if (cpus > 0 && nt > (size_t)cpus) {
+        nt = (size_t)cpus;
     }
+    per = (n + nt - 1) / nt;
+    for (size_t t = 0; t < nt; t++) {
+        fill_job *j = &jobs[t];
+        j->p = p + off;
+        j->n = off + per <= n ? per : n - off;
+        j->std = std;
+        j->rng = *rng + (uint64_t)off * step2;
+        off += j->n;
+    }
+    /* slice 0 runs here; a thread that cannot start leaves its slice to
+     * this thread, after the others were started */
+    for (size_t t = 1; t < nt; t++) {
+        if (pthread_create(&jobs[t].tid, NULL, fill_normal_part, &jobs[t]) != 0) {
+            break;
+        }
+        started++;
+    }
+    fill_normal_part(&jobs[0]);
+    for (size_t t = 1 + (size_t)started; t < nt; t++) {
+        fill_normal_part(&jobs[t]);
+    }
+    for (int t = 1; t <= started; t++) {
+        pthread_join(jobs[t].tid, NULL);
+    }
+    *rng += (uint64_t)n * step2;
 }
 
 static void fill_const(float *p, size_t n, float v)

@@ -10,6 +10,7 @@
  * the sampler's RNG, both checkpointed, so a resumed run draws the same
  * batches and (on the CPU) reproduces the loss curve bit for bit. */
 #include "train.h"
+#include "train_hooks.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,8 +21,11 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "dp.h"
 #include "log.h"
 #include "model.h"
+#include "refit.h"
+#include "train_int.h"
 
 typedef struct run {
     const tr_train_config *cfg;
@@ -34,11 +38,18 @@ typedef struct run {
     uint64_t rng; /* batch sampler state, checkpointed */
     int64_t step; /* optimiser steps completed */
     uint64_t tokens_seen;
+    tr_comm *comm;    /* data parallelism; NULL alone */
+    int rank, size;   /* 0 and 1 alone */
+    int refit_final; /* the last refit was sent (the generation group is done) */
+    int64_t pos_step; /* the data position saved last (dp), kept as the file's second entry */
+    uint64_t pos_rng;
     FILE *json;
     double peak;    /* FLOP/s for MFU, 0 = unknown */
     double ceiling; /* measured GEMM FLOP/s, 0 = not measured */
     double flops_per_token;
     char ckpt_path[4096];
+    const tr_train_hooks *hooks; /* NULL: none */
+    int traced;                  /* the step in progress is traced: hooks->span gets its phases */
 } run;
 
 static double now_ms(void)
@@ -89,7 +100,10 @@ static int create_backend(run *r, tr_err *err)
                             .precision =
                                 strcmp(c->precision, "fp32") == 0 ? TR_PRECISION_FP32 : TR_PRECISION_BF16,
                             .recompute = (int)c->recompute,
-                            .device = (int)c->gpu};
+                            .device = (int)c->gpu,
+                            .dp_bucket_bytes = (size_t)c->dp_bucket_mb << 20,
+                            .dp_grad_bf16 = strcmp(c->dp_grad_dtype, "bf16") == 0,
+                            .dp_overlap = c->dp_overlap};
     int want_cuda = strcmp(c->device, "cuda") == 0, rv;
 
     if (want_cuda && c->create_cuda == NULL) {
@@ -117,12 +131,88 @@ static int ensure_dir(const char *dir, tr_err *err)
                       errno == EEXIST ? "exists and is not a directory" : strerror(errno));
 }
 
+/* load_alone loads the checkpoint when there is one (NOT_FOUND otherwise). */
+static int load_checkpoint(run *r, tr_err *err)
+{
+    tr_ckpt_state st;
+    int rv = tr_ckpt_load(r->ckpt_path, r->b, &st, err);
+
+    if (rv == TROUPE_OK) {
+        r->step = st.step;
+        r->rng = st.data_rng;
+        r->tokens_seen = st.tokens_seen;
+        TR_LOG(TR_LOG_NOTICE, "resumed checkpoint=%s step=%lld", r->ckpt_path, (long long)st.step);
+    }
+    return rv;
+}
+
+/* init_params draws the initial weights from the seed. */
+static int init_params(run *r, tr_err *err)
+{
+    r->params = malloc(r->b->num_params * sizeof(float));
+    if (r->params == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters", r->b->num_params);
+    }
+    tr_model_init_params(&r->mcfg, (uint64_t)r->cfg->seed, r->params);
+    return r->b->ops->set_params(r->b, r->params, err);
+}
+
+/* resume_dp: rank 0 loads the model and sends it (with the optimiser state
+ * and the step) to every rank; each rank then finds its own data position
+ * for that step. Without a checkpoint every rank starts from rank 0's
+ * initial weights. */
+static int resume_dp(run *r, tr_err *err)
+{
+    /* status: 1 loaded, 0 nothing to load, else rank 0's error code. */
+    int64_t hdr[4] = {0, 0, 0, 0};
+    int rv = TROUPE_OK;
+
+    if (r->rank == 0 && r->ckpt_path[0] != '\0' && r->cfg->checkpoint_resume) {
+        rv = load_checkpoint(r, err);
+        hdr[0] = rv == TROUPE_OK ? 1 : rv == TROUPE_NOT_FOUND ? 0 : -(int64_t)rv;
+        hdr[1] = r->step;
+        hdr[2] = (int64_t)r->rng;
+        hdr[3] = (int64_t)r->tokens_seen;
+    }
+    if (r->rank == 0 && rv == TROUPE_NOT_FOUND) {
+        tr_err_clear(err);
+    }
+    int crv = r->comm->ops->broadcast(r->comm, hdr, sizeof(hdr), 0, err);
+    if (crv != TROUPE_OK) {
+        return crv;
+    }
+    if (hdr[0] < 0) {
+        return r->rank == 0 ? rv
+                            : tr_err_set(err, (int)-hdr[0],
+                                         "rank 0 could not load the checkpoint %s (%s; see its log)",
+                                         r->ckpt_path, troupe_strerror((int)-hdr[0]));
+    }
+    if (hdr[0] == 0) {
+        rv = r->rank == 0 ? init_params(r, err) : TROUPE_OK;
+        rv = tr_dp_agree(r->comm, rv, "initialise the model", err);
+        return rv == TROUPE_OK ? tr_dp_share_state(r->comm, r->b, 0, err) : rv;
+    }
+    r->step = hdr[1];
+    r->tokens_seen = (uint64_t)hdr[3];
+    rv = tr_dp_share_state(r->comm, r->b, 1, err);
+    if (rv == TROUPE_OK) {
+        rv = tr_dp_pos_read(r->cfg->checkpoint_dir, r->rank, r->size, r->B, r->step, &r->rng, err);
+        rv = tr_dp_agree(r->comm, rv, "find its data position", err);
+    }
+    if (rv == TROUPE_OK) {
+        r->pos_step = r->step;
+        r->pos_rng = r->rng;
+        TR_LOG(TR_LOG_NOTICE, "resumed rank=%d of %d step=%lld (model from rank 0, own data position)",
+               r->rank, r->size, (long long)r->step);
+    }
+    return rv;
+}
+
 /* init_or_resume loads the checkpoint when there is one, else draws the
  * initial weights from the seed. */
 static int init_or_resume(run *r, tr_err *err)
 {
     const tr_train_config *c = r->cfg;
-    tr_ckpt_state st;
     int rv;
 
     r->rng = (uint64_t)c->seed * 0x9E3779B97F4A7C15ull + 1;
@@ -132,30 +222,21 @@ static int init_or_resume(run *r, tr_err *err)
             return rv;
         }
         snprintf(r->ckpt_path, sizeof(r->ckpt_path), "%s/ckpt.bin", c->checkpoint_dir);
-        if (c->checkpoint_resume) {
-            rv = tr_ckpt_load(r->ckpt_path, r->b, &st, err);
-            if (rv == TROUPE_OK) {
-                r->step = st.step;
-                r->rng = st.data_rng;
-                r->tokens_seen = st.tokens_seen;
-                TR_LOG(TR_LOG_NOTICE, "resumed checkpoint=%s step=%lld", r->ckpt_path, (long long)st.step);
-                return TROUPE_OK;
-            }
-            if (rv != TROUPE_NOT_FOUND) {
-                return rv;
-            }
-            tr_err_clear(err);
+    }
+    if (r->comm != NULL) {
+        return resume_dp(r, err);
+    }
+    if (c->checkpoint_dir != NULL && c->checkpoint_resume) {
+        rv = load_checkpoint(r, err);
+        if (rv != TROUPE_NOT_FOUND) {
+            return rv;
         }
+        tr_err_clear(err);
     }
-    r->params = malloc(r->b->num_params * sizeof(float));
-    if (r->params == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters", r->b->num_params);
-    }
-    tr_model_init_params(&r->mcfg, (uint64_t)c->seed, r->params);
-    return r->b->ops->set_params(r->b, r->params, err);
+    return init_params(r, err);
 }
 
-static int save_checkpoint(run *r, tr_err *err)
+static int save_model(run *r, tr_err *err)
 {
     tr_ckpt_state st = {
         .step = r->step, .data_rng = r->rng, .seed = (uint64_t)r->cfg->seed, .tokens_seen = r->tokens_seen};
@@ -167,32 +248,135 @@ static int save_checkpoint(run *r, tr_err *err)
     return rv;
 }
 
-/* evaluate averages the loss over up to eval.batches fixed validation batches. */
-static int evaluate(run *r, double *val, tr_err *err)
+/* save_checkpoint: alone, the model file. Data-parallel: every rank writes
+ * its data position first, then rank 0 the model, each step agreed by all
+ * (see dp.h for why in this order). */
+static int save_checkpoint(run *r, tr_err *err)
+{
+    int rv;
+
+    if (r->comm == NULL) {
+        return save_model(r, err);
+    }
+    rv = tr_dp_pos_write(r->cfg->checkpoint_dir, r->rank, r->size, r->B, r->step, r->rng, r->pos_step,
+                         r->pos_rng, err);
+    rv = tr_dp_agree(r->comm, rv, "write its data position", err);
+    if (rv == TROUPE_OK) {
+        r->pos_step = r->step;
+        r->pos_rng = r->rng;
+        rv = tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, err) : TROUPE_OK, "write the model checkpoint",
+                         err);
+    }
+    return rv;
+}
+
+/* evaluate averages the loss over up to eval.batches fixed validation
+ * batches. Data-parallel, each batch of the global size is split between
+ * the ranks (window counts may differ by one) and the batch means are
+ * summed over them, weighted by their share. */
+/* val_shape: windows per global validation batch (Bg) and batches (nb). */
+static void val_shape(const run *r, int *Bg, size_t *nb)
 {
     size_t windows = r->data.val_count > (size_t)r->T ? (r->data.val_count - 1) / (size_t)r->T : 0;
-    int B = windows < (size_t)r->B ? (int)windows : r->B;
-    size_t nb = B > 0 ? tr_data_val_batches(&r->data, B, r->T) : 0;
+    size_t want = (size_t)r->B * (size_t)r->size;
+
+    *Bg = windows < want ? (int)windows : (int)want;
+    *nb = *Bg > 0 ? tr_data_val_batches(&r->data, *Bg, r->T) : 0;
+    if (*nb > (size_t)r->cfg->eval_batches) {
+        *nb = (size_t)r->cfg->eval_batches;
+    }
+}
+
+static int evaluate(run *r, double *val, tr_err *err)
+{
+    int Bg;
+    size_t nb;
+    val_shape(r, &Bg, &nb);
+    int lo = (int)((int64_t)r->rank * Bg / r->size), hi = (int)((int64_t)(r->rank + 1) * Bg / r->size);
     double sum = 0.0;
 
     *val = NAN;
-    if (nb > (size_t)r->cfg->eval_batches) {
-        nb = (size_t)r->cfg->eval_batches;
-    }
-    for (size_t k = 0; k < nb; k++) {
+    for (size_t k = 0; k < nb && hi > lo; k++) {
         float loss;
         int rv;
-        tr_data_val_batch(&r->data, k, B, r->T, r->in, r->tg);
-        rv = r->b->ops->forward_loss(r->b, r->in, r->tg, B, r->T, &loss, err);
+        tr_data_val_shard(&r->data, k, Bg, lo, hi - lo, r->T, r->in, r->tg);
+        rv = r->b->ops->forward_loss(r->b, r->in, r->tg, hi - lo, r->T, &loss, err);
         if (rv != TROUPE_OK) {
             return rv;
         }
-        sum += loss;
+        sum += hi - lo == Bg ? (double)loss : (double)loss * (hi - lo) / Bg;
+    }
+    if (r->comm != NULL && nb > 0) {
+        float s = (float)sum;
+        int rv = r->comm->ops->allreduce(r->comm, &s, 1, TR_COMM_SUM, err);
+        if (rv != TROUPE_OK) {
+            return rv;
+        }
+        sum = s;
     }
     if (nb > 0) {
         *val = sum / (double)nb;
     }
     return TROUPE_OK;
+}
+
+/* trace_span hands a phase that has just ended to the span hook (traced
+ * steps only). */
+static void trace_span(const run *r, const char *name, double t0, double t1)
+{
+    if (r->traced) {
+        r->hooks->span(name, t0, t1, r->hooks->user);
+    }
+}
+
+/* trace_pass places the forward and backward of the forward_backward call
+ * that ran from t0 to t1 on the host clock. The call returns once its work
+ * is done (the CPU computes inside it; the CUDA backend waits for the loss,
+ * copied back after backward), so backward ended at t1 (on the GPU up to the
+ * loss copy and the wake-up earlier: tens of microseconds), and the phases'
+ * own lengths (CUDA events on the GPU: device time, not launch time) place
+ * their starts; clamped to t0 in case a clock disagrees. */
+static void trace_pass(const run *r, double t0, double t1)
+{
+    tr_phase_times p;
+    double b0, f0;
+
+    if (!r->traced) {
+        return;
+    }
+    r->b->ops->phase_times(r->b, &p);
+    b0 = fmax(t0, t1 - p.last_backward_ms);
+    f0 = fmax(t0, b0 - p.last_forward_ms);
+    trace_span(r, "forward", f0, b0);
+    trace_span(r, "backward", b0, t1);
+}
+
+/* dp_reduce averages the gradients and the step's loss over the ranks:
+ * every rank then holds the gradient of the global batch, so the norm
+ * taken next is the global one and the update is the same everywhere. */
+static int dp_reduce(run *r, tr_train_metrics *m, tr_err *err)
+{
+    float loss = (float)m->loss;
+    int rv;
+
+    if (r->b->ops->allreduce_grads == NULL) {
+        return tr_err_set(err, TROUPE_UNIMPLEMENTED,
+                          "the %s backend cannot all-reduce gradients (data parallelism)", r->b->ops->name);
+    }
+    /* Host time is the all-reduce's: it returns when the reduction is done
+     * (the CUDA backend waits for its communication stream), and backward
+     * has ended before it (forward_backward returned). With allreduce_start
+     * (dp.overlap) most buckets were reduced during backward: this is then
+     * the part that did not hide behind it. */
+    double t0 = now_ms();
+    rv = r->b->ops->allreduce_grads(r->b, r->comm, err);
+    trace_span(r, "grad all-reduce", t0, now_ms());
+
+    if (rv == TROUPE_OK) {
+        rv = r->comm->ops->allreduce(r->comm, &loss, 1, TR_COMM_MEAN, err);
+    }
+    m->loss = loss;
+    return rv;
 }
 
 /* train_step runs one optimiser step (r->step, 0-based) and fills m. */
@@ -212,9 +396,23 @@ static int train_step(run *r, tr_train_metrics *m, tr_err *err)
 
     for (int64_t k = 0; k < accum && rv == TROUPE_OK; k++) {
         float loss = 0.0f;
-        tr_data_train_batch(&r->data, &r->rng, r->B, r->T, r->in, r->tg);
-        rv = ops->forward_backward(r->b, r->in, r->tg, r->B, r->T, 1.0f / (float)accum, &loss, err);
+        double f0;
+        tr_data_train_shard(&r->data, &r->rng, r->B * r->size, r->B * r->rank, r->B, r->T, r->in, r->tg);
+        f0 = now_ms();
+        /* the last micro-batch's backward makes the gradients final: a
+         * backend that can starts their all-reduce during it */
+        if (k == accum - 1 && r->comm != NULL && ops->allreduce_start != NULL) {
+            rv = ops->allreduce_start(r->b, r->comm, err);
+        }
+        rv = rv != TROUPE_OK ? rv : ops->forward_backward(r->b, r->in, r->tg, r->B, r->T, 1.0f / (float)accum, &loss, err);
+        if (rv == TROUPE_OK) {
+            trace_pass(r, f0, now_ms());
+        }
         loss_sum += loss;
+    }
+    m->loss = loss_sum / (double)accum;
+    if (rv == TROUPE_OK && r->comm != NULL) {
+        rv = dp_reduce(r, m, err);
     }
     if (rv == TROUPE_OK) {
         rv = ops->grad_norm(r->b, &norm, err);
@@ -222,7 +420,6 @@ static int train_step(run *r, tr_train_metrics *m, tr_err *err)
     if (rv != TROUPE_OK) {
         return rv;
     }
-    m->loss = loss_sum / (double)accum;
     if (!isfinite(m->loss) || !isfinite(norm)) {
         return tr_err_set(err, TROUPE_ABORTED,
                           "step %lld: loss %g, gradient norm %g: training diverged (lower train.lr?)",
@@ -234,9 +431,17 @@ static int train_step(run *r, tr_train_metrics *m, tr_err *err)
     }
     m->lr = tr_train_lr(r->cfg, r->step);
     opt.lr = (float)m->lr;
+    double o0 = now_ms();
     rv = ops->adamw_update(r->b, &opt, err);
     if (rv == TROUPE_OK) {
         rv = ops->sync(r->b, err);
+    }
+    if (rv == TROUPE_OK && r->traced) {
+        /* after the sync the update has ended; its events give its start */
+        tr_phase_times p;
+        double o1 = now_ms();
+        ops->phase_times(r->b, &p);
+        trace_span(r, "optimizer", fmax(o0, o1 - p.optimizer_ms), o1);
     }
     m->grad_norm = norm;
     m->step_ms = now_ms() - t0;
@@ -291,21 +496,77 @@ static int measure_ceiling(run *r, tr_err *err)
     return rv;
 }
 
-/* run_open does everything before the first step. */
+/* data_fingerprint hashes the tokens (FNV-1a over at most 4M of them,
+ * evenly strided), so that ranks reading different files, or different
+ * versions of one, are caught before they average unrelated gradients. */
+double tr_train_data_fingerprint(const tr_data *d)
+{
+    size_t stride = d->count > ((size_t)1 << 22) ? d->count >> 22 : 1;
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < d->count; i += stride) {
+        h = (h ^ d->tokens[i]) * 0x100000001b3ull;
+    }
+    return (double)(h >> 11); /* 53 bits: exact in a double */
+}
+
+/* same_everywhere: every rank must train the same model on the same data
+ * with the same schedule, or the averaged gradients mean nothing (and the
+ * ranks' loops would not even make the same collective calls). */
+static int same_everywhere(run *r, tr_err *err)
+{
+    const tr_train_config *c = r->cfg;
+    const tr_dp_setting s[] = {
+        {"seed", (double)c->seed},
+        {"model.layers", (double)r->mcfg.layers},
+        {"model.width", (double)r->mcfg.width},
+        {"model.heads", (double)r->mcfg.heads},
+        {"model.seq_len", (double)r->mcfg.seq_len},
+        {"model.vocab", (double)r->mcfg.vocab},
+        {"train.steps", (double)c->steps},
+        {"train.micro_batch", (double)c->micro_batch},
+        {"train.accum_steps", (double)c->accum_steps},
+        {"train.lr", c->lr},
+        {"train.min_lr_fraction", c->min_lr_fraction},
+        {"train.warmup_steps", (double)c->warmup_steps},
+        {"train.weight_decay", c->weight_decay},
+        {"train.grad_clip", c->grad_clip},
+        {"train.precision (0 bf16, 1 fp32)", strcmp(c->precision, "fp32") == 0 ? 1.0 : 0.0},
+        {"data tokens", (double)r->data.count},
+        {"data.val_fraction", c->val_fraction},
+        {"data fingerprint (FNV-1a of the tokens)", tr_train_data_fingerprint(&r->data)},
+        {"eval.every", (double)c->eval_every},
+        {"eval.batches", (double)c->eval_batches},
+        {"checkpoint.every", (double)c->checkpoint_every},
+        {"checkpoint.dir set", c->checkpoint_dir != NULL ? 1.0 : 0.0},
+    };
+    return tr_dp_check_same(r->comm, s, (int)(sizeof(s) / sizeof(s[0])), err);
+}
+
+/* run_open does everything before the first step, and logs where the time
+ * went (a slow start is otherwise invisible: the first metrics line comes
+ * after all of it). */
 static int run_open(run *r, tr_err *err)
 {
     const tr_train_config *c = r->cfg;
+    double t0 = now_ms(), t_data, t_backend, t_ceiling, t_checks;
     int rv;
 
     r->B = (int)c->micro_batch;
     r->T = (int)c->seq_len;
+    r->comm = c->comm;
+    r->rank = c->comm != NULL ? c->comm->rank : 0;
+    r->size = c->comm != NULL ? c->comm->size : 1;
+
     rv = tr_data_open(&r->data, c->data_path, c->data_format, c->val_fraction, r->T, err);
     if (rv == TROUPE_OK) {
         rv = model_config(r, err);
     }
+    t_data = now_ms();
     if (rv == TROUPE_OK) {
         rv = create_backend(r, err);
     }
+    t_backend = now_ms();
     if (rv != TROUPE_OK) {
         return rv;
     }
@@ -329,10 +590,31 @@ static int run_open(run *r, tr_err *err)
                       : tr_train_peak_flops(c->device_name ? c->device_name((int)c->gpu) : NULL);
     }
     rv = measure_ceiling(r, err);
+    t_ceiling = now_ms();
+    if (rv == TROUPE_OK && r->comm != NULL) {
+        rv = same_everywhere(r, err);
+    }
+    if (rv == TROUPE_OK && c->refit != NULL) {
+        tr_refit_settings s;
+        tr_train_refit_settings(c, &r->mcfg, &r->data, &s);
+        rv = tr_refit_check_same(c->refit, &s, err);
+    }
+    t_checks = now_ms();
     if (rv != TROUPE_OK) {
         return rv;
     }
-    return init_or_resume(r, err);
+    rv = init_or_resume(r, err);
+    if (rv == TROUPE_OK) {
+        double t_end = now_ms();
+        TR_LOG(TR_LOG_NOTICE,
+               "startup ms: data=%.0f backend=%.0f gemm_ceiling=%.0f checks=%.0f weights=%.0f total=%.0f "
+               "(backend: device context, buffers; weights: %s)",
+               t_data - t0, t_backend - t_data, t_ceiling - t_backend, t_checks - t_ceiling, t_end - t_checks,
+               t_end - t0,
+               r->comm != NULL ? "from rank 0 (drawn or loaded there)"
+                               : "drawn from the seed or loaded from the checkpoint");
+    }
+    return rv;
 }
 
 static void run_close(run *r)
@@ -349,14 +631,82 @@ static void run_close(run *r)
     free(r->tg);
 }
 
+/* agree_stop: a stop asked of one rank (a signal, the head) stops all of
+ * them after the same step, so they checkpoint together and none waits in
+ * a collective for a rank that left. */
+static int agree_stop(run *r, int *stop, tr_err *err)
+{
+    float any = *stop ? 1.0f : 0.0f;
+    int rv = r->comm->ops->allreduce(r->comm, &any, 1, TR_COMM_SUM, err);
+
+    *stop = any > 0.0f;
+    return rv;
+}
+
 static int due(int64_t step, int64_t every, int64_t last)
 {
     return step == last || (every > 0 && step % every == 0);
 }
 
+/* refit sends the weights after r->step to the generation group (every
+ * policy rank takes part; see refit.h). final: the last one. */
+static int refit(run *r, int final, tr_err *err)
+{
+    tr_refit_stats st;
+    int Bg, rv;
+    size_t nb;
+
+    val_shape(r, &Bg, &nb);
+    rv = tr_refit_send(r->cfg->refit, r->cfg->refit_gather, r->b, r->size, r->step, final, Bg, (int)nb, &st, err);
+    if (rv == TROUPE_OK) {
+        r->refit_final = final;
+        if (r->cfg->on_refit != NULL) {
+            r->cfg->on_refit(&st, r->cfg->refit->rank, r->cfg->on_refit_user);
+        }
+    }
+    return rv;
+}
+
+void tr_train_refit_settings(const tr_train_config *c, const tr_model_config *m, const tr_data *d,
+                             tr_refit_settings *s)
+{
+    *s = (tr_refit_settings){.refit_every = c->refit_every,
+                             .layers = m->layers,
+                             .width = m->width,
+                             .heads = m->heads,
+                             .seq_len = m->seq_len,
+                             .vocab = m->vocab,
+                             .val_fraction = c->val_fraction,
+                             .data_tokens = (double)d->count,
+                             .data_fingerprint = tr_train_data_fingerprint(d)};
+}
+
+int tr_train_model_backend(const tr_train_config *cfg, const tr_data *d, tr_model_config *mcfg, tr_backend **b,
+                           tr_err *err)
+{
+    run r = {.cfg = cfg, .B = (int)cfg->micro_batch, .T = (int)cfg->seq_len};
+    int rv;
+
+    *b = NULL;
+    r.data = *d; /* read only: the vocab */
+    rv = model_config(&r, err);
+    if (rv == TROUPE_OK) {
+        rv = create_backend(&r, err);
+    }
+    *mcfg = r.mcfg;
+    *b = r.b;
+    return rv;
+}
+
 int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr_err *err)
 {
-    run r = {.cfg = cfg};
+    return tr_train_run_hooked(cfg, NULL, cb, user, err);
+}
+
+int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks, tr_train_on_step cb,
+                        void *user, tr_err *err)
+{
+    run r = {.cfg = cfg, .hooks = hooks};
     int rv = tr_train_config_check(cfg, err), stop = 0;
 
     if (rv == TROUPE_OK) {
@@ -370,19 +720,47 @@ int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr
            "val_tokens=%zu start_step=%lld steps=%lld",
            r.b->ops->name, r.b->num_params, r.mcfg.layers, r.mcfg.width, r.mcfg.heads, r.mcfg.seq_len,
            r.mcfg.vocab, r.data.train_count, r.data.val_count, (long long)r.step, (long long)cfg->steps);
+    if (r.comm != NULL) {
+        TR_LOG(
+            TR_LOG_NOTICE,
+            "data parallel: rank %d of %d over %s, global batch %lld sequences (micro_batch %d x accum_steps "
+            "%lld x %d ranks), collective deadline %u ms",
+            r.rank, r.size, r.comm->ops->name, (long long)r.B * cfg->accum_steps * r.size, r.B,
+            (long long)cfg->accum_steps, r.size, r.comm->timeout_ms);
+    }
     if (r.step >= cfg->steps) {
         TR_LOG(TR_LOG_NOTICE, "nothing to do: the checkpoint is at step %lld of %lld", (long long)r.step,
                (long long)cfg->steps);
     }
+    int64_t start_step = r.step;
     while (r.step < cfg->steps && !stop) {
         tr_train_metrics m = {.val_loss = NAN, .mfu_gemm = NAN};
+        if (hooks != NULL && hooks->begin != NULL &&
+            (rv = hooks->begin(r.step + 1, hooks->user, err)) != TROUPE_OK) {
+            goto out;
+        }
+        r.traced = hooks != NULL && hooks->span != NULL && (hooks->traced == NULL || hooks->traced(hooks->user));
+        double t_step = now_ms();
         rv = train_step(&r, &m, err);
+        if (rv == TROUPE_OK && r.step < start_step + 2) {
+            /* on a GPU the first step also builds the GEMM plans (tuned, or
+             * read from the plan cache), the second captures the CUDA graphs */
+            TR_LOG(TR_LOG_NOTICE, "step %lld took %.0f ms (with its one-time work: %s)",
+                   (long long)r.step + 1, now_ms() - t_step,
+                   r.step == start_step ? "warm-up, GEMM plans on a GPU" : "CUDA graph capture on a GPU");
+        }
         if (rv != TROUPE_OK) {
+            if (hooks != NULL && hooks->end != NULL) {
+                hooks->end(r.step + 1, NULL, hooks->user);
+            }
             goto out;
         }
         r.step++;
-        r.tokens_seen += (uint64_t)m.tokens;
+        r.tokens_seen += (uint64_t)m.tokens * (uint64_t)r.size;
         finish_metrics(&r, &m);
+        if (hooks != NULL && hooks->end != NULL) {
+            hooks->end(r.step, &m, hooks->user);
+        }
         if (cfg->eval_every > 0 && due(r.step, cfg->eval_every, cfg->steps)) {
             rv = evaluate(&r, &m.val_loss, err);
             if (rv != TROUPE_OK) {
@@ -390,12 +768,26 @@ int tr_train_run(const tr_train_config *cfg, tr_train_on_step cb, void *user, tr
             }
         }
         stop = report(&r, &m, cb, user);
+        if (r.comm != NULL && (rv = agree_stop(&r, &stop, err)) != TROUPE_OK) {
+            goto out;
+        }
         if (cfg->checkpoint_dir != NULL && (stop || due(r.step, cfg->checkpoint_every, cfg->steps))) {
             rv = save_checkpoint(&r, err);
             if (rv != TROUPE_OK) {
                 goto out;
             }
         }
+        if (cfg->refit != NULL && (stop || due(r.step, cfg->refit_every, cfg->steps))) {
+            rv = refit(&r, stop || r.step >= cfg->steps, err);
+            if (rv != TROUPE_OK) {
+                goto out;
+            }
+        }
+    }
+    /* A run with nothing left to train (resumed at its last step) still
+     * ends the generation group's wait. */
+    if (cfg->refit != NULL && !r.refit_final && (rv = refit(&r, 1, err)) != TROUPE_OK) {
+        goto out;
     }
     if (stop) {
         rv = tr_err_set(err, TROUPE_CANCELLED, "stopped by the step callback after step %lld",

@@ -36,7 +36,39 @@
  *   mfu.peak_tflops        peak for MFU; 0 = from the device name table (default 0)
  *   mfu.measure_gemm       CUDA: time a bf16 GEMM at start and also report MFU
  *                          against that measured ceiling (default false)
- */
+ *   dp.mode                auto | on | off: data parallelism under troupe; auto = when
+ *                          WORLD_SIZE > 1, on = also at world size 1 (to measure the
+ *                          path), off = every rank trains alone (default auto)
+ *   dp.init_timeout_ms     deadline for joining the group's communicator (default 600000)
+ *   dp.timeout_ms          deadline of every collective (default 300000)
+ *   dp.grad_dtype          fp32 | bf16: gradient all-reduce type on CUDA (default fp32;
+ *                          the CPU collective always reduces fp32)
+ *   dp.bucket_mb           CUDA: gradient all-reduce bucket size in MiB (default 25)
+ *   dp.overlap             CUDA: start each bucket's all-reduce as soon as the last
+ *                          micro-batch's backward has made it final (default true;
+ *                          false: every bucket after backward)
+ *   dp.fail_grace_ms       after a collective fails because of a peer, wait this long
+ *                          before exiting so the peer's own end reaches the head first
+ *                          and the job names it (default 2000)
+ *   role                   policy | generation (default policy; flag --role): a generation
+ *                          worker holds the model and takes the policy's weights, never trains
+ *   refit.comm             the job's communicator across policy and generation (default refit)
+ *   refit.every            policy: send the weights every N steps, and always at the end;
+ *                          0 = only at the end; both sides must agree (default 10)
+ *   refit.transport        auto (NCCL when the worker runs on a GPU, else the CPU
+ *                          collective) | cpu (always the CPU collective: GPU and CPU
+ *                          workers mixed, or several workers on one GPU); both sides
+ *                          must choose the same (default auto)
+ *   refit.timeout_ms       deadline of each refit's collectives (default 300000)
+ *   refit.wait_ms          generation: deadline of the wait for the policy's next refit,
+ *                          and for the policy group to come back after a restart (default 3600000)
+ *
+ * Data parallelism (cfg.comm set): rank r of N reads sequences [r*B, (r+1)*B)
+ * of each global micro-batch of N*B sequences drawn from the one sampler every
+ * rank advances alike, gradients are averaged over the ranks before the
+ * global norm is taken, and the loss and validation loss are those of the
+ * global batch: the curve of one process with micro_batch N*B. Rank 0 writes
+ * the model checkpoint, every rank its data position (data-rank-R.pos). */
 #ifndef TR_TRAIN_TRAIN_H
 #define TR_TRAIN_TRAIN_H
 
@@ -50,6 +82,9 @@
 /* Factory of a backend, so that the core library need not link CUDA. */
 typedef int (*tr_backend_create_fn)(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
                                     tr_err *err);
+
+struct tr_refit_stats;
+struct tr_refit_gather;
 
 typedef struct tr_train_config {
     /* Settings from the table (tr_train_config_table); strings are owned. */
@@ -69,7 +104,22 @@ typedef struct tr_train_config {
     char *metrics_json;
     double peak_tflops;
     int measure_gemm;
+    char *dp_mode, *dp_grad_dtype;
+    int64_t dp_init_timeout_ms, dp_timeout_ms, dp_bucket_mb, dp_fail_grace_ms;
+    char *role;       /* policy | generation */
+    char *refit_comm; /* the job's communicator the refit uses */
+    char *refit_transport; /* auto | cpu */
+    int64_t refit_every, refit_timeout_ms, refit_wait_ms;
+    int dp_overlap;
     /* Not in the table: set by the program. */
+    tr_comm *comm;                    /* data parallelism over this communicator; NULL = alone */
+    /* refit, when set: send the weights to the generation group over it
+     * every refit_every steps and at the end (refit.h); on_refit, when set,
+     * gets each refit's figures (borrowed for the call). */
+    tr_comm *refit;
+    const struct tr_refit_gather *refit_gather; /* the report through the head; NULL: all-reduce */
+    void (*on_refit)(const struct tr_refit_stats *st, int rank, void *user);
+    void *on_refit_user;
     tr_backend_create_fn create_cuda; /* NULL when built without CUDA */
     /* device_name, when set, names the device the backend runs on ("NVIDIA
      * H200"), for the MFU peak table; NULL on CPU. */

@@ -60,6 +60,33 @@ const tr_cfg_desc tr_train_config_table[] = {
      "peak TFLOP/s for MFU; 0 = from the device name (H100/H200: 989)"},
     {"mfu.measure_gemm", TR_CFG_BOOL, F(measure_gemm), "false", TR_CFG_UNBOUNDED, 0,
      "CUDA: measure the bf16 GEMM ceiling at start and report MFU against it too"},
+    {"dp.mode", TR_CFG_STRING, F(dp_mode), "auto", TR_CFG_UNBOUNDED, 0,
+     "data parallelism under troupe: auto (when WORLD_SIZE > 1) | on (also at 1) | off"},
+    {"dp.init_timeout_ms", TR_CFG_INT, F(dp_init_timeout_ms), "600000", 1, 86400000, 0,
+     "deadline for joining the group's communicator"},
+    {"dp.timeout_ms", TR_CFG_INT, F(dp_timeout_ms), "300000", 1, 86400000, 0,
+     "deadline of every collective (gradients, loss, checkpoints)"},
+    {"dp.grad_dtype", TR_CFG_STRING, F(dp_grad_dtype), "fp32", TR_CFG_UNBOUNDED, 0,
+     "fp32 | bf16: CUDA gradient all-reduce type (the CPU collective reduces fp32)"},
+    {"dp.bucket_mb", TR_CFG_INT, F(dp_bucket_mb), "25", 1, 4096, 0,
+     "CUDA: gradient all-reduce bucket size (MiB)"},
+    {"dp.overlap", TR_CFG_BOOL, F(dp_overlap), "true", TR_CFG_UNBOUNDED, 0,
+     "CUDA: all-reduce each bucket as soon as the last micro-batch's backward has made it final "
+     "(false: all buckets after backward)"},
+    {"dp.fail_grace_ms", TR_CFG_INT, F(dp_fail_grace_ms), "2000", 0, 600000, 0,
+     "after a peer's failure, wait this long before exiting so the job names that peer"},
+    {"role", TR_CFG_STRING, F(role), "policy", TR_CFG_UNBOUNDED, 0,
+     "policy (trains; sends refits when the job has refit.comm) | generation (takes refits, never trains)"},
+    {"refit.comm", TR_CFG_STRING, F(refit_comm), "refit", TR_CFG_UNBOUNDED, 0,
+     "the job's communicator across the policy and generation groups (job YAML communicators:)"},
+    {"refit.transport", TR_CFG_STRING, F(refit_transport), "auto", TR_CFG_UNBOUNDED, 0,
+     "auto (NCCL on a GPU, else the CPU collective) | cpu (the CPU collective always); the same on both sides"},
+    {"refit.every", TR_CFG_INT, F(refit_every), "10", 0, 1e12, 0,
+     "policy: send the weights to the generation group every N steps and at the end; 0 = only at the end"},
+    {"refit.timeout_ms", TR_CFG_INT, F(refit_timeout_ms), "300000", 1, 86400000, 0,
+     "deadline of each refit (header, weights, the generation's evaluation and report)"},
+    {"refit.wait_ms", TR_CFG_INT, F(refit_wait_ms), "3600000", 1, 86400000, 0,
+     "generation: deadline of the wait for the next refit, or for the policy group to restart"},
     {0},
 };
 
@@ -98,6 +125,25 @@ int tr_train_config_check(const tr_train_config *cfg, tr_err *err)
     if (!one_of(cfg->precision, "bf16", "fp32", NULL)) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "train.precision must be bf16 or fp32, got '%s'",
                           cfg->precision ? cfg->precision : "");
+    }
+    if (!one_of(cfg->dp_mode, "auto", "on", "off")) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "dp.mode must be auto, on or off, got '%s'",
+                          cfg->dp_mode ? cfg->dp_mode : "");
+    }
+    if (!one_of(cfg->dp_grad_dtype, "fp32", "bf16", NULL)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "dp.grad_dtype must be fp32 or bf16, got '%s'",
+                          cfg->dp_grad_dtype ? cfg->dp_grad_dtype : "");
+    }
+    if (!one_of(cfg->role, "policy", "generation", NULL)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "role must be policy or generation, got '%s'",
+                          cfg->role ? cfg->role : "");
+    }
+    if (!one_of(cfg->refit_transport, "auto", "cpu", NULL)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.transport must be auto or cpu, got '%s'",
+                          cfg->refit_transport ? cfg->refit_transport : "");
+    }
+    if (cfg->refit_comm == NULL || cfg->refit_comm[0] == '\0') {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.comm must name a communicator of the job");
     }
     if (!one_of(cfg->data_format, "auto", "tokens", "bytes")) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "data.format must be auto, tokens or bytes, got '%s'",

@@ -61,11 +61,12 @@ static void cuda_destroy(tr_backend *b)
     cudaFreeHost(cb->h_inputs);
     cudaFreeHost(cb->h_targets);
     cudaFreeHost(cb->h_scalar);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < TR_CU_GRAPH_SLOTS; i++) {
         if (cb->graph_exec[i] != NULL) {
             cudaGraphExecDestroy(cb->graph_exec[i]);
         }
     }
+    tr_cu_dp_destroy(cb);
     tr_cu_gemm_destroy(cb->gemm);
     if (cb->s != NULL) {
         cudaStreamDestroy(cb->s);
@@ -499,6 +500,8 @@ static void cuda_phase_times(tr_backend *b, tr_phase_times *out)
     if (cb->have_fb) {
         out->forward_ms = event_ms(cb->ev[0], cb->ev[1]);
         out->backward_ms = event_ms(cb->ev[1], cb->ev[2]);
+        out->last_forward_ms = out->forward_ms; /* the events are the last call's */
+        out->last_backward_ms = out->backward_ms;
     }
     if (cb->have_opt) {
         out->optimizer_ms = event_ms(cb->ev[3], cb->ev[4]);
@@ -515,11 +518,24 @@ out:
     return rv;
 }
 
+static int cuda_allreduce_grads(tr_backend *b, tr_comm *c, tr_err *err)
+{
+    cu_backend *cb = (cu_backend *)b;
+    int rv = flush_zero(cb, err);
+    return rv != TROUPE_OK ? rv : tr_cu_allreduce_grads(cb, c, err);
+}
+
+static int cuda_allreduce_start(tr_backend *b, tr_comm *c, tr_err *err)
+{
+    return tr_cu_allreduce_start((cu_backend *)b, c, err);
+}
+
 extern const tr_backend_ops tr_cu_ops = {
     "cuda",          cuda_destroy,          cuda_set_params,    cuda_get_params,
     cuda_zero_grads, cuda_forward_backward, cuda_forward_loss,  cuda_grad_norm,
     cuda_get_grads,  cuda_adamw_update,     cuda_get_opt_state, cuda_set_opt_state,
-    cuda_mem_stats,  cuda_phase_times,      cuda_sync,
+    cuda_mem_stats,  cuda_phase_times,      cuda_sync,          cuda_allreduce_grads,
+    cuda_allreduce_start,
 };
 
 /* ---- train_cuda.h extras ---------------------------------------------------- */

@@ -20,6 +20,11 @@ extern "C" {
 }
 
 #define TR_CU_MAX_ALLOCS 1024
+/* graph slots: forward only; backward adding / writing fresh (see
+ * zero_elide); the same two recording the bucket events of an overlapped
+ * all-reduce (the last micro-batch of a data-parallel step) */
+#define TR_CU_GRAPH_SLOTS 5
+#define TR_CU_GRAPH_KEY 8
 
 typedef struct cu_layer {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
@@ -39,8 +44,9 @@ typedef struct cu_backend {
     /* CUDA graphs of the last pass shape, one for forward-only passes and one
      * for forward+backward (index: backward), see tr_cu_pass */
     int use_graphs;
-    cudaGraphExec_t graph_exec[3]; /* index: backward + fresh_dw (see tr_cu_pass) */
-    int graph_key[3][7], eager_key[3][7], have_eager_key[3];
+    cudaGraphExec_t graph_exec[TR_CU_GRAPH_SLOTS]; /* index: backward + fresh_dw + 2 dp_armed */
+    int graph_key[TR_CU_GRAPH_SLOTS][TR_CU_GRAPH_KEY], eager_key[TR_CU_GRAPH_SLOTS][TR_CU_GRAPH_KEY];
+    int have_eager_key[TR_CU_GRAPH_SLOTS];
     /* zero_grads left the tensors the weight-gradient matmuls cover (wte and
      * the four per-layer matrices) unzeroed: the next backward writes them
      * with beta = 0 instead of accumulating, which saves a 0.5 GB memset per
@@ -62,6 +68,18 @@ typedef struct cu_backend {
     float *h_scalar;               /* pinned */
     size_t cap_bt;
     cudaEvent_t ev[5]; /* fwd start, fwd end = bwd start, bwd end, opt start, opt end */
+    /* data parallelism (dp_cuda.cu), created on first use */
+    cudaStream_t comm_s;
+    cudaEvent_t ev_grads, ev_reduced;
+    void *comm_bf16; /* bf16 staging of the gradients (dp.grad_dtype bf16) */
+    /* overlap (dp.overlap): allreduce_start arms the next backward, which
+     * records ev_layer[l] once block l's backward is done (every gradient
+     * of layer l is then final) and ev_layer[L] at its end (wte, wpe, lnf);
+     * right after launching it the host queues each bucket on comm_s behind
+     * its event (dp_issued), and allreduce_grads only waits. */
+    tr_comm *dp_comm;
+    int dp_armed, dp_issued;
+    cudaEvent_t *ev_layer; /* L + 1 */
     int have_fb, have_opt;
     /* allocation tally, and every device allocation for destroy */
     void *allocs[TR_CU_MAX_ALLOCS];
@@ -77,6 +95,20 @@ int tr_cu_alloc(cu_backend *cb, void **p, size_t bytes, tr_err *err);
  * gradients) for B x Tn tokens already on the device; the mean loss is left
  * in cb->loss_dev. */
 int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err);
+
+/* tr_cu_allreduce_grads averages the gradients over c's ranks in buckets on
+ * the communication stream (dp_cuda.cu); tr_cu_dp_destroy frees its stream
+ * and events. */
+int tr_cu_allreduce_grads(cu_backend *cb, tr_comm *c, tr_err *err);
+void tr_cu_dp_destroy(cu_backend *cb);
+
+/* tr_cu_allreduce_start arms the next backward for overlap (dp.overlap;
+ * a no-op when it is off); tr_cu_dp_issue queues the buckets behind the
+ * events of the armed backward just launched; tr_cu_record records ev on the
+ * compute stream, also while a graph is being captured. */
+int tr_cu_allreduce_start(cu_backend *cb, tr_comm *c, tr_err *err);
+int tr_cu_dp_issue(cu_backend *cb, tr_err *err);
+cudaError_t tr_cu_record(cu_backend *cb, cudaEvent_t ev);
 
 /* tr_cu_dw_tensor: parameter tensor i's gradient is written whole by a
  * weight-gradient matmul, the first thing of a backward to touch it. */

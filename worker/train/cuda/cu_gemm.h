@@ -12,7 +12,11 @@
  * training, least of all the weight gradients (few output tiles, K = B*T).
  * TR_CUDA_GEMM_TUNE=0|1|2 (default 2) selects heuristic-only, the
  * heuristic's own candidates, or the pool; TR_CUDA_GEMM_LOG=1 prints each
- * shape's pick to stderr. */
+ * shape's pick to stderr. Tuned picks are kept on disk per GPU model, CUDA
+ * and cuBLASLt version and tuning level (TR_CUDA_GEMM_CACHE, default
+ * $XDG_CACHE_HOME/troupe or ~/.cache/troupe; 0 turns it off), so that only
+ * the first start on a machine pays for the tuning (~1.2 s of the first step
+ * of GPT-2 124M at B 16 on an H100; ~0.15 s with the cache). */
 #ifndef TR_CU_GEMM_H
 #define TR_CU_GEMM_H
 

@@ -1,9 +1,14 @@
 /* gemm.cu - cuBLASLt matmuls with a per-shape plan cache, and the measured
  * GEMM ceiling exported through train_cuda.h. */
 #include <cublas_v2.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cu_gemm.h"
 #include "cu_kernels.h"
@@ -16,6 +21,16 @@ extern "C" {
 #define TR_GEMM_CACHE 64
 #define TR_GEMM_CANDIDATES 8 /* per heuristic query: it returned no more than 8 for any shape here */
 #define TR_GEMM_MAX_CANDS 96
+#define TR_GEMM_DISK_MAX 512 /* plans read from the on-disk cache; later lines win */
+#define TR_GEMM_KEY 10
+
+/* A tuned plan as the on-disk cache keeps it: the shape key (see plan_key)
+ * and the algorithm, which cuBLASLt documents as trivially serialisable for
+ * use with the same cuBLASLt version (the file name carries it). */
+typedef struct disk_plan {
+    int key[TR_GEMM_KEY];
+    cublasLtMatmulAlgo_t algo;
+} disk_plan;
 
 /* TR_LT_TRY checks a cuBLAS(Lt) call, logs file:line and cuBLAS's own
  * message, and jumps to `out`. */
@@ -48,7 +63,156 @@ struct tr_cu_gemm_ctx {
     int next; /* round-robin slot to reuse when the cache is full */
     int tune; /* TR_CUDA_GEMM_TUNE, see tr_cu_gemm_create */
     int log;  /* TR_CUDA_GEMM_LOG: print each plan's pick to stderr */
+    /* on-disk plan cache (TR_CUDA_GEMM_CACHE, see cache_open); path "" = off */
+    char dir[1024], path[1200];
+    disk_plan *disk;
+    int ndisk, save_failed;
+    int built, from_disk; /* plans built, and of those taken from the disk cache */
+    double build_ms;      /* host time spent building (and tuning) plans */
 };
+
+static double gemm_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* mkdir_p makes dir and its parents (0755); existing ones are fine. */
+static int mkdir_p(const char *dir)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s", dir);
+    for (char *q = tmp + 1; *q != '\0'; q++) {
+        if (*q == '/') {
+            *q = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *q = '/';
+        }
+    }
+    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* cache_open picks the cache file and reads it. Tuning the ~20 shapes of a
+ * step costs hundreds of milliseconds to seconds at every start (the first
+ * step of every worker of every job); the picks depend only on the GPU, the
+ * CUDA and cuBLASLt versions and the shape, so they are kept in
+ * DIR/gemm-<gpu>-cc<major><minor>-cuda<rt>-cublaslt<ver>-tune<level>.txt, DIR
+ * being TR_CUDA_GEMM_CACHE, else $XDG_CACHE_HOME/troupe, else
+ * $HOME/.cache/troupe. TR_CUDA_GEMM_CACHE=0 (or empty) turns it off. A line
+ * that does not parse is skipped; a cached algorithm that cuBLASLt no longer
+ * accepts for its shape is tuned again. Workers on one host append to the
+ * one file with single write()s of whole lines, so they may add duplicates
+ * (harmless: the last one wins) but never torn lines. */
+static void cache_open(tr_cu_gemm_ctx *g)
+{
+    const char *env = getenv("TR_CUDA_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char name[256] = "", line[512];
+    int dev = 0, rt = 0;
+    cudaDeviceProp prop;
+    FILE *f;
+    g->path[0] = '\0';
+    if (g->tune < 1 ||
+        (env != NULL && (env[0] == '\0' || strcmp(env, "0") == 0 || strcmp(env, "off") == 0))) {
+        return;
+    }
+    if (env != NULL) {
+        snprintf(g->dir, sizeof(g->dir), "%s", env);
+    } else if (xdg != NULL && xdg[0] == '/') {
+        snprintf(g->dir, sizeof(g->dir), "%s/troupe", xdg);
+    } else if (home != NULL && home[0] == '/') {
+        snprintf(g->dir, sizeof(g->dir), "%s/.cache/troupe", home);
+    } else {
+        return;
+    }
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+        cudaRuntimeGetVersion(&rt) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    for (size_t i = 0; prop.name[i] != '\0' && i + 1 < sizeof(name); i++) {
+        char ch = prop.name[i];
+        name[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ? ch : '_';
+        name[i + 1] = '\0';
+    }
+    snprintf(g->path, sizeof(g->path), "%s/gemm-%s-cc%d%d-cuda%d-cublaslt%zu-tune%d.txt", g->dir, name,
+             prop.major, prop.minor, rt, cublasLtGetVersion(), g->tune);
+    g->disk = (disk_plan *)calloc(TR_GEMM_DISK_MAX, sizeof(*g->disk));
+    if (g->disk == NULL || (f = fopen(g->path, "r")) == NULL) {
+        return; /* none yet: the first run writes it */
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        disk_plan d;
+        unsigned long long w[8];
+        int *k = d.key;
+        if (sscanf(line, "%d %d %d %d %d %d %d %d %d %d : %llx %llx %llx %llx %llx %llx %llx %llx", &k[0],
+                   &k[1], &k[2], &k[3], &k[4], &k[5], &k[6], &k[7], &k[8], &k[9], &w[0], &w[1], &w[2], &w[3],
+                   &w[4], &w[5], &w[6], &w[7]) != 18) {
+            continue;
+        }
+        for (int i = 0; i < 8; i++) {
+            d.algo.data[i] = (uint64_t)w[i];
+        }
+        if (g->ndisk < TR_GEMM_DISK_MAX) {
+            g->disk[g->ndisk++] = d;
+        } else { /* full: keep the newest */
+            memmove(g->disk, g->disk + 1, (TR_GEMM_DISK_MAX - 1) * sizeof(*g->disk));
+            g->disk[TR_GEMM_DISK_MAX - 1] = d;
+        }
+    }
+    fclose(f);
+}
+
+static void plan_key(const tr_cu_gemm_args *a, int tune, int key[TR_GEMM_KEY])
+{
+    key[0] = a->m, key[1] = a->n, key[2] = a->k, key[3] = a->ta, key[4] = a->tb, key[5] = a->bias != NULL;
+    key[6] = (int)a->ab_type, key[7] = (int)a->d_type, key[8] = a->epilogue, key[9] = tune;
+}
+
+static const cublasLtMatmulAlgo_t *cache_find(const tr_cu_gemm_ctx *g, const tr_cu_gemm_args *a)
+{
+    int key[TR_GEMM_KEY];
+    plan_key(a, g->tune, key);
+    for (int i = g->ndisk - 1; i >= 0; i--) {
+        if (memcmp(g->disk[i].key, key, sizeof(key)) == 0) {
+            return &g->disk[i].algo;
+        }
+    }
+    return NULL;
+}
+
+/* cache_save appends a tuned plan; a failure is logged once and turns
+ * saving off (tuning still works, only the next start pays for it again). */
+static void cache_save(tr_cu_gemm_ctx *g, const tr_cu_gemm_args *a, const cublasLtMatmulAlgo_t *algo)
+{
+    int key[TR_GEMM_KEY], fd, len;
+    char line[512];
+    if (g->path[0] == '\0' || g->save_failed) {
+        return;
+    }
+    plan_key(a, g->tune, key);
+    len = snprintf(line, sizeof(line), "%d %d %d %d %d %d %d %d %d %d :", key[0], key[1], key[2], key[3],
+                   key[4], key[5], key[6], key[7], key[8], key[9]);
+    for (int i = 0; i < 8; i++) {
+        len += snprintf(line + len, sizeof(line) - len, " %llx", (unsigned long long)algo->data[i]);
+    }
+    len += snprintf(line + len, sizeof(line) - len, "\n");
+    if (mkdir_p(g->dir) != 0 || (fd = open(g->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+        TR_LOG(TR_LOG_WARNING,
+               "gemm plan cache %s: cannot write (%s): every start tunes again; set TR_CUDA_GEMM_CACHE to a "
+               "writable directory, or 0 to silence this",
+               g->path, strerror(errno));
+        g->save_failed = 1;
+        return;
+    }
+    if (write(fd, line, (size_t)len) != len) {
+        TR_LOG(TR_LOG_WARNING, "gemm plan cache %s: short write (%s)", g->path, strerror(errno));
+        g->save_failed = 1;
+    }
+    close(fd);
+}
 
 static void plan_free(gemm_plan *p)
 {
@@ -77,6 +241,10 @@ int tr_cu_gemm_create(tr_cu_gemm_ctx **out, cudaStream_t s, tr_err *err)
     g->log = getenv("TR_CUDA_GEMM_LOG") != NULL && atoi(getenv("TR_CUDA_GEMM_LOG")) > 0;
     TR_LT_TRY(cublasLtCreate(&g->lt));
     TR_CU_TRY(cudaMalloc(&g->ws, TR_GEMM_WORKSPACE));
+    cache_open(g);
+    if (g->path[0] != '\0') {
+        TR_LOG(TR_LOG_INFO, "gemm plan cache path=%s plans=%d", g->path, g->ndisk);
+    }
     *out = g;
     g = NULL;
 out:
@@ -89,6 +257,11 @@ void tr_cu_gemm_destroy(tr_cu_gemm_ctx *g)
     if (g == NULL) {
         return;
     }
+    if (g->built > 0) {
+        TR_LOG(TR_LOG_INFO, "gemm plans built=%d from_cache=%d tuned=%d ms=%.0f", g->built, g->from_disk,
+               g->built - g->from_disk, g->build_ms);
+    }
+    free(g->disk);
     for (int i = 0; i < TR_GEMM_CACHE; i++) {
         plan_free(&g->plans[i]);
     }
@@ -357,6 +530,20 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     TR_LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, a->ab_type, a->tb ? a->n : a->k, a->tb ? a->k : a->n,
                                          a->tb ? a->n : a->k));
     TR_LT_TRY(cublasLtMatrixLayoutCreate(&p->ld, a->d_type, a->m, a->n, a->m));
+    if (g->disk != NULL && cache_find(g, a) != NULL) {
+        cublasLtMatmulHeuristicResult_t r;
+        cublasLtMatmulAlgo_t al = *cache_find(g, a);
+        memset(&r, 0, sizeof(r));
+        if (cublasLtMatmulAlgoCheck(g->lt, p->desc, p->la, p->lb, p->ld, p->ld, &al, &r) ==
+                CUBLAS_STATUS_SUCCESS &&
+            r.workspaceSize <= TR_GEMM_WORKSPACE) {
+            p->algo = al;
+            g->from_disk++;
+            goto out;
+        }
+        TR_LOG(TR_LOG_INFO, "gemm plan cache: the entry for m=%d n=%d k=%d is not accepted now: tuning again",
+               a->m, a->n, a->k);
+    }
     TR_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     for (size_t w = 0; w < (g->tune >= 2 ? sizeof(ws_try) / sizeof(ws_try[0]) : 1); w++) {
         for (size_t r = 0; r < (g->tune >= 2 ? sizeof(red_try) / sizeof(red_try[0]) : 1); r++) {
@@ -383,6 +570,7 @@ static int plan_build(tr_cu_gemm_ctx *g, gemm_plan *p, const tr_cu_gemm_args *a,
     p->algo = c[0].algo;
     if (g->tune >= 1 && n > 1) {
         TR_TRY(plan_tune(g, p, a, c, n, err));
+        cache_save(g, a, &p->algo);
     }
 out:
     free(c);
@@ -415,7 +603,10 @@ int tr_cu_gemm(tr_cu_gemm_ctx *g, const tr_cu_gemm_args *a, tr_err *err)
             p = &g->plans[g->next];
             g->next = (g->next + 1) % TR_GEMM_CACHE;
         }
+        double t0 = gemm_now_ms();
         TR_TRY(plan_build(g, p, a, err));
+        g->built++;
+        g->build_ms += gemm_now_ms() - t0;
     }
     TR_TRY(set_pointers(p, a, err));
     TR_LT_TRY(cublasLtMatmul(g->lt, p->desc, &one, a->a, p->la, a->b, p->lb, &beta, a->d, p->ld, a->d, p->ld,

@@ -185,6 +185,24 @@ out:
  * LayerNorm backward that finishes it sums on the way (ln2 for attproj here,
  * ln1 for the previous block's fcproj, lnf for the last block's); the fc bias
  * comes with the GELU backward, the qkv bias with the attention backward. */
+/* tr_cu_record: while a graph is being captured the event must be recorded
+ * as an external event node, or it only orders work inside the capture and
+ * is never signalled (neither for the phase times nor for the communication
+ * stream waiting on a bucket); outside capture that flag is an error
+ * (cudaErrorIllegalState), so a plain record is used. */
+cudaError_t tr_cu_record(cu_backend *cb, cudaEvent_t ev)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(cb->s, &st);
+    if (e != cudaSuccess) {
+        return e;
+    }
+    if (st == cudaStreamCaptureStatusActive) {
+        return cudaEventRecordWithFlags(ev, cb->s, cudaEventRecordExternal);
+    }
+    return cudaEventRecord(ev, cb->s);
+}
+
 template <typename T> static int block_bwd(cu_backend *cb, int l, int B, int Tn, tr_err *err)
 {
     int rv = TROUPE_OK, C = cb->base.cfg.width, BT = B * Tn;
@@ -236,29 +254,23 @@ template <typename T> static int backward(cu_backend *cb, int B, int Tn, tr_err 
                        cb->lnf_mean, cb->lnf_rstd, BT, C, cb->s));
     for (int l = L - 1; l >= 0; l--) {
         TR_TRY(block_bwd<T>(cb, l, B, Tn, err));
+        if (cb->dp_armed) { /* layer l's gradients are final (its fcproj bias was, one block earlier) */
+            TR_CU(tr_cu_record(cb, cb->ev_layer[l]));
+        }
     }
     TR_CU(tr_cu_encoder_bwd(G(cb, TR_P_WTE), G(cb, TR_P_WPE), (const T *)cb->dres, cb->d_inputs, B, Tn, C,
                             cb->s));
+    if (cb->dp_armed) { /* wte (tied: the classifier's part came first), wpe, lnf */
+        TR_CU(tr_cu_record(cb, cb->ev_layer[L]));
+    }
 out:
     nvtxRangePop();
     return rv;
 }
 
-/* record_phase records phase event i. While a graph is being captured the
- * event must be recorded as an external event node, or it only orders work
- * inside the capture and is never signalled; outside capture that flag is an
- * error (cudaErrorIllegalState), so a plain record is used. */
 static cudaError_t record_phase(cu_backend *cb, int i)
 {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    cudaError_t e = cudaStreamIsCapturing(cb->s, &st);
-    if (e != cudaSuccess) {
-        return e;
-    }
-    if (st == cudaStreamCaptureStatusActive) {
-        return cudaEventRecordWithFlags(cb->ev[i], cb->s, cudaEventRecordExternal);
-    }
-    return cudaEventRecord(cb->ev[i], cb->s);
+    return tr_cu_record(cb, cb->ev[i]);
 }
 
 template <typename T> static int pass(cu_backend *cb, int B, int Tn, float dloss, int bwd, tr_err *err)
@@ -287,7 +299,8 @@ static int pass_any(cu_backend *cb, int B, int Tn, float dloss, int backward, tr
 /* capture_pass records one pass into a graph and instantiates it. Any
  * failure leaves graph_exec NULL with the error cleared: the caller falls
  * back to eager launches, which then report a real error if there is one. */
-static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, int slot, const int key[7])
+static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, int slot,
+                         const int key[TR_CU_GRAPH_KEY])
 {
     tr_err cerr = {0, ""};
     cudaGraph_t graph = NULL;
@@ -324,8 +337,9 @@ static void capture_pass(cu_backend *cb, int B, int Tn, float dloss, int backwar
  * written fresh (the first backward after an elided zero_grads) or added. */
 int tr_cu_pass(cu_backend *cb, int B, int Tn, float dloss, int backward, tr_err *err)
 {
-    int fresh = backward && cb->zero_pending, slot = backward + fresh;
-    int rv = TROUPE_OK, key[7] = {B, Tn, backward, cb->flash, cb->gelu_epi, fresh, 0};
+    int fresh = backward && cb->zero_pending, armed = backward && cb->dp_armed;
+    int slot = backward + fresh + 2 * armed;
+    int rv = TROUPE_OK, key[TR_CU_GRAPH_KEY] = {B, Tn, backward, cb->flash, cb->gelu_epi, fresh, 0, armed};
     memcpy(&key[6], &dloss, sizeof(float));
     cudaGraphExec_t *ge = &cb->graph_exec[slot];
     cb->fresh_dw = fresh;
@@ -349,8 +363,15 @@ done:
     if (fresh) {
         cb->zero_pending = 0;
     }
+    if (armed) { /* the events are queued: the buckets go behind them now, while the GPU runs */
+        cb->dp_armed = 0;
+        TR_TRY(tr_cu_dp_issue(cb, err));
+    }
 out:
     cb->fresh_dw = 0;
+    if (backward) { /* armed for one backward only, also when it failed */
+        cb->dp_armed = 0;
+    }
     return rv;
 }
 

@@ -1,0 +1,164 @@
+/* dp.c - data-parallel agreement, state sharing and data positions (dp.h). */
+#include "dp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int tr_dp_agree(tr_comm *c, int rv, const char *what, tr_err *err)
+{
+    float failed = rv != TROUPE_OK ? 1.0f : 0.0f;
+    tr_err own = *err;
+    int crv = c->ops->allreduce(c, &failed, 1, TR_COMM_SUM, err);
+
+    if (rv != TROUPE_OK) {
+        *err = own; /* this rank's own reason is the one to report */
+        return rv;
+    }
+    if (crv != TROUPE_OK) {
+        return crv;
+    }
+    if (failed > 0.0f) {
+        return tr_err_set(err, TROUPE_ABORTED, "%d other rank%s could not %s (see %s log)", (int)failed,
+                          failed > 1.0f ? "s" : "", what, failed > 1.0f ? "their" : "its");
+    }
+    return TROUPE_OK;
+}
+
+int tr_dp_check_same(tr_comm *c, const tr_dp_setting *s, int n, tr_err *err)
+{
+    return tr_dp_check_same_for(c, s, n, "data parallelism needs the same settings and data on every rank",
+                                err);
+}
+
+int tr_dp_check_same_for(tr_comm *c, const tr_dp_setting *s, int n, const char *needs, tr_err *err)
+{
+    double v[64];
+    int rv = TROUPE_OK;
+
+    if (n > 64) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%d settings to compare, at most 64", n);
+    }
+    for (int i = 0; i < n; i++) {
+        v[i] = s[i].value;
+    }
+    if ((rv = c->ops->broadcast(c, v, (size_t)n * sizeof(double), 0, err)) != TROUPE_OK) {
+        return rv;
+    }
+    for (int i = 0; i < n && rv == TROUPE_OK; i++) {
+        if (memcmp(&v[i], &s[i].value, sizeof(double)) != 0) {
+            rv = tr_err_set(err, TROUPE_FAILED_PRECONDITION, "%s is %.17g on rank %d, %.17g on rank 0: %s",
+                            s[i].name, s[i].value, c->rank, v[i], needs);
+        }
+    }
+    return tr_dp_agree(c, rv, "match rank 0's settings", err);
+}
+
+int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err)
+{
+    size_t n = b->num_params;
+    float *p = malloc(n * sizeof(float) * (with_opt ? 3 : 1));
+    int rv = TROUPE_OK;
+
+    if (p == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters to share", n);
+    }
+    if (c->rank == 0) {
+        rv = b->ops->get_params(b, p, err);
+        if (rv == TROUPE_OK && with_opt) {
+            rv = b->ops->get_opt_state(b, p + n, p + 2 * n, err);
+        }
+    }
+    /* Every rank takes part even when rank 0 failed to read its state: a
+     * rank that leaves the collective early would fail the others with a
+     * confusing "went away". Rank 0 then reports its own error. */
+    rv = tr_dp_agree(c, rv, "read its model state", err);
+    if (rv == TROUPE_OK) {
+        rv = c->ops->broadcast(c, p, n * sizeof(float) * (with_opt ? 3 : 1), 0, err);
+    }
+    if (rv == TROUPE_OK && c->rank != 0) {
+        rv = b->ops->set_params(b, p, err);
+        if (rv == TROUPE_OK && with_opt) {
+            rv = b->ops->set_opt_state(b, p + n, p + 2 * n, err);
+        }
+    }
+    free(p);
+    return rv;
+}
+
+void tr_dp_pos_path(const char *dir, int rank, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/data-rank-%d.pos", dir, rank);
+}
+
+int tr_dp_pos_write(const char *dir, int rank, int size, int micro_batch, int64_t step, uint64_t rng,
+                    int64_t prev_step, uint64_t prev_rng, tr_err *err)
+{
+    char path[4096], tmp[4200], text[512];
+    int n, fd, ok;
+
+    tr_dp_pos_path(dir, rank, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    n = snprintf(text, sizeof(text),
+                 "troupe-train data position 1\nrank %d\nworld_size %d\nmicro_batch %d\nstep %" PRId64
+                 " rng %" PRIu64 "\nstep %" PRId64 " rng %" PRIu64 "\n",
+                 rank, size, micro_batch, step, rng, prev_step, prev_rng);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        return tr_err_set(err, TROUPE_PERMISSION_DENIED, "data position %s: cannot create: %s", tmp,
+                          strerror(errno));
+    }
+    ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return tr_err_set(err, TROUPE_UNAVAILABLE, "data position %s: cannot write: %s", path, strerror(e));
+    }
+    return TROUPE_OK;
+}
+
+int tr_dp_pos_read(const char *dir, int rank, int size, int micro_batch, int64_t step, uint64_t *rng,
+                   tr_err *err)
+{
+    char path[4096];
+    int r, n, b, version;
+    int64_t s[2];
+    uint64_t x[2];
+    FILE *f;
+
+    tr_dp_pos_path(dir, rank, path, sizeof(path));
+    if ((f = fopen(path, "r")) == NULL) {
+        return tr_err_set(err, errno == ENOENT ? TROUPE_NOT_FOUND : TROUPE_PERMISSION_DENIED,
+                          "data position %s: cannot open: %s", path, strerror(errno));
+    }
+    int got = fscanf(f,
+                     "troupe-train data position %d\nrank %d\nworld_size %d\nmicro_batch %d\nstep %" SCNd64
+                     " rng %" SCNu64 "\nstep %" SCNd64 " rng %" SCNu64,
+                     &version, &r, &n, &b, &s[0], &x[0], &s[1], &x[1]);
+    fclose(f);
+    if (got != 8 || version != 1 || r != rank) {
+        return tr_err_set(err, TROUPE_DATA_LOSS, "data position %s: not a version 1 position file of rank %d",
+                          path, rank);
+    }
+    if (n != size || b != micro_batch) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                          "data position %s was written by a run of world size %d and micro-batch %d, this "
+                          "one has %d and %d: resume with the same layout, or start a new checkpoint.dir",
+                          path, n, b, size, micro_batch);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (s[i] == step) {
+            *rng = x[i];
+            return TROUPE_OK;
+        }
+    }
+    return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                      "data position %s holds steps %" PRId64 " and %" PRId64
+                      ", the model checkpoint is at step %" PRId64,
+                      path, s[0], s[1], step);
+}
