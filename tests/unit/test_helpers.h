@@ -5,10 +5,7 @@
  * ("tr_cfg_load_file(...) failed: INVALID_ARGUMENT: t.yaml:3:5: unknown key
  * 'lisen'") rather than cmocka's bare "0x3 != 0x0".
  *
- * tr_test_main runs one named case (ctest registers each case as its own test,
- * unit.<module>.<case>) or every case when no name is given. Unlike
- * cmocka_set_test_filter, an unknown case name is an error, so a typo in a
- * CMakeLists.txt cannot turn into a test that silently runs nothing. */
+ * tr_test_main (test_main.h) runs one named case; an unknown name fails. */
 #ifndef TR_TEST_HELPERS_H
 #define TR_TEST_HELPERS_H
 
@@ -21,6 +18,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "test_main.h"
 
 #include "err.h"
 #include "troupe/status.h"
@@ -70,29 +69,6 @@
             fail_msg("\"%s\" should not contain \"%s\"", h_, n_);                                  \
         }                                                                                          \
     } while (0)
-
-/* tr_test_main runs the case named argv[1] (all cases when absent); returns the
- * process exit status. Unknown names fail with the list of known ones. */
-static inline int tr_test_main(const char *group, const struct CMUnitTest *tests, size_t n, int argc,
-                               char **argv, CMFixtureFunction setup, CMFixtureFunction teardown)
-{
-    if (argc < 2) {
-        return _cmocka_run_group_tests(group, tests, n, setup, teardown);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(tests[i].name, argv[1]) == 0) {
-            return _cmocka_run_group_tests(group, &tests[i], 1, setup, teardown);
-        }
-    }
-    fprintf(stderr, "%s: no test case named '%s'; known cases:\n", group, argv[1]);
-    for (size_t i = 0; i < n; i++) {
-        fprintf(stderr, "  %s\n", tests[i].name);
-    }
-    return 2;
-}
-
-#define TR_TEST_MAIN(group, tests, argc, argv)                                                     \
-    tr_test_main((group), (tests), sizeof(tests) / sizeof((tests)[0]), (argc), (argv), NULL, NULL)
 
 /* tr_test_tmpdir makes a fresh directory under $TMPDIR (or /tmp) and writes its
  * path into buf; fails the test on error. */

@@ -275,10 +275,26 @@ static void smoke(tr_precision prec)
 
 int main(int argc, char **argv)
 {
+    static const char *const cases[] = {"all", "parity_fp32", "parity_bf16", "attention", "learns", "smoke"};
     const char *c = argc > 1 ? argv[1] : "all";
-    int all = strcmp(c, "all") == 0;
+    int all = strcmp(c, "all") == 0, known = 0;
+    const char *require = getenv("TROUPE_REQUIRE_GPU");
     setvbuf(stdout, NULL, _IOLBF, 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        known |= strcmp(c, cases[i]) == 0;
+    }
+    if (!known) {
+        fprintf(stderr, "test_train_gpu: no test case named '%s' (all parity_fp32 parity_bf16 attention learns smoke)\n",
+                c);
+        return 2;
+    }
     if (!have_gpu()) {
+        /* On a GPU machine a missing device is a failure, not a skip: a broken
+         * driver must not turn every GPU test into a silent pass. */
+        if (require != NULL && strcmp(require, "1") == 0) {
+            fprintf(stderr, "FAIL: TROUPE_REQUIRE_GPU=1 and no usable CUDA device\n");
+            return 1;
+        }
         return SKIP_CODE;
     }
     if (all || strcmp(c, "parity_fp32") == 0) {

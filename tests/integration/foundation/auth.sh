@@ -8,11 +8,15 @@ TROUPE_TOKEN=$SECRET "$HEAD_BIN" --listen "$HEAD" --state-dir "$T/state" >>"$T/h
 PIDS+=($!)
 wait_for 10 "head with token" env TROUPE_TOKEN=$SECRET "$CLI_BIN" status
 
+mark=$(head_log_mark)
 set +e
 out=$(cli --token wrong status 2>&1); rc=$?
 set -e
 [ $rc -ne 0 ] || fail "wrong token accepted"
 grep -q UNAUTHENTICATED <<<"$out" || fail "wrong token: expected UNAUTHENTICATED, got: $out"
+# README: bad input gets one log line (the head logs before it replies).
+logged=$(tail -c +$((mark + 1)) "$T/head.log" | grep -c " warning: rpc: unauthenticated call method=troupe\.v1\.Head/[A-Za-z]* id=[0-9]*$" || true)
+[ "$logged" = 1 ] || fail "wrong token: expected one log line, got $logged: $(tail -c +$((mark + 1)) "$T/head.log")"
 set +e
 out=$(env -u TROUPE_TOKEN "$CLI_BIN" nodes 2>&1); rc=$?
 set -e

@@ -7,37 +7,58 @@ RAW=${RAWCALL:?}
 start_head --max-frame-bytes 1048576
 start_node n1 4
 
-expect_code() { # MODE CODE_NAME
-    local out
+# new_log MARK: what the head logged since head_log_mark said MARK.
+new_log() { tail -c +$(($1 + 1)) "$T/head.log"; }
+# expect_code MODE CODE_NAME LOG: the reply has exactly that status code, and
+# the head logged exactly one warning for it, containing LOG; LOG "-" means
+# an ordinary answer (an unknown id) that logs nothing.
+expect_code() {
+    local out mark n
+    mark=$(head_log_mark)
     out=$("$RAW" "$HEAD" "$1") || true
-    grep -q "($2)" <<<"$out" || fail "$1: expected $2, got: $out"
+    grep -q "^code=[0-9]* ($2) " <<<"$out" || fail "$1: expected $2, got: $out"
+    # The head logs before it replies, so the line is there already.
+    n=$(new_log "$mark" | grep -c " warning: " || true)
+    if [ "$3" = - ]; then
+        [ "$n" = 0 ] || fail "$1: expected no log line, got: $(new_log "$mark")"
+    else
+        [ "$n" = 1 ] && new_log "$mark" | grep " warning: " | grep -qF -- "$3" ||
+            fail "$1: expected one log line with '$3', got $n: $(new_log "$mark")"
+    fi
     pass "$1 -> $2: ${out#*message=}"
 }
-expect_code garbage INVALID_ARGUMENT
-expect_code truncated INVALID_ARGUMENT
-expect_code unknown-method UNIMPLEMENTED
-expect_code bad-payload INVALID_ARGUMENT
-expect_code no-name INVALID_ARGUMENT
-expect_code too-many-gpus INVALID_ARGUMENT
-expect_code dup-gpu INVALID_ARGUMENT
+expect_code garbage INVALID_ARGUMENT "rpc: refused frame: malformed request envelope (64 bytes)"
+expect_code truncated INVALID_ARGUMENT "rpc: refused frame: malformed request envelope (13 bytes)"
+expect_code unknown-method UNIMPLEMENTED "rpc: unknown method=troupe.v1.Head/NoSuchMethod"
+expect_code bad-payload INVALID_ARGUMENT "rpc: malformed payload method=troupe.v1.Head/RegisterNode bytes=6"
+expect_code no-name INVALID_ARGUMENT "refused registration: register: name and hostname are both empty"
+expect_code too-many-gpus INVALID_ARGUMENT "refused registration: register: 65 GPUs advertised; at most 64 per node"
+expect_code dup-gpu INVALID_ARGUMENT "refused registration: register: GPU index 0 is out of range or repeated"
 # Job calls a well-behaved client never makes: the head checks them itself.
-expect_code submit-nospec INVALID_ARGUMENT
-expect_code submit-zero-workers INVALID_ARGUMENT
-expect_code submit-no-command INVALID_ARGUMENT
-expect_code submit-bad-strategy INVALID_ARGUMENT
-expect_code get-unknown NOT_FOUND
-expect_code stop-unknown NOT_FOUND
-expect_code logs-unknown NOT_FOUND
-expect_code sync-unknown-node FAILED_PRECONDITION
-expect_code submit-batch-too-many INVALID_ARGUMENT
-expect_code stop-batch-too-many INVALID_ARGUMENT
+expect_code submit-nospec INVALID_ARGUMENT "refused job: SubmitJob without a spec"
+expect_code submit-zero-workers INVALID_ARGUMENT "refused job name=raw: group g: workers must be >= 1 and <= 4096, got 0"
+expect_code submit-no-command INVALID_ARGUMENT "refused job name=raw: group g: command is empty"
+expect_code submit-bad-strategy INVALID_ARGUMENT "refused job name=raw: group g: unknown strategy 'PAKC'"
+expect_code get-unknown NOT_FOUND -
+expect_code stop-unknown NOT_FOUND -
+expect_code logs-unknown NOT_FOUND -
+expect_code sync-unknown-node FAILED_PRECONDITION -
+expect_code submit-batch-too-many INVALID_ARGUMENT "refused batch: 4097 job specs in one call; at most 4096"
+expect_code stop-batch-too-many INVALID_ARGUMENT "refused batch: 4097 job ids in one call; at most 4096"
 
-# Oversized frames are dropped by the transport (the connection is closed).
-# rawcall gives up after 2 s; `timeout` bounds its exit, because nng 1.5.2's
-# nng_close() can deadlock while the REQ socket keeps re-dialing a head that
-# drops the frame each time (seen in about 1 run in 8; a hang counts as no reply).
-out=$(timeout 10 "$RAW" "$HEAD" oversized) && fail "oversized frame got a reply: $out" || true
-pass "oversized frame dropped"
+# Oversized frames (max_frame_bytes 1 MiB here): up to twice the limit the
+# head reads the frame, answers RESOURCE_EXHAUSTED and logs one line naming
+# the peer and the size; beyond that nng drops it and closes the connection,
+# so rawcall gets no reply (exit 3, "no reply", within its 2 s; a hang that
+# `timeout` ends is a failure).
+expect_code oversized-near RESOURCE_EXHAUSTED "rpc: oversized frame from 127.0.0.1:"
+grep -qE "rpc: oversized frame from 127\.0\.0\.1:[0-9]+: frame of 15[0-9]{5} bytes exceeds max_frame_bytes 1048576$" \
+    "$T/head.log" || fail "oversized log line: $(grep oversized "$T/head.log")"
+set +e
+out=$(timeout 10 "$RAW" "$HEAD" oversized 2>&1); rc=$?
+set -e
+[ $rc = 3 ] && [ "$out" = "no reply" ] || fail "frame beyond the slack: expected 'no reply' (rc 3), got rc=$rc: $out"
+pass "oversized frames: 1.5 MiB refused RESOURCE_EXHAUSTED and logged; 8 MiB dropped by the transport"
 
 # Raw garbage below the SP protocol: the handshake fails, nothing else happens.
 for i in 1 2 3; do
@@ -85,7 +106,7 @@ set -e
 set +e
 out=$(timeout 10 "$NODE_BIN" --head "$HEAD" --name badlabel --fake-gpus 2 --labels "=H200" 2>&1); rc=$?
 set -e
-[ $rc -eq 1 ] && grep -q "empty key" <<<"$out" || fail "label without key: rc=$rc $out"
+[ $rc -eq 2 ] && grep -q "label key '' is not valid" <<<"$out" || fail "label without key: rc=$rc $out"
 printf 'head: "%s"\nfake_gpu: 4\n' "$HEAD" >"$T/node.yaml"
 set +e
 out2=$("$NODE_BIN" --config "$T/node.yaml" --check-config 2>&1); rc2=$?

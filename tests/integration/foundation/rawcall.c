@@ -2,12 +2,17 @@
  *
  *   rawcall URL MODE
  *
- * MODE: garbage | truncated | oversized | unknown-method | bad-payload |
+ * MODE: garbage | truncated | oversized (8 MiB) | oversized-near (1.5 MiB) | unknown-method | bad-payload |
  *       no-name | too-many-gpus | dup-gpu | ping |
  *       submit-nospec | submit-zero-workers | submit-no-command | submit-bad-strategy |
  *       get-unknown | stop-unknown | logs-unknown | sync-unknown-node |
  *       submit-batch-too-many | stop-batch-too-many | submit-batch-mixed
  * (submit-batch-mixed also prints "items=CODE:message|..." for the items)
+ * Name rules (the head's own checks, whatever a client sends):
+ *   register-name NAME | register-label KEY VALUE | register-address ADDR | register-gpu-model MODEL |
+ *   submit-name NAME | submit-group NAME | submit-label KEY VALUE
+ * Pages: list-nodes CURSOR (include_dead, no limit) prints
+ *   "nodes=N first=ID last=ID next_cursor=C payload=BYTES" after the code line.
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
  * "no reply" and exits 3 when the head dropped the frame (within 2 s). */
 #include <nng/nng.h>
@@ -132,6 +137,74 @@ static int build_job_call(const char *mode, uint8_t **buf, size_t *len)
     return envelope("troupe.v1.Head/NodeSync", &sync.base, NULL, 0, buf, len);
 }
 
+/* build_named: a registration or a submit carrying the given strings as
+ * they are (the name-rule tests); -1 for an unknown mode or missing args. */
+static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, size_t *len)
+{
+    Troupe__V1__RegisterNodeRequest reg = TROUPE__V1__REGISTER_NODE_REQUEST__INIT;
+    Troupe__V1__Gpu g = TROUPE__V1__GPU__INIT, *gp = &g;
+    Troupe__V1__Label l = TROUPE__V1__LABEL__INIT, *lp = &l;
+    Troupe__V1__SubmitJobRequest sub = TROUPE__V1__SUBMIT_JOB_REQUEST__INIT;
+    Troupe__V1__JobSpec spec = TROUPE__V1__JOB_SPEC__INIT;
+    Troupe__V1__GroupSpec gs = TROUPE__V1__GROUP_SPEC__INIT, *gsp = &gs;
+    static char *cmd[] = {"true"};
+    static uint32_t nodes[] = {1};
+    Troupe__V1__ListNodesRequest ls = TROUPE__V1__LIST_NODES_REQUEST__INIT;
+    int need = (strcmp(mode, "register-label") == 0 || strcmp(mode, "submit-label") == 0) ? 2 : 1;
+
+    if (argc < need) {
+        return -1;
+    }
+    if (strcmp(mode, "list-nodes") == 0) {
+        ls.include_dead = 1;
+        ls.cursor = strtoull(argv[0], NULL, 10);
+        return envelope("troupe.v1.Head/ListNodes", &ls.base, NULL, 0, buf, len);
+    }
+    g.model = "x";
+    reg.name = "raw";
+    reg.hostname = "h";
+    reg.n_gpus = 1;
+    reg.gpus = &gp;
+    reg.instance = "raw-instance";
+    l.key = argv[0];
+    l.value = need == 2 ? argv[1] : "";
+    spec.name = "raw";
+    spec.n_cluster_nodes = 1;
+    spec.cluster_nodes = nodes;
+    spec.n_groups = 1;
+    spec.groups = &gsp;
+    gs.name = "g";
+    gs.workers = 1;
+    gs.gpus = 1;
+    gs.strategy = "PACK";
+    gs.n_command = 1;
+    gs.command = cmd;
+    sub.spec = &spec;
+    if (strcmp(mode, "register-name") == 0) {
+        reg.name = argv[0];
+    } else if (strcmp(mode, "register-label") == 0) {
+        reg.n_labels = 1;
+        reg.labels = &lp;
+    } else if (strcmp(mode, "register-address") == 0) {
+        reg.address = argv[0];
+    } else if (strcmp(mode, "register-gpu-model") == 0) {
+        g.model = argv[0];
+    } else if (strcmp(mode, "submit-name") == 0) {
+        spec.name = argv[0];
+    } else if (strcmp(mode, "submit-group") == 0) {
+        gs.name = argv[0];
+    } else if (strcmp(mode, "submit-label") == 0) {
+        spec.n_cluster_labels = 1;
+        spec.cluster_labels = &lp;
+    } else {
+        return -1;
+    }
+    if (strncmp(mode, "submit-", 7) == 0) {
+        return envelope("troupe.v1.Head/SubmitJob", &sub.base, NULL, 0, buf, len);
+    }
+    return envelope("troupe.v1.Head/RegisterNode", &reg.base, NULL, 0, buf, len);
+}
+
 static int build(const char *mode, uint8_t **buf, size_t *len)
 {
     Troupe__V1__RegisterNodeRequest reg = TROUPE__V1__REGISTER_NODE_REQUEST__INIT;
@@ -143,8 +216,8 @@ static int build(const char *mode, uint8_t **buf, size_t *len)
         g[i].model = "x";
         gp[i] = &g[i];
     }
-    if (strcmp(mode, "garbage") == 0 || strcmp(mode, "oversized") == 0) {
-        *len = strcmp(mode, "garbage") == 0 ? 64 : 8u << 20;
+    if (strcmp(mode, "garbage") == 0 || strcmp(mode, "oversized") == 0 || strcmp(mode, "oversized-near") == 0) {
+        *len = strcmp(mode, "garbage") == 0 ? 64 : strcmp(mode, "oversized") == 0 ? 8u << 20 : 3u << 19;
         *buf = malloc(*len);
         for (size_t i = 0; i < *len; i++) {
             (*buf)[i] = (uint8_t)(0xA5 ^ (i * 31));
@@ -195,9 +268,9 @@ int main(int argc, char **argv)
     size_t len = 0;
     Troupe__V1__Reply *r;
 
-    if (argc != 3 || build(argv[2], &buf, &len) != 0) {
-        fprintf(stderr, "usage: rawcall URL garbage|truncated|oversized|unknown-method|bad-payload|"
-                        "no-name|too-many-gpus|dup-gpu|ping\n");
+    if (argc < 3 || (argc == 3 ? build(argv[2], &buf, &len) : build_named(argv[2], argc - 3, argv + 3, &buf, &len)) != 0) {
+        fprintf(stderr, "usage: rawcall URL garbage|truncated|oversized|oversized-near|unknown-method|bad-payload|"
+                        "no-name|too-many-gpus|dup-gpu|ping|...  (see rawcall.c)\n");
         return 2;
     }
     nng_req0_open(&s);
@@ -231,6 +304,16 @@ int main(int argc, char **argv)
         printf("\n");
         if (b != NULL) {
             troupe__v1__submit_jobs_reply__free_unpacked(b, NULL);
+        }
+    }
+    if (strcmp(argv[2], "list-nodes") == 0 && r->code == 0) {
+        Troupe__V1__ListNodesReply *l = troupe__v1__list_nodes_reply__unpack(NULL, r->payload.len, r->payload.data);
+        if (l != NULL) {
+            printf("nodes=%zu first=%llu last=%llu next_cursor=%llu payload=%zu\n", l->n_nodes,
+                   l->n_nodes ? (unsigned long long)l->nodes[0]->id : 0ULL,
+                   l->n_nodes ? (unsigned long long)l->nodes[l->n_nodes - 1]->id : 0ULL,
+                   (unsigned long long)l->next_cursor, r->payload.len);
+            troupe__v1__list_nodes_reply__free_unpacked(l, NULL);
         }
     }
     troupe__v1__reply__free_unpacked(r, NULL);

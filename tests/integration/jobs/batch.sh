@@ -30,7 +30,8 @@ pass "batch of 2 submitted in one call, both SUCCEEDED (ids $(tr '\n' ' ' <<<"$o
 set +e; js=$(cli -o json submit --no-wait "$T/ok1.yaml" "$T/huge.yaml" "$T/ok2.yaml" 2>"$T/sub.err"); rc=$?; set -e
 [ $rc = 1 ] || fail "a refused item should make the exit status 1 (rc=$rc)"
 [ "$(jqr '.jobs | length' <<<"$js")" = 3 ] || fail "expected 3 items: $js"
-[ "$(jqr '.jobs[1].code' <<<"$js")" = FAILED_PRECONDITION ] && jqr '.jobs[1].message' <<<"$js" | grep -q 16 ||
+[ "$(jqr '.jobs[1].code' <<<"$js")" = FAILED_PRECONDITION ] &&
+    [ "$(jqr '.jobs[1].message' <<<"$js")" = "group g needs 1 node with 32 free GPUs; largest node has 16" ] ||
     fail "huge item: $js"
 [ "$(jqr '[.jobs[0,2].code] | unique | .[0]' <<<"$js")" = OK ] || fail "good items: $js"
 grep -q "huge.yaml refused: FAILED_PRECONDITION" "$T/sub.err" || fail "no refusal line: $(cat "$T/sub.err")"

@@ -2,7 +2,14 @@
 # kill -9 of a node agent fails its job (or restarts it elsewhere when
 # max_restarts allows); its workers die with it.
 source "$(dirname "$0")/../lib.sh"
-start_cluster
+# dead_after 40 (4 s): a killed agent's connection closes, so its node is DEAD
+# after disconnect_ms (1 s) anyway; the longer heartbeat window only gives the
+# living agents a 3 s lease instead of 600 ms. With 600 ms a load spike (the
+# shared machine at load 20) starved ne's agent past its lease and the lease
+# killed the moved job's workers ("killed by signal SIGKILL"): the test failed
+# for a reason it does not test.
+start_cluster --dead-after 40
+grep -q "lease_ms=3000" "$T/head.log" || fail "the head should grant a 3000 ms lease: $(grep listening "$T/head.log")"
 mkdir -p "$T/pids"
 cat >"$T/j.yaml" <<YAML
 name: on-nc

@@ -8,7 +8,8 @@ cluster: {nodes: [32]}
 groups: [{name: policy, workers: 2, resources: {gpu: 16}, command: [true]}]
 YAML
 set +e; out=$(cli submit "$T/big.yaml" 2>&1); rc=$?; set -e
-[ $rc = 1 ] && grep -q FAILED_PRECONDITION <<<"$out" && grep -q 16 <<<"$out" || fail "infeasible: rc=$rc $out"
+[ $rc = 1 ] && [ "$out" = "troupe: FAILED_PRECONDITION: virtual node 0 needs 32 GPUs; no such node (largest such alive node has 16)" ] ||
+    fail "infeasible: rc=$rc $out"
 pass "infeasible job refused: $out"
 cat >"$T/label.yaml" <<YAML
 name: wrong-label

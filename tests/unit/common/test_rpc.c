@@ -186,10 +186,40 @@ static void h_deadline(tr_rpc_call *call, void *user)
     reply_data(call, buf);
 }
 
+/* h_job answers OK when the caller may act on the job named by the data. */
+static void h_job(tr_rpc_call *call, void *user)
+{
+    Troupe__V1__PingRequest *r =
+        (Troupe__V1__PingRequest *)tr_rpc_unpack(call, &troupe__v1__ping_request__descriptor);
+    char buf[32] = "";
+    (void)user;
+    if (r == NULL) {
+        return;
+    }
+    memcpy(buf, r->data.data, r->data.len < sizeof(buf) - 1 ? r->data.len : sizeof(buf) - 1);
+    if (tr_rpc_require_job(call, strtoull(buf, NULL, 10))) {
+        reply_data(call, tr_rpc_scope_name(tr_rpc_call_principal(call)->scope));
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+#define M_USER "test.v1.Svc/UserOnly"
+#define M_JOB "test.v1.Svc/Job"
+#define M_ADMIN "test.v1.Svc/AdminOnly"
+
 static const tr_rpc_method methods[] = {
-    {M_ECHO, h_echo},     {M_DEFER, h_defer},     {M_DEFER_EARLY, h_defer_early}, {M_FLAKY, h_flaky},
-    {M_BLOCK, h_block},   {M_NOREPLY, h_noreply}, {M_TWICE, h_twice},             {M_DEADLINE, h_deadline},
-    {NULL, NULL},
+    {M_ECHO, h_echo, TR_SCOPES_ANY},
+    {M_DEFER, h_defer, TR_SCOPES_ANY},
+    {M_DEFER_EARLY, h_defer_early, TR_SCOPES_ANY},
+    {M_FLAKY, h_flaky, TR_SCOPES_ANY},
+    {M_BLOCK, h_block, TR_SCOPES_ANY},
+    {M_NOREPLY, h_noreply, TR_SCOPES_ANY},
+    {M_TWICE, h_twice, TR_SCOPES_ANY},
+    {M_DEADLINE, h_deadline, TR_SCOPES_ANY},
+    {M_USER, h_echo, TR_SCOPES_USER},
+    {M_JOB, h_job, TR_SCOPES_WORKER_JOB},
+    {M_ADMIN, h_echo, 0},
+    {NULL, NULL, 0},
 };
 
 /* ---- fixture ------------------------------------------------------------------ */
@@ -360,11 +390,9 @@ static void echo_ok(void **state)
     assert_true(tr_rpc_server_served(f->srv) == before + 2);
 }
 
-/* KNOWN BUG (reported to the lead; fails only under UBSan): an OK reply whose
- * payload is empty (any reply message with all fields at their defaults, e.g.
- * an empty PingReply or ListNodesReply) reaches rpc_client.c attempt(), which
- * calls memcpy(*reply_payload, r->payload.data, 0) with payload.data == NULL:
- * undefined behaviour ("null pointer passed as argument 2"). */
+/* An OK reply with an empty payload (any reply message with all fields at
+ * their defaults, e.g. an empty PingReply) has payload.data == NULL: the
+ * client must not memcpy from it (UBSan checks this one). */
 static void empty_reply_payload(void **state)
 {
     fixture *f = *state;
@@ -399,6 +427,48 @@ static void unknown_method(void **state)
     assert_string_equal(out, "still");
 }
 
+/* stats: answers are counted per method and status code, with their
+ * latency in the histogram; frames refused before a method was known
+ * (unknown method, unauthenticated) count under "other". */
+static void stats(void **state)
+{
+    fixture *f = *state;
+    tr_err err = {0};
+    char out[64];
+    tr_rpc_method_stats st[16];
+    tr_rpc_client *wrong;
+    size_t n, echo = 0;
+    uint64_t in_buckets = 0;
+
+    start_server(f, (tr_rpc_server_opts){.token = "tok"});
+    f->cli = open_client(f, "tok");
+    wrong = open_client(f, "nope");
+    for (int i = 0; i < 3; i++) {
+        TR_ASSERT_OK(call_data(f->cli, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), &err);
+    }
+    TR_ASSERT_FAILS(call_data(f->cli, "test.v1.Svc/Nope", "x", 2000, 0, out, sizeof(out), &err),
+                    TROUPE_UNIMPLEMENTED, &err, "unknown method");
+    TR_ASSERT_FAILS(call_data(wrong, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), TROUPE_UNAUTHENTICATED, &err,
+                    "credential");
+    n = tr_rpc_server_stats(f->srv, st, 16);
+    assert_int_equal(n, sizeof(methods) / sizeof(methods[0])); /* the table's methods + "other" */
+    while (strcmp(st[echo].method, M_ECHO) != 0) {
+        echo++;
+    }
+    assert_int_equal(st[echo].by_code[TROUPE_OK], 3);
+    for (int b = 0; b <= TR_RPC_LATENCY_BUCKETS; b++) {
+        in_buckets += st[echo].buckets[b];
+    }
+    assert_int_equal(in_buckets, 3);
+    assert_true(st[echo].sum_s > 0 && st[echo].sum_s < 6.0);
+    assert_int_equal(st[echo].buckets[TR_RPC_LATENCY_BUCKETS], 0); /* none slower than the last bound */
+    assert_string_equal(st[n - 1].method, "other");
+    assert_int_equal(st[n - 1].by_code[TROUPE_UNIMPLEMENTED], 1);
+    assert_int_equal(st[n - 1].by_code[TROUPE_UNAUTHENTICATED], 1);
+    assert_int_equal(st[n - 1].by_code[TROUPE_OK], 0);
+    tr_rpc_client_close(wrong);
+}
+
 static void auth_token(void **state)
 {
     fixture *f = *state;
@@ -414,13 +484,13 @@ static void auth_token(void **state)
     right = open_client(f, "s3cret-token");
 
     TR_ASSERT_FAILS(call_data(none, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), TROUPE_UNAUTHENTICATED, &err,
-                    "missing or wrong auth token");
+                    "missing, wrong or expired credential");
     TR_ASSERT_FAILS(call_data(wrong, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), TROUPE_UNAUTHENTICATED, &err,
-                    "missing or wrong auth token");
+                    "missing, wrong or expired credential");
     TR_ASSERT_FAILS(call_data(prefix, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), TROUPE_UNAUTHENTICATED,
-                    &err, "missing or wrong auth token");
+                    &err, "missing, wrong or expired credential");
     TR_ASSERT_FAILS(call_data(longer, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), TROUPE_UNAUTHENTICATED,
-                    &err, "missing or wrong auth token");
+                    &err, "missing, wrong or expired credential");
     /* Authentication comes before method lookup: no probing of method names. */
     TR_ASSERT_STATUS(call_data(none, "test.v1.Svc/Nope", "x", 2000, 0, out, sizeof(out), &err),
                      TROUPE_UNAUTHENTICATED, &err);
@@ -432,6 +502,70 @@ static void auth_token(void **state)
     tr_rpc_client_close(prefix);
     tr_rpc_client_close(longer);
     tr_rpc_client_close(right);
+}
+
+/* fake_auth knows "user-1" (user), "node-2" (node) and "worker-7" (worker of
+ * job 7); everything else is refused. */
+static int fake_auth(void *user, const char *token, tr_rpc_principal *out, tr_err *err)
+{
+    (void)user;
+    memset(out, 0, sizeof(*out));
+    if (strcmp(token, "user-1") == 0) {
+        out->scope = TR_SCOPE_USER;
+        out->cred_id = 1;
+    } else if (strcmp(token, "node-2") == 0) {
+        out->scope = TR_SCOPE_NODE;
+        out->cred_id = 2;
+    } else if (strcmp(token, "worker-7") == 0) {
+        out->scope = TR_SCOPE_WORKER;
+        out->job_id = 7;
+    } else {
+        return tr_err_set(err, TROUPE_UNAUTHENTICATED, "unknown");
+    }
+    return TROUPE_OK;
+}
+
+static void auth_scopes(void **state)
+{
+    fixture *f = *state;
+    tr_err err = {0};
+    char out[64];
+    tr_rpc_client *admin, *user, *node, *worker, *bad;
+
+    start_server(f, (tr_rpc_server_opts){.token = "adm", .auth = fake_auth});
+    admin = open_client(f, "adm");
+    user = open_client(f, "user-1");
+    node = open_client(f, "node-2");
+    worker = open_client(f, "worker-7");
+    bad = open_client(f, "worker-8");
+
+    TR_ASSERT_FAILS(call_data(bad, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), TROUPE_UNAUTHENTICATED, &err,
+                    "credential");
+    /* Each scope reaches what its table entry allows and is told what it lacks. */
+    TR_ASSERT_OK(call_data(user, M_USER, "x", 2000, 0, out, sizeof(out), &err), &err);
+    TR_ASSERT_FAILS(call_data(node, M_USER, "x", 2000, 0, out, sizeof(out), &err), TROUPE_PERMISSION_DENIED,
+                    &err, "test.v1.Svc/UserOnly needs scope user or admin; this credential has scope node");
+    TR_ASSERT_FAILS(call_data(worker, M_USER, "x", 2000, 0, out, sizeof(out), &err), TROUPE_PERMISSION_DENIED,
+                    &err, "has scope worker");
+    TR_ASSERT_FAILS(call_data(user, M_ADMIN, "x", 2000, 0, out, sizeof(out), &err), TROUPE_PERMISSION_DENIED,
+                    &err, "needs scope admin;");
+    TR_ASSERT_OK(call_data(admin, M_ADMIN, "x", 2000, 0, out, sizeof(out), &err), &err);
+    TR_ASSERT_OK(call_data(node, M_ECHO, "x", 2000, 0, out, sizeof(out), &err), &err);
+    /* A worker reaches its own job only; others reach any job. */
+    TR_ASSERT_OK(call_data(worker, M_JOB, "7", 2000, 0, out, sizeof(out), &err), &err);
+    assert_string_equal(out, "worker");
+    TR_ASSERT_FAILS(call_data(worker, M_JOB, "8", 2000, 0, out, sizeof(out), &err), TROUPE_PERMISSION_DENIED,
+                    &err, "a worker credential of job 7 cannot act on job 8");
+    TR_ASSERT_OK(call_data(user, M_JOB, "8", 2000, 0, out, sizeof(out), &err), &err);
+    assert_string_equal(out, "user");
+    TR_ASSERT_OK(call_data(admin, M_JOB, "8", 2000, 0, out, sizeof(out), &err), &err);
+    assert_string_equal(out, "admin");
+
+    tr_rpc_client_close(admin);
+    tr_rpc_client_close(user);
+    tr_rpc_client_close(node);
+    tr_rpc_client_close(worker);
+    tr_rpc_client_close(bad);
 }
 
 static void malformed_payload(void **state)
@@ -540,13 +674,23 @@ static void oversized_frame(void **state)
     f->cli = open_client(f, NULL);
     other = open_client(f, NULL);
 
-    /* nng drops the frame (and the connection); the caller sees only its deadline. */
+    /* Over max_frame, within the slack: refused with a status code and counted. */
+    big[1500] = '\0';
+    rv = call_data(f->cli, M_ECHO, big, 2000, 0, out, sizeof(out), &err);
+    assert_int_equal(rv, TROUPE_RESOURCE_EXHAUSTED);
+    assert_true(strncmp(err.msg, "frame of 15", 11) == 0);
+    TR_ASSERT_CONTAINS(err.msg, " bytes exceeds max_frame_bytes 1024");
+    assert_int_equal(tr_rpc_server_oversized(f->srv), 1);
+    /* Beyond the slack nng drops the frame (and the connection); the caller
+     * sees only its deadline, and the server never saw it. */
+    big[1500] = 'B';
     rv = call_data(f->cli, M_ECHO, big, 500, 0, out, sizeof(out), &err);
     free(big);
     if (rv != TROUPE_DEADLINE_EXCEEDED && rv != TROUPE_UNAVAILABLE) {
         fail_msg("oversized frame: expected DEADLINE_EXCEEDED or UNAVAILABLE, got %s (%s)", troupe_strerror(rv),
                  err.msg);
     }
+    assert_int_equal(tr_rpc_server_oversized(f->srv), 1);
     /* Another client, and then the same one, are still served. */
     TR_ASSERT_OK(call_data(other, M_ECHO, "small", 2000, 0, out, sizeof(out), &err), &err);
     assert_string_equal(out, "small");
@@ -619,6 +763,67 @@ static void deferred_expires(void **state)
     assert_int_equal(f->s.expired, 1);
     assert_int_equal(f->s.qlen, 0);
     pthread_mutex_unlock(&f->s.mu);
+}
+
+/* Many deferred calls (10,000 agents' long polls on a head): answering one
+ * unlinks it in O(1) from anywhere in the list (here the middle, the end, the
+ * front), and a call deferred with a near deadline after the sweeper last
+ * walked a list of far ones still expires on time (the sweeper skips walks
+ * until the earliest deadline, which each deferral may lower). */
+static void deferred_many(void **state)
+{
+    fixture *f = *state;
+    tr_rpc_client *cli[5] = {NULL};
+    job j[5];
+    tr_rpc_call *calls[4];
+    static const int order[4] = {1, 3, 0, 2};
+    char want[16];
+
+    start_server(f, (tr_rpc_server_opts){0});
+    for (int i = 0; i < 5; i++) {
+        cli[i] = open_client(f, NULL);
+    }
+    for (int i = 0; i < 4; i++) {
+        j[i] = (job){.cli = cli[i], .method = M_DEFER, .data = "x", .timeout_ms = 10000};
+        job_start(&j[i]);
+        wait_queued(&f->s, i + 1); /* queued in the order sent */
+    }
+    tr_sleep_ms(60); /* the sweeper walks the far deadlines (every 20 ms) */
+    j[4] = (job){.cli = cli[4], .method = M_DEFER, .data = "x", .timeout_ms = 300};
+    job_start(&j[4]);
+    job_join(&j[4]);
+    assert_int_equal(j[4].rv, TROUPE_DEADLINE_EXCEEDED); /* the client's deadline is the server's */
+    /* The server expired it too (on_expire ran), not only its client: a
+     * sweeper still waiting for the far deadlines would not have. */
+    int64_t until = tr_now_ms() + 1000;
+    pthread_mutex_lock(&f->s.mu);
+    while (f->s.expired == 0 && tr_now_ms() < until) {
+        pthread_mutex_unlock(&f->s.mu);
+        tr_sleep_ms(2);
+        pthread_mutex_lock(&f->s.mu);
+    }
+    if (f->s.expired != 1) {
+        pthread_mutex_unlock(&f->s.mu);
+        fail_msg("a 300 ms deadline deferred after far ones was not expired by the server within 1 s of it");
+    }
+    assert_int_equal(f->s.qlen, 4);
+    for (int i = 0; i < 4; i++) {
+        calls[i] = f->s.queue[i];
+    }
+    f->s.qlen = 0;
+    pthread_mutex_unlock(&f->s.mu);
+    for (int k = 0; k < 4; k++) {
+        snprintf(want, sizeof(want), "answer %d", order[k]);
+        reply_data(calls[order[k]], want);
+        tr_rpc_call_release(calls[order[k]]);
+        job_join(&j[order[k]]);
+        TR_ASSERT_OK(j[order[k]].rv, &j[order[k]].err);
+        assert_string_equal(j[order[k]].out, want);
+    }
+    assert_int_equal(f->s.expired, 1);
+    for (int i = 0; i < 5; i++) {
+        tr_rpc_client_close(cli[i]);
+    }
 }
 
 /* The client gives up at its own deadline when the server does not answer. */
@@ -878,13 +1083,11 @@ static void *responder_main(void *arg)
     return NULL;
 }
 
-/* KNOWN BUG (reported to the lead): a deferred call answered while its handler
- * is still running (another thread replies between tr_rpc_defer and the
- * handler's return) is sent from on_received's `pending` branch, which never
- * opens the replacement context that the ST_DEFERRED branch opens; on_sent then
- * retires the call because call->deferred is set. Each such call permanently
- * removes one receiving context, and after `contexts` of them the server stops
- * receiving: here the third call with contexts = 2 times out. */
+/* A deferred call answered while its handler is still running (another
+ * thread replies between tr_rpc_defer and the handler's return) must still
+ * leave a receiving context in its place: were one lost per such call, the
+ * server would stop receiving after `contexts` of them (here the third call,
+ * with contexts = 2, would time out). */
 static void deferred_answered_before_return(void **state)
 {
     fixture *f = *state;
@@ -926,12 +1129,10 @@ static double cpu_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* KNOWN BUG (reported to the lead): sweeper_main only sleeps when the
- * graveyard is empty. A deferred call whose reply has been sent but whose
- * owner still holds its reference stays in the graveyard, and the sweeper
- * loops without waiting (lock, scan, unlock) until the owner releases it: one
- * core at 100% for as long as the owner holds on. An idle server should use
- * next to no CPU. */
+/* A deferred call whose reply has been sent but whose owner still holds its
+ * reference stays in the graveyard; the sweeper must wait meanwhile, not spin
+ * (lock, scan, unlock) at 100% of a core: an idle server uses next to no
+ * CPU. */
 static void sweeper_idle_while_ref_held(void **state)
 {
     fixture *f = *state;
@@ -1039,11 +1240,13 @@ int main(int argc, char **argv)
         T(empty_reply_payload),
         T(unknown_method),
         T(auth_token),
+        T(auth_scopes),
         T(malformed_payload),
         T(garbage_envelope),
         T(oversized_frame),
         T(deferred_from_thread),
         T(deferred_expires),
+        T(deferred_many),
         T(client_deadline),
         T(deadline_propagates),
         T(idempotent_retry),
@@ -1056,6 +1259,7 @@ int main(int argc, char **argv)
         T(open_unreachable),
         T(wait_for_server),
         T(listen_in_use),
+        T(stats),
     };
 #undef T
     return TR_TEST_MAIN("unit.common.rpc", tests, argc, argv);

@@ -113,10 +113,9 @@ static void mkdir_p_through_file(void **state)
     rm_tree(tmp);
 }
 
-/* KNOWN BUG (reported to the lead): when the last component exists as a
- * regular file, mkdir() fails with EEXIST, which tr_mkdir_p treats as success,
- * so it returns 0 although no directory exists there. A state_dir pointing at
- * a file then fails later with a less helpful error. Expected: -1, ENOTDIR. */
+/* When the last component exists as a regular file, mkdir() fails with
+ * EEXIST, which is not success: tr_mkdir_p returns -1 with ENOTDIR, so a
+ * state_dir pointing at a file fails at once with a clear error. */
 static void mkdir_p_existing_file_fails(void **state)
 {
     char tmp[256], path[512];

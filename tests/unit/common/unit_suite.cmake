@@ -5,9 +5,11 @@
 # runs the case named by its first argument (tests/unit/test_helpers.h).
 # Shared by tests/unit/{common,server,node}.
 include_guard(GLOBAL)
+include(${CMAKE_CURRENT_LIST_DIR}/../cases.cmake)
 
 function(tr_unit_suite module target source)
   cmake_parse_arguments(PARSE_ARGV 3 S "" "" "LIBS;CASES")
+  tr_check_cases(CASES ${S_CASES} SOURCES ${source})
   add_executable(${target} ${source})
   target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/..)
   target_link_libraries(${target} PRIVATE ${S_LIBS} PkgConfig::CMOCKA)

@@ -355,6 +355,63 @@ static void profile_bad_ranges(void **state)
                    TROUPE_INVALID_ARGUMENT, "profile.workers: no worker patterns", NULL);
 }
 
+/* health: durations with units or "auto", warn/fail, the thresholds; bad
+ * values point at their key with the bounds. */
+static void health_settings(void **state)
+{
+    char *yaml = jt_group("1", "{gpu: 1}", "[run]",
+                          "health: {stall_after: 2.5s, on_stall: fail, straggler_factor: 1.5, straggler_window: 8,\n"
+                          "         memory_window: 30, memory_slope_mb: 0.5, memory_near: 0.9}\n");
+    Troupe__V1__JobSpec *s = jt_parse(yaml);
+    static const char *const durations[][2] = {{"500ms", "500"}, {"30", "30000"}, {"2m", "120000"},
+                                               {"1h", "3600000"}, {"auto", "0"}};
+
+    assert_non_null(s->health);
+    assert_int_equal(s->health->stall_after_ms, 2500);
+    assert_true(s->health->on_stall_fail && s->health->on_stall_set);
+    assert_true(s->health->straggler_factor == 1.5);
+    assert_int_equal(s->health->straggler_window, 8);
+    assert_int_equal(s->health->memory_window, 30);
+    assert_true(s->health->memory_slope_mb == 0.5 && s->health->memory_near == 0.9);
+    tr_jobspec_free(s);
+    free(yaml);
+    for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++) {
+        char extra[96];
+        snprintf(extra, sizeof(extra), "health: {stall_after: %s, on_stall: warn}\n", durations[i][0]);
+        yaml = jt_group("1", "{gpu: 1}", "[run]", extra);
+        s = jt_parse(yaml);
+        assert_int_equal(s->health->stall_after_ms, strtoul(durations[i][1], NULL, 10));
+        assert_true(s->health->on_stall_set && !s->health->on_stall_fail);
+        tr_jobspec_free(s);
+        free(yaml);
+    }
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {stall_after: 10 minutes}\n", TROUPE_INVALID_ARGUMENT,
+                   "job.yaml:9:23: health.stall_after: ", "unknown unit");
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {stall_after: 50ms}\n", TROUPE_INVALID_ARGUMENT,
+                   "9:23: health.stall_after: 50ms is shorter than 100 ms", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {stall_after: 8d}\n", TROUPE_INVALID_ARGUMENT,
+                   "health.stall_after: ", "unknown unit 'd'");
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {stall_after: 200h}\n", TROUPE_INVALID_ARGUMENT,
+                   "health.stall_after: '200h' is longer than 7 days", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {on_stall: restart}\n", TROUPE_INVALID_ARGUMENT,
+                   "9:20: health.on_stall: expected warn or fail, got 'restart'", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {straggler_factor: 0.9}\n", TROUPE_INVALID_ARGUMENT,
+                   "9:28: health.straggler_factor: 0.9 is out of bounds (above 1", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {straggler_factor: fast}\n", TROUPE_INVALID_ARGUMENT,
+                   "health.straggler_factor: expected a number, got 'fast'", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {memory_window: 1}\n", TROUPE_INVALID_ARGUMENT,
+                   "health.memory_window: expected an integer >= 2", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {straggler_window: 513}\n", TROUPE_INVALID_ARGUMENT,
+                   "health.straggler_window: expected an integer <= 512", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {memory_near: 1.2}\n", TROUPE_INVALID_ARGUMENT,
+                   "9:23: health.memory_near: 1.2 is out of bounds", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {memory_slope_mb: -1}\n", TROUPE_INVALID_ARGUMENT,
+                   "health.memory_slope_mb: -1 is out of bounds", NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: {stall: 3s}\n", TROUPE_INVALID_ARGUMENT, "health",
+                   "stall");
+    jt_fails_group("1", "{gpu: 1}", "[run]", "health: fail\n", TROUPE_INVALID_ARGUMENT, "9:9: health", NULL);
+}
+
 static void env_rules(void **state)
 {
     char *yaml =
@@ -390,15 +447,20 @@ static void env_rules(void **state)
 static void labels(void **state)
 {
     Troupe__V1__JobSpec *s =
-        jt_parse("name: d\ncluster:\n  nodes: [8, 8]\n  labels: {gpu: H200, zone: \"a b\"}\n"
+        jt_parse("name: d\ncluster:\n  nodes: [8, 8]\n  labels: {gpu: H200, zone: \"us-east/a:1\"}\n"
                  "groups: [{name: g, workers: 2, resources: {gpu: 8}, command: x}]\n");
     assert_int_equal(s->n_cluster_labels, 2);
     assert_string_equal(s->cluster_labels[1]->key, "zone");
-    assert_string_equal(s->cluster_labels[1]->value, "a b");
+    assert_string_equal(s->cluster_labels[1]->value, "us-east/a:1");
     assert_int_equal(s->n_cluster_nodes, 2);
     tr_jobspec_free(s);
     jt_fails("name: d\ncluster:\n  nodes: [8]\n  labels: {\"\": x}\n", TROUPE_INVALID_ARGUMENT,
              "4:12: cluster.labels: a label name is empty", (const char *)NULL);
+    /* The label rules of nodes (common/names.h): no selector can match a value no node may carry. */
+    jt_fails("name: d\ncluster:\n  nodes: [8]\n  labels: {zone: \"a b\"}\n"
+             "groups: [{name: g, workers: 1, resources: {gpu: 8}, command: x}]\n",
+             TROUPE_INVALID_ARGUMENT, "4:18: cluster.labels: label zone: value 'a b' is not valid (at most 253 of letters",
+             (const char *)NULL);
     jt_fails("name: d\ncluster:\n  nodes: [8]\n  labels: [gpu]\n", TROUPE_INVALID_ARGUMENT,
              "4:11: cluster.labels: expected a mapping", (const char *)NULL);
 }
@@ -426,7 +488,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(duplicate_groups), cmocka_unit_test(unknown_keys),
     cmocka_unit_test(malformed_yaml),   cmocka_unit_test(empty_and_shape),
     cmocka_unit_test(missing_required), cmocka_unit_test(names),
-    cmocka_unit_test(profile_pairs),    cmocka_unit_test(profile_bad_ranges),
+    cmocka_unit_test(profile_pairs),    cmocka_unit_test(profile_bad_ranges), cmocka_unit_test(health_settings),
     cmocka_unit_test(env_rules),        cmocka_unit_test(labels),
     cmocka_unit_test(top_level_values),
 };

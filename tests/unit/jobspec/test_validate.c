@@ -178,9 +178,56 @@ static void validate_profile(void **state)
                    expect_bad(&h, "profile: no worker patterns");
 }
 
+/* validate_health: a hand-built spec's health settings are held to the
+ * YAML path's bounds; 0 is the head's default. */
+static void validate_health(void **state)
+{
+    Troupe__V1__HealthSpec hs = TROUPE__V1__HEALTH_SPEC__INIT;
+    hand h;
+    (void)state;
+
+    hand_init(&h), h.spec.health = &hs;
+    assert_int_equal(tr_jobspec_validate(&h.spec, NULL), TROUPE_OK);
+    hs.stall_after_ms = 99, expect_bad(&h, "health.stall_after: 99 ms is out of bounds");
+    hs.stall_after_ms = 0, hs.straggler_factor = 1.0, expect_bad(&h, "health.straggler_factor: 1 is out of bounds");
+    hs.straggler_factor = NAN, expect_bad(&h, "health.straggler_factor: nan is out of bounds");
+    hs.straggler_factor = 0, hs.memory_window = 600, expect_bad(&h, "health.memory_window: 600 steps");
+    hs.memory_window = 0, hs.straggler_window = 1, expect_bad(&h, "health.straggler_window: 1 steps");
+    hs.straggler_window = 0, hs.memory_near = -0.5, expect_bad(&h, "health.memory_near: -0.5 is out of bounds");
+    hs.memory_near = 0, hs.memory_slope_mb = INFINITY, expect_bad(&h, "health.memory_slope_mb: inf");
+}
+
+/* validate_runtime: communicators and NeMo RL's variables in a spec that
+ * did not come from YAML are held to the same rules. */
+static void validate_runtime(void **state)
+{
+    Troupe__V1__CommunicatorSpec c = TROUPE__V1__COMMUNICATOR_SPEC__INIT, *cp = &c;
+    Troupe__V1__EnvVar e2 = TROUPE__V1__ENV_VAR__INIT, *evs[2];
+    char *groups[3] = {"policy", "gen", "policy"};
+    hand h;
+    (void)state;
+
+    hand_init(&h), h.spec.communicators = &cp, h.spec.n_communicators = 1, c.name = "refit", c.groups = groups,
+                   c.n_groups = 2;
+    assert_int_equal(tr_jobspec_validate(&h.spec, NULL), TROUPE_OK);
+    c.n_groups = 3, expect_bad(&h, "communicator refit: group policy is listed twice");
+    c.n_groups = 0, expect_bad(&h, "communicator refit: expected 1 to 256 groups, got 0");
+    c.n_groups = 2, c.name = "gen", expect_bad(&h, "communicator gen has the name of a group");
+    c.name = "re fit", expect_bad(&h, "communicator name 're fit' is not valid");
+    groups[1] = "trainer", c.name = "refit", expect_bad(&h, "communicator refit: no group named 'trainer'");
+    hand_init(&h), h.spec.env = evs, evs[0] = &h.ev, evs[1] = &e2, h.spec.n_env = 1;
+    h.ev.key = "NRL_NSYS_PROFILE_STEP_RANGE", h.ev.value = "2:3";
+    expect_bad(&h, "env: NRL_NSYS_PROFILE_STEP_RANGE is set without NRL_NSYS_WORKER_PATTERNS");
+    h.spec.n_env = 2, e2.key = "NRL_NSYS_WORKER_PATTERNS", e2.value = "*policy*";
+    assert_int_equal(tr_jobspec_validate(&h.spec, NULL), TROUPE_OK);
+    h.ev.value = "2:3:4", expect_bad(&h, "env: NRL_NSYS_PROFILE_STEP_RANGE: step range '2:3:4'");
+    h.ev.value = "2:3", e2.value = "[x", expect_bad(&h, "env: NRL_NSYS_WORKER_PATTERNS: worker pattern '[x'");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(validate_ok),  cmocka_unit_test(validate_groups),  cmocka_unit_test(validate_job),
-    cmocka_unit_test(validate_env), cmocka_unit_test(validate_profile),
+    cmocka_unit_test(validate_env), cmocka_unit_test(validate_profile), cmocka_unit_test(validate_runtime),
+    cmocka_unit_test(validate_health),
 };
 
 const struct CMUnitTest *jt_validate_tests(size_t *n)

@@ -108,7 +108,7 @@ static void fx_close(fx *f)
 static long start(fx *f, const char *name, uint32_t attempt, const char *const *argv, const char *const *env,
                   const char *workdir)
 {
-    tr_worker_spec s = {7, name, attempt, argv, env, workdir};
+    tr_worker_spec s = {7, name, attempt, argv, env, workdir, NULL, NULL, NULL};
     long i;
 
     OK(tr_launcher_start(f->l, &s, &terr));
@@ -130,6 +130,12 @@ static int ended(tr_worker_phase p)
 {
     return p == TR_WORKER_EXITED || p == TR_WORKER_FAILED_TO_START;
 }
+
+/* How long a worker that ends by itself (or on SIGTERM) may take: a bound on
+ * the wait, not the behaviour under test. 2 s was too short for a fork + exec
+ * of the shim and a shell on the shared 2-core machine at load 20 (forget
+ * failed there: "worker b still in phase 1 after 2000 ms"). */
+#define WAIT_END_MS 10000
 
 /* wait_end polls until (name, attempt) has ended; fails after timeout_ms. */
 static tr_worker_status wait_end(fx *f, const char *name, uint32_t attempt, int64_t timeout_ms)
@@ -273,7 +279,7 @@ static void exit_zero(void **state)
     assert_string_equal(st.message, "exited with code 0");
     assert_true(st.ended_ms >= st.started_ms);
     assert_int_equal(stat(st.log_path, &sb), 0);
-    assert_int_equal(sb.st_mode & 0777, 0644 & ~um);
+    assert_int_equal(sb.st_mode & 0777, 0600 & ~um); /* job output is the job owner's */
     assert_int_equal(sb.st_size, 0);
     fx_close(&f);
 }
@@ -287,7 +293,7 @@ static void exit_code(void **state)
 
     fx_open(&f, 1000);
     start(&f, "e", 2, argv, NULL, NULL);
-    st = wait_end(&f, "e", 2, 2000);
+    st = wait_end(&f, "e", 2, WAIT_END_MS);
     assert_int_equal(st.phase, TR_WORKER_EXITED);
     assert_int_equal(st.exit_code, 3);
     assert_int_equal(st.signal, 0);
@@ -306,10 +312,10 @@ static void killed_by_signal(void **state)
 
     fx_open(&f, 1000);
     start(&f, "k", 0, argv, NULL, NULL);
-    st = wait_end(&f, "k", 0, 2000);
+    st = wait_end(&f, "k", 0, WAIT_END_MS);
     assert_int_equal(st.phase, TR_WORKER_EXITED);
     assert_int_equal(st.signal, SIGKILL);
-    assert_string_equal(st.message, "killed by signal SIGKILL");
+    assert_string_equal(st.message, "killed by signal SIGKILL (Killed: out of memory, or killed by hand?)");
     fx_close(&f);
 }
 
@@ -319,25 +325,96 @@ static void command_not_found(void **state)
 {
     const char *argv[] = {"troupe-no-such-command", "x", NULL};
     const char *sh127[] = {"sh", "-c", "exit 127", NULL};
+    const char *shnf[] = {"sh", "-c", "echo before; troupe-no-such-cmd --flag", NULL};
     tr_worker_status st;
     char *log;
     fx f;
 
     fx_open(&f, 1000);
     start(&f, "nf", 0, argv, NULL, NULL);
-    st = wait_end(&f, "nf", 0, 2000);
+    st = wait_end(&f, "nf", 0, WAIT_END_MS);
     assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
     assert_int_equal(st.exit_code, 127);
-    assert_string_equal(st.message, "cannot start 'troupe-no-such-command': No such file or directory");
+    assert_string_equal(st.message,
+                        "cannot start 'troupe-no-such-command': command not found (is it on the node's PATH?)");
     log = read_all(&f, "nf", 0);
-    assert_string_equal(log,
-                        "troupe-node: cannot start 'troupe-no-such-command': No such file or directory\n");
+    assert_string_equal(
+        log, "troupe-node: cannot start 'troupe-no-such-command': command not found (is it on the node's PATH?)\n");
     free(log);
-    /* A worker that ran and exited 127 by itself is not a start failure. */
+    /* A worker that ran and exited 127 by itself is not a start failure; the
+     * message still says what 127 means, naming what the shell did not find. */
     start(&f, "sh127", 0, sh127, NULL, NULL);
-    st = wait_end(&f, "sh127", 0, 2000);
+    st = wait_end(&f, "sh127", 0, WAIT_END_MS);
     assert_int_equal(st.phase, TR_WORKER_EXITED);
-    assert_string_equal(st.message, "exited with code 127");
+    assert_string_equal(st.message, "exited with code 127: command not found (is it on the node's PATH?)");
+    start(&f, "shnf", 0, shnf, NULL, NULL);
+    st = wait_end(&f, "shnf", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_EXITED);
+    assert_string_equal(st.message,
+                        "exited with code 127: command not found: troupe-no-such-cmd (is it on the node's PATH?)");
+    fx_close(&f);
+}
+
+/* A worker the agent refuses (its GPUs could not be translated) ends
+ * FAILED_TO_START with the agent's reason, and nothing runs: no pid, no log. */
+static void refused_start(void **state)
+{
+    char mark[PATH_MAX + 16], cmd[PATH_MAX + 32];
+    const char *argv[] = {"sh", "-c", cmd, NULL};
+    const char *why = "GPU index '9' is not in this agent's CUDA_VISIBLE_DEVICES='4,5'";
+    tr_worker_spec s = {7, "refused", 0, argv, NULL, NULL, why, NULL, NULL};
+    tr_worker_status st;
+    char *log;
+    fx f;
+
+    (void)state;
+    fx_open(&f, 1000);
+    snprintf(mark, sizeof(mark), "%s/ran", f.dir);
+    snprintf(cmd, sizeof(cmd), "touch %s", mark);
+    OK(tr_launcher_start(f.l, &s, &terr));
+    st = wait_end(&f, "refused", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
+    assert_int_equal(st.pid, 0);
+    assert_string_equal(st.message, why);
+    log = read_all(&f, "refused", 0);
+    assert_string_equal(log, "");
+    free(log);
+    assert_int_equal(access(mark, F_OK), -1);
+    fx_close(&f);
+}
+
+/* A worker with a report glob (an nsys report): once it ended, its status
+ * names the newest match written since it started; an older file that
+ * matches (an earlier attempt's) is not taken, and no match leaves it NULL. */
+static void report_found(void **state)
+{
+    char old[PATH_MAX + 32], glob_pat[PATH_MAX + 32], want[PATH_MAX + 32], cmd[2 * PATH_MAX + 64];
+    const char *argv[] = {"sh", "-c", cmd, NULL}, *none[] = {"true", NULL};
+    tr_worker_spec s = {7, "rep", 0, argv, NULL, NULL, NULL, NULL, glob_pat};
+    tr_worker_spec s2 = {7, "norep", 0, none, NULL, NULL, NULL, NULL, NULL};
+    struct timespec past[2] = {{1000000000, 0}, {1000000000, 0}}; /* 2001 */
+    tr_worker_status st;
+    int fd;
+    fx f;
+
+    (void)state;
+    fx_open(&f, 1000);
+    snprintf(old, sizeof(old), "%s/rep_2-4_111.nsys-rep", f.dir);
+    snprintf(want, sizeof(want), "%s/rep_2-4_222.nsys-rep", f.dir);
+    snprintf(glob_pat, sizeof(glob_pat), "%s/rep_2-4_*.nsys-rep", f.dir);
+    snprintf(cmd, sizeof(cmd), "echo report > %s", want);
+    fd = open(old, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(utimensat(AT_FDCWD, old, past, 0), 0);
+    OK(tr_launcher_start(f.l, &s, &terr));
+    st = wait_end(&f, "rep", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_EXITED);
+    assert_non_null(st.report);
+    assert_string_equal(st.report, want);
+    OK(tr_launcher_start(f.l, &s2, &terr));
+    st = wait_end(&f, "norep", 0, WAIT_END_MS);
+    assert_null(st.report);
     fx_close(&f);
 }
 
@@ -351,7 +428,7 @@ static void bad_workdir(void **state)
     fx_open(&f, 1000);
     snprintf(dir, sizeof(dir), "%s/missing", f.dir);
     start(&f, "wd", 0, argv, NULL, dir);
-    st = wait_end(&f, "wd", 0, 2000);
+    st = wait_end(&f, "wd", 0, WAIT_END_MS);
     assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
     CONTAINS(st.message, "cannot start 'true'");
     CONTAINS(st.message, dir);
@@ -371,19 +448,50 @@ static void workdir(void **state)
     assert_int_equal(mkdir(dir, 0755), 0);
     assert_non_null(realpath(dir, real));
     start(&f, "wd", 0, argv, NULL, dir);
-    assert_int_equal(wait_end(&f, "wd", 0, 2000).exit_code, 0);
+    assert_int_equal(wait_end(&f, "wd", 0, WAIT_END_MS).exit_code, 0);
     log = read_all(&f, "wd", 0);
     snprintf(want, sizeof(want), "%s\n", real);
     assert_string_equal(log, want);
     free(log);
     /* "" means the agent's own directory. */
     start(&f, "here", 0, argv, NULL, "");
-    assert_int_equal(wait_end(&f, "here", 0, 2000).exit_code, 0);
+    assert_int_equal(wait_end(&f, "here", 0, WAIT_END_MS).exit_code, 0);
     log = read_all(&f, "here", 0);
     assert_non_null(getcwd(cwd, sizeof(cwd)));
     snprintf(want, sizeof(want), "%s\n", cwd);
     assert_string_equal(log, want);
     free(log);
+    fx_close(&f);
+}
+
+/* planted_symlink: a symlink where a worker's log goes (another local user's
+ * trap) is refused, not followed; a log dir writable by others is refused. */
+static void planted_symlink(void **state)
+{
+    const char *argv[] = {"true", NULL};
+    char link[PATH_MAX + 64], victim[PATH_MAX + 16];
+    tr_worker_status st;
+    struct stat sb;
+    fx f;
+
+    (void)state;
+    fx_open(&f, 1000);
+    snprintf(victim, sizeof(victim), "%s/state", f.dir);
+    assert_int_equal(mkdir(victim, 0700), 0);
+    assert_int_equal(mkdir(f.logs, 0700), 0);
+    snprintf(victim, sizeof(victim), "%s/victim", f.dir);
+    snprintf(link, sizeof(link), "%s/sym.0.log", f.logs);
+    assert_int_equal(symlink(victim, link), 0);
+    start(&f, "sym", 0, argv, NULL, NULL);
+    st = wait_end(&f, "sym", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
+    CONTAINS(st.message, "log file");
+    assert_int_equal(stat(victim, &sb), -1); /* nothing written through the link */
+    assert_int_equal(chmod(f.logs, 0777), 0);
+    start(&f, "open", 0, argv, NULL, NULL);
+    st = wait_end(&f, "open", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
+    CONTAINS(st.message, "writable by group or others");
     fx_close(&f);
 }
 
@@ -396,9 +504,11 @@ static void environment(void **state)
     fx f;
 
     setenv("TROUPE_TEST_OVERRIDE", "agent", 1);
+    setenv("TROUPE_TOKEN", "agent-secret", 1); /* the agent's credential stays the agent's */
+    setenv("TROUPE_TOKEN_FILE", "/agent/secret", 1);
     fx_open(&f, 1000);
     start(&f, "env", 0, argv, env, NULL);
-    assert_int_equal(wait_end(&f, "env", 0, 2000).exit_code, 0);
+    assert_int_equal(wait_end(&f, "env", 0, WAIT_END_MS).exit_code, 0);
     log = read_all(&f, "env", 0);
     nl = malloc(strlen(log) + 2);
     sprintf(nl, "\n%s", log); /* every entry is then "\nKEY=VALUE\n" */
@@ -410,6 +520,10 @@ static void environment(void **state)
     CONTAINS(nl, "\nPATH=");                /* inherited */
     CONTAINS(nl, "\nNCCL_NVLS_ENABLE=0\n"); /* house default when unset */
     LACKS(nl, "TROUPE_EXEC_WORKER_PARENT"); /* the shim's own, removed */
+    LACKS(nl, "agent-secret");
+    LACKS(nl, "TROUPE_TOKEN");
+    unsetenv("TROUPE_TOKEN");
+    unsetenv("TROUPE_TOKEN_FILE");
     /* The agent's environment is untouched. */
     assert_string_equal(getenv("TROUPE_TEST_OVERRIDE"), "agent");
     assert_null(getenv("TROUPE_TEST_ADDED"));
@@ -434,7 +548,7 @@ static void stop_sigterm(void **state)
     t0 = tr_now_ms();
     OK(tr_launcher_stop(f.l, "s", 0, &terr));
     assert_int_equal(get(&f, "s", 0).phase, TR_WORKER_STOPPING);
-    st = wait_end(&f, "s", 0, 2000);
+    st = wait_end(&f, "s", 0, WAIT_END_MS);
     assert_true(tr_now_ms() - t0 < 1000);
     assert_int_equal(st.phase, TR_WORKER_EXITED);
     assert_int_equal(st.signal, SIGTERM);
@@ -483,7 +597,7 @@ static void stop_no_grace(void **state)
     free(wait_log(&f, "n", 0, "ready\n", 2000));
     t0 = tr_now_ms();
     OK(tr_launcher_stop(f.l, "n", 0, &terr));
-    st = wait_end(&f, "n", 0, 2000);
+    st = wait_end(&f, "n", 0, WAIT_END_MS);
     assert_true(tr_now_ms() - t0 < 1000);
     assert_int_equal(st.signal, SIGKILL);
     assert_string_equal(st.message, "stopped (SIGKILL)");
@@ -502,8 +616,8 @@ static void stop_unknown_and_ended(void **state)
     CONTAINS(terr.msg, "nobody");
     start(&f, "t", 0, argv, NULL, NULL);
     start(&f, "m", 0, missing, NULL, NULL);
-    wait_end(&f, "t", 0, 2000);
-    wait_end(&f, "m", 0, 2000);
+    wait_end(&f, "t", 0, WAIT_END_MS);
+    wait_end(&f, "m", 0, WAIT_END_MS);
     tr_launcher_poll(f.l);
     OK(tr_launcher_stop(f.l, "t", 0, &terr));
     OK(tr_launcher_stop(f.l, "m", 0, &terr));
@@ -527,7 +641,7 @@ static void group_cleanup_after_exit(void **state)
 
     fx_open(&f, 1000);
     start(&f, "grp", 0, argv, NULL, NULL);
-    st = wait_end(&f, "grp", 0, 2000);
+    st = wait_end(&f, "grp", 0, WAIT_END_MS);
     assert_int_equal(st.exit_code, 0);
     log = read_all(&f, "grp", 0);
     bg = (pid_t)atoi(log);
@@ -554,7 +668,7 @@ static void group_cleanup_after_stop(void **state)
     free(log);
     assert_true(inner > 0);
     OK(tr_launcher_stop(f.l, "grp", 0, &terr));
-    st = wait_end(&f, "grp", 0, 2000);
+    st = wait_end(&f, "grp", 0, WAIT_END_MS);
     assert_string_equal(st.message, "stopped (SIGTERM)");
     assert_true(group_gone(st.pid, 1000));
     assert_true(pid_gone(inner));
@@ -567,7 +681,7 @@ static void group_cleanup_after_stop(void **state)
 static int pdeath_helper(char **argv)
 {
     const char *wargv[] = {"sh", "-c", "echo ready; exec sleep 100", NULL};
-    tr_worker_spec s = {1, "pd", 0, wargv, NULL, NULL};
+    tr_worker_spec s = {1, "pd", 0, wargv, NULL, NULL, NULL, NULL, NULL};
     int64_t deadline = tr_now_ms() + 2000;
     tr_launcher *l = NULL;
     char *buf = NULL;
@@ -672,7 +786,7 @@ static void read_log_lines(void **state)
     assert_null(buf);
     OK(tr_launcher_stop(f.l, "r", 0, &terr));
     /* ...and comes out once it has exited. */
-    wait_end(&f, "r", 0, 2000);
+    wait_end(&f, "r", 0, WAIT_END_MS);
     OK(tr_launcher_read_log(f.l, (size_t)i, 1024, &buf, &len, &terr));
     assert_int_equal(len, 4);
     assert_string_equal(buf, "part");
@@ -712,7 +826,7 @@ static void read_log_max(void **state)
     read_next(&f, i, 5, ""); /* "xy" is partial and the worker runs */
     read_next(&f, i, 0, "");
     OK(tr_launcher_stop(f.l, "m", 0, &terr));
-    wait_end(&f, "m", 0, 2000);
+    wait_end(&f, "m", 0, WAIT_END_MS);
     read_next(&f, i, 1, "x"); /* ended: whatever is there, still at most max */
     read_next(&f, i, 5, "y");
     read_next(&f, i, 5, "");
@@ -735,7 +849,7 @@ static void forget(void **state)
     fx_open(&f, 2000);
     start(&f, "a", 0, sleeper, NULL, NULL);
     start(&f, "b", 0, first, NULL, NULL);
-    wait_end(&f, "b", 0, 2000);
+    wait_end(&f, "b", 0, WAIT_END_MS);
     a = get(&f, "a", 0);
     STATUS(tr_launcher_forget(f.l, "a", 0, &terr), TROUPE_FAILED_PRECONDITION);
     CONTAINS(terr.msg, "still running");
@@ -748,7 +862,7 @@ static void forget(void **state)
     /* The same (name, attempt) may start again; its log is appended to, and
      * reading begins where this run's output begins. */
     start(&f, "b", 0, second, NULL, NULL);
-    wait_end(&f, "b", 0, 2000);
+    wait_end(&f, "b", 0, WAIT_END_MS);
     log = read_all(&f, "b", 0);
     assert_string_equal(log, "second\n");
     free(log);
@@ -760,7 +874,7 @@ static void forget(void **state)
     free(path);
     assert_string_equal(whole, "first\nsecond\n");
     OK(tr_launcher_stop(f.l, "a", 0, &terr));
-    wait_end(&f, "a", 0, 2000);
+    wait_end(&f, "a", 0, WAIT_END_MS);
     OK(tr_launcher_forget(f.l, "a", 0, &terr));
     assert_int_equal(tr_launcher_count(f.l), 1);
     fx_close(&f);
@@ -770,7 +884,7 @@ static void duplicate(void **state)
 {
     const char *sleeper[] = {"sleep", "100", NULL};
     const char *missing[] = {"troupe-no-such-command", NULL};
-    tr_worker_spec s = {7, "x", 0, sleeper, NULL, NULL};
+    tr_worker_spec s = {7, "x", 0, sleeper, NULL, NULL, NULL, NULL, NULL};
     fx f;
 
     fx_open(&f, 1000);
@@ -780,7 +894,7 @@ static void duplicate(void **state)
     start(&f, "x", 1, sleeper, NULL, NULL);
     assert_int_equal(tr_launcher_count(f.l), 2);
     start(&f, "y", 0, missing, NULL, NULL);
-    wait_end(&f, "y", 0, 2000);
+    wait_end(&f, "y", 0, WAIT_END_MS);
     s.name = "y";
     STATUS(tr_launcher_start(f.l, &s, &terr), TROUPE_ALREADY_EXISTS);
     assert_int_equal(tr_launcher_count(f.l), 3);
@@ -818,7 +932,7 @@ static void bad_arguments(void **state)
     const char *ok[] = {"true", NULL};
     const char *empty[] = {NULL};
     const char *badenv[] = {"NOEQUALS", NULL};
-    tr_worker_spec s = {1, "a/b", 0, ok, NULL, NULL};
+    tr_worker_spec s = {1, "a/b", 0, ok, NULL, NULL, NULL, NULL, NULL};
     tr_launcher *l = (tr_launcher *)1;
     tr_worker_status st;
     fx f;
@@ -853,7 +967,7 @@ static void bad_arguments(void **state)
 static void log_dir_unusable(void **state)
 {
     const char *ok[] = {"true", NULL};
-    tr_worker_spec s = {1, "w", 0, ok, NULL, NULL};
+    tr_worker_spec s = {1, "w", 0, ok, NULL, NULL, NULL, NULL, NULL};
     char file[PATH_MAX + 16], logs[PATH_MAX + 32];
     tr_launcher *l;
     tr_worker_status st;
@@ -887,6 +1001,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(exit_code),
     cmocka_unit_test(killed_by_signal),
     cmocka_unit_test(command_not_found),
+    cmocka_unit_test(planted_symlink),
     cmocka_unit_test(bad_workdir),
     cmocka_unit_test(workdir),
     cmocka_unit_test(environment),
@@ -904,6 +1019,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(close_kills),
     cmocka_unit_test(bad_arguments),
     cmocka_unit_test(log_dir_unusable),
+    cmocka_unit_test(refused_start),
+    cmocka_unit_test(report_found),
 };
 
 int main(int argc, char **argv)

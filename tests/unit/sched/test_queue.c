@@ -91,7 +91,7 @@ static void test_fifo_and_bad_jobs(void **state)
     assert_contains(d[1].why.msg, "waiting for 16 free GPUs on one node");
     assert_status(d[2].status, TROUPE_INVALID_ARGUMENT, &d[2].why);
     assert_status(d[3].status, TROUPE_FAILED_PRECONDITION, &d[3].why);
-    assert_contains(d[3].why.msg, "needs 32 GPUs; alive nodes have 16");
+    assert_contains(d[3].why.msg, "needs 32 GPUs; alive nodes have 16 in total");  /* no node is SUSPECT: it says only alive */
     assert_status(d[4].status, TROUPE_RESOURCE_EXHAUSTED, &d[4].why); /* behind b, whose shadow is n1 */
     tr_sched_release(s, d[0].placement);
     assert_status(tr_sched_schedule(s, q + 1, 4, d, &err), TROUPE_OK, &err);
@@ -272,7 +272,39 @@ static void test_many_nodes(void **state)
     tr_sched_close(s);
 }
 
+/* A job the ALIVE nodes cannot hold waits while SUSPECT nodes could (a head
+ * restart loads every node SUSPECT); its shadow fences the alive GPUs it will
+ * need. Only when no ALIVE or SUSPECT node could hold it is it infeasible. */
+static void test_waits_for_suspect(void **state)
+{
+    tr_sched *s = t_cluster("8,8?,4!");
+    tjob pair, small, huge;
+    tr_sched_decision d[3];
+    tr_err err;
+
+    t_job(&pair, "8,8", "g:2x8:STRICT_SPREAD", NULL);
+    t_job(&small, "2", "g:1x2:PACK", NULL);
+    t_job(&huge, "16", "g:1x16:PACK", NULL);
+    assert_status(tr_sched_check(s, &pair.spec, &err), TROUPE_OK, &err); /* submit: admitted, waits */
+    assert_status(tr_sched_check(s, &huge.spec, &err), TROUPE_FAILED_PRECONDITION, &err);
+    tr_sched_pending q[] = {{1, &pair.spec}, {2, &small.spec}, {3, &huge.spec}};
+    assert_status(tr_sched_schedule(s, q, 3, d, &err), TROUPE_OK, &err);
+    assert_status(d[0].status, TROUPE_RESOURCE_EXHAUSTED, &d[0].why);
+    assert_contains(d[0].why.msg, "waiting for SUSPECT nodes to report again");
+    assert_status(d[1].status, TROUPE_RESOURCE_EXHAUSTED, &d[1].why); /* n1 is fenced for the pair */
+    assert_status(d[2].status, TROUPE_FAILED_PRECONDITION, &d[2].why);
+    assert_contains(d[2].why.msg, "largest alive or suspect node has 8");
+    assert_status(tr_sched_node_set_state(s, 2, TR_SCHED_ALIVE, &err), TROUPE_OK, &err);
+    assert_status(tr_sched_schedule(s, q, 2, d, &err), TROUPE_OK, &err);
+    assert_status(d[0].status, TROUPE_OK, &d[0].why);
+    t_check_props(s, &pair.spec, d[0].placement);
+    assert_status(d[1].status, TROUPE_RESOURCE_EXHAUSTED, &d[1].why);
+    t_check_invariants(s);
+    tr_sched_close(s);
+}
+
 static const struct CMUnitTest queue_tests[] = {
+    cmocka_unit_test(test_waits_for_suspect),
     cmocka_unit_test(test_backfill_allowed),  cmocka_unit_test(test_backfill_refused),
     cmocka_unit_test(test_fifo_and_bad_jobs), cmocka_unit_test(test_pass_starts_many),
     cmocka_unit_test(test_random_soak),       cmocka_unit_test(test_many_nodes),

@@ -8,7 +8,8 @@
 
 enum { ALIVE = TROUPE__V1__NODE_STATE__NODE_ALIVE,
        SUSPECT = TROUPE__V1__NODE_STATE__NODE_SUSPECT,
-       DEAD = TROUPE__V1__NODE_STATE__NODE_DEAD };
+       DEAD = TROUPE__V1__NODE_STATE__NODE_DEAD,
+       LEFT = TROUPE__V1__NODE_STATE__NODE_LEFT };
 
 static const char *name(int s)
 {
@@ -54,6 +55,29 @@ static void dead_is_final(void **state)
     ASSERT_NEXT(&cfg, DEAD, -1, DEAD);
     ASSERT_NEXT(&cfg, DEAD, 1, DEAD);
     ASSERT_NEXT(&cfg, DEAD, 3000, DEAD);
+}
+
+static void left_is_final(void **state)
+{
+    ASSERT_NEXT(&cfg, LEFT, 0, LEFT);
+    ASSERT_NEXT(&cfg, LEFT, 100000, LEFT);
+}
+
+/* The lease ends before the DEAD verdict by a quarter of the DEAD timeout, at
+ * least two heartbeats and TR_LEASE_MARGIN_MS; an explicit one is kept. */
+static void lease(void **state)
+{
+    tr_liveness_cfg c = {.heartbeat_ms = 500, .suspect_after = 2, .dead_after = 8};
+    (void)state;
+    assert_int_equal(tr_liveness_lease_ms(&c), 3000); /* the defaults: DEAD at 4 s */
+    c = (tr_liveness_cfg){.heartbeat_ms = 100, .suspect_after = 3, .dead_after = 10};
+    assert_int_equal(tr_liveness_lease_ms(&c), 1000 - TR_LEASE_MARGIN_MS);
+    c = (tr_liveness_cfg){.heartbeat_ms = 1000, .suspect_after = 1, .dead_after = 2};
+    assert_int_equal(tr_liveness_lease_ms(&c), 1000); /* never below one period */
+    c = (tr_liveness_cfg){.heartbeat_ms = 1000, .suspect_after = 3, .dead_after = 40};
+    assert_int_equal(tr_liveness_lease_ms(&c), 30000);
+    c.lease_ms = 5000;
+    assert_int_equal(tr_liveness_lease_ms(&c), 5000);
 }
 
 /* A node heartbeats every second for 5 s, goes quiet for 4 s (SUSPECT), comes
@@ -107,7 +131,8 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(thresholds), cmocka_unit_test(heartbeat_revives), cmocka_unit_test(dead_is_final),
-        cmocka_unit_test(timeline),   cmocka_unit_test(states_are_proto_numbers),
+        cmocka_unit_test(left_is_final), cmocka_unit_test(lease), cmocka_unit_test(timeline),
+        cmocka_unit_test(states_are_proto_numbers),
     };
     return TR_TEST_MAIN("unit.server.liveness", tests, argc, argv);
 }

@@ -257,6 +257,33 @@ static void bad_batch_rejected(void **state)
                     TROUPE_INVALID_ARGUMENT, &err, "batch 1x6");
 }
 
+/* tr_model_init_params draws large tensors on several threads (model.c,
+ * fill_normal): the weights must be exactly those of one sequential draw,
+ * including where the next tensor's draw starts. wte here is 4M samples,
+ * up to 4 slices (as many as there are CPUs). */
+static void init_threads_bit_identical(void **state)
+{
+    (void)state;
+    tr_model_config c = {.layers = 1, .width = 256, .heads = 4, .seq_len = 64, .vocab = 16384};
+    size_t sizes[TR_NUM_PARAM_TENSORS], offs[TR_NUM_PARAM_TENSORS];
+    c.padded_vocab = tr_model_padded_vocab(c.vocab);
+    size_t n = tr_model_param_sizes(&c, sizes);
+    tr_model_param_offsets(&c, offs);
+    float *p = malloc(n * sizeof(float));
+    assert_non_null(p);
+    tr_model_init_params(&c, 42, p);
+    uint64_t rng = 42;
+    size_t wte = (size_t)c.vocab * c.width, bad = 0;
+    for (size_t i = 0; i < wte; i++) {
+        bad += p[offs[TR_P_WTE] + i] != (float)(0.02 * tr_rng_normal(&rng));
+    }
+    for (size_t i = 0; i < sizes[TR_P_WPE]; i++) { /* drawn right after wte's real rows */
+        bad += p[offs[TR_P_WPE] + i] != (float)(0.02 * tr_rng_normal(&rng));
+    }
+    free(p);
+    assert_int_equal(bad, 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -265,9 +292,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(adamw_decay_matrices_only, setup, teardown),
         cmocka_unit_test_setup_teardown(accumulation_matches_full_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_batch_rejected, setup, teardown),
+        cmocka_unit_test(init_threads_bit_identical),
     };
-    if (argc > 1) {
-        cmocka_set_test_filter(argv[1]);
-    }
-    return cmocka_run_group_tests_name("unit.train.backend", tests, NULL, NULL);
+    return TR_TEST_MAIN("unit.train.backend", tests, argc, argv);
 }

@@ -219,8 +219,5 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(data_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(data_batches, setup, teardown),
     };
-    if (argc > 1) {
-        cmocka_set_test_filter(argv[1]);
-    }
-    return cmocka_run_group_tests_name("unit.train.config_data", tests, NULL, NULL);
+    return TR_TEST_MAIN("unit.train.config_data", tests, argc, argv);
 }

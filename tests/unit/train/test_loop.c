@@ -236,8 +236,5 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(lr_schedule, setup, teardown),
         cmocka_unit_test(metrics_formats),
     };
-    if (argc > 1) {
-        cmocka_set_test_filter(argv[1]);
-    }
-    return cmocka_run_group_tests_name("unit.train.loop", tests, NULL, NULL);
+    return TR_TEST_MAIN("unit.train.loop", tests, argc, argv);
 }

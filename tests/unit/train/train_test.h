@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "test_main.h"
+
 #include "err.h"
 
 #define TR_ASSERT_OK(expr, errp)                                                                             \

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""cutproxy.py LISTEN_PORT TARGET_PORT - a loopback TCP proxy a test can cut.
+
+  SIGUSR1  cut: stop moving bytes both ways, keep every connection open (a
+           silent network partition: nothing arrives, nothing is refused);
+           new connections are accepted and held the same way
+  SIGUSR2  heal: move bytes again (what was sent meanwhile is delivered)
+  SIGHUP   drop: close every connection now (the peers see them closed);
+           new connections are forwarded as before
+
+Prints "ready" once listening. Used by tests/integration/nodes/*.sh.
+"""
+import select
+import signal
+import socket
+import sys
+import threading
+
+listen_port, target_port = int(sys.argv[1]), int(sys.argv[2])
+cut = threading.Event()
+lock = threading.Lock()
+conns = []
+
+
+def pump(a, b):
+    try:
+        while True:
+            if cut.is_set():
+                cut_wait.wait(0.05)
+                continue
+            r, _, _ = select.select([a], [], [], 0.05)
+            if not r or cut.is_set():
+                continue
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except (OSError, ValueError):  # ValueError: closed by drop() meanwhile
+        pass
+    for s in (a, b):
+        try:
+            s.close()
+        except OSError:
+            pass
+
+
+cut_wait = threading.Event()  # never set: a sleep that signals cannot shorten
+
+
+def serve(client):
+    try:
+        up = socket.create_connection(("127.0.0.1", target_port))
+    except OSError:
+        client.close()
+        return
+    with lock:
+        conns.append((client, up))
+    threading.Thread(target=pump, args=(client, up), daemon=True).start()
+    threading.Thread(target=pump, args=(up, client), daemon=True).start()
+
+
+def drop(*_):
+    with lock:
+        for pair in conns:
+            for s in pair:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        conns.clear()
+
+
+signal.signal(signal.SIGUSR1, lambda *_: cut.set())
+signal.signal(signal.SIGUSR2, lambda *_: cut.clear())
+signal.signal(signal.SIGHUP, drop)
+
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", listen_port))
+ls.listen(64)
+print("ready", flush=True)
+while True:
+    try:
+        c, _ = ls.accept()
+    except InterruptedError:
+        continue
+    threading.Thread(target=serve, args=(c,), daemon=True).start()

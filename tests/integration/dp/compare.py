@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""compare.py REF.json RANK.json... [--tol T] [--from STEP] [--independent]: the loss, grad_norm
+and val_loss of every step in each rank's metrics file (one JSON object per
+line, as troupe-train's metrics.json writes) equal the reference run's within
+a relative tolerance, and every rank reports the same figures as rank 0.
+Lines of a step seen twice (a run that resumed) must each match. Prints the
+largest relative difference; exits 1 naming the first mismatch. --independent:
+the files are separate runs, not ranks of one (no equality between them)."""
+import json
+import sys
+
+args = sys.argv[1:]
+tol, first = 1e-5, 1
+independent = "--independent" in args
+if independent:
+    args.remove("--independent")
+if "--tol" in args:
+    i = args.index("--tol"); tol = float(args[i + 1]); del args[i:i + 2]
+if "--from" in args:
+    i = args.index("--from"); first = int(args[i + 1]); del args[i:i + 2]
+ref_path, ranks = args[0], args[1:]
+
+
+def load(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+ref = {m["step"]: m for m in load(ref_path)}
+worst = 0.0
+per_rank = []
+for path in ranks:
+    lines = [m for m in load(path) if m["step"] >= first]
+    if not lines:
+        sys.exit(f"FAIL: {path}: no steps from {first}")
+    per_rank.append(lines)
+    for m in lines:
+        r = ref.get(m["step"])
+        if r is None:
+            sys.exit(f"FAIL: {path}: step {m['step']} is not in the reference {ref_path}")
+        for key in ("loss", "grad_norm", "val_loss"):
+            a, b = m.get(key), r.get(key)
+            if (a is None) != (b is None):
+                sys.exit(f"FAIL: {path}: step {m['step']} {key} {a} but the reference has {b}")
+            if a is None:
+                continue
+            d = abs(a - b) / max(1.0, abs(b))
+            worst = max(worst, d)
+            if d > tol:
+                sys.exit(f"FAIL: {path}: step {m['step']} {key} {a!r} vs reference {b!r} (rel {d:.3g} > {tol})")
+# By step (the last line of each): a rank killed mid-run may have written a
+# step or two more or fewer than the others before the restart.
+last0 = {m["step"]: m for m in per_rank[0]}
+for path, lines in ([] if independent else zip(ranks[1:], per_rank[1:])):
+    for m in lines:
+        m0 = last0.get(m["step"])
+        if m0 is None:
+            continue
+        for key in ("loss", "grad_norm", "val_loss"):
+            if m.get(key) != m0.get(key):
+                sys.exit(f"FAIL: {path}: step {m['step']} {key} {m.get(key)} but rank 0 says {m0.get(key)}")
+print(f"{len(ranks)} rank(s), {len(per_rank[0])} steps from {first}: max relative difference {worst:.3g}")

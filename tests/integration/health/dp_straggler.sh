@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Synchronous data parallelism: every rank's step lasts as long as the slow
+# one's (150 ms; the others wait, as in an all-reduce), so whole steps name
+# nobody; the ranks report their phase times (compute 40 ms, rank 1 150 ms),
+# and the head names rank 1 a straggler by its compute, saying so.
+source "$(dirname "$0")/../lib.sh"
+: "${HL_WORKER:?}"
+start_cluster
+cat >"$T/a.yaml" <<YAML
+name: dp
+cluster: {nodes: [4]}
+groups: [{name: dp, workers: 4, resources: {gpu: 1}, command: [$HL_WORKER]}]
+env: {HL_SYNC: "1", HL_STEP_MS: "40", HL_SLOW_RANK: "1", HL_SLOW_MS: "150"}
+health: {straggler_window: 5}
+YAML
+id=$(submit "$T/a.yaml")
+named() { [ "$(cli -o json job "$id" | jq -c '[.health.stragglers[].rank]')" = "[1]" ]; }
+wait_for 60 "rank 1 named a straggler by its compute" named
+cli -o json job "$id" >"$T/j.json"
+jq -e '.health.stragglers[0] | .by_compute and .ratio > 3 and .ratio < 4.5 and .step_ms > 140 and .step_ms < 160
+       and .group_step_ms > 35 and .group_step_ms < 45' "$T/j.json" >/dev/null \
+    || fail "straggler: $(jq -c .health.stragglers "$T/j.json")"
+jq -e '[.events[] | select(.kind == "STRAGGLER") | .message][0]
+       | test("^rank 1 \\(job'"$id"'-dp-1 on na, GPU [0-9]+\\): median compute \\(forward\\+backward\\+optimizer\\) 150 ms over the last 5 steps, [0-9.]+x the group.s 40 ms$")' \
+    "$T/j.json" >/dev/null || fail "event: $(jq -c '[.events[] | select(.kind == "STRAGGLER")]' "$T/j.json")"
+cli job "$id" | grep -qE "^straggler rank 1 job$id-dp-1 on na GPU [0-9]+: 150 ms of compute per step, [0-9.]+x the group's 40 ms" \
+    || fail "troupe job: $(cli job "$id")"
+step=$(cli -o json metrics "$id" --name step_ms --last 8 | jq '[.points[].value] | (max - min) < 60')
+[ "$step" = true ] || fail "whole steps differ more than expected: $(cli -o json metrics "$id" --name step_ms --last 8 | jq -c '[.points[].value]')"
+cli stop "$id" >/dev/null
+pass "synchronous DP: equal whole steps, rank 1 named a straggler by its compute (150 ms vs the group's 40 ms)"

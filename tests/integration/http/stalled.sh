@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A stalled job as HTTP shows it: a worker stopped with SIGSTOP makes the
+# head judge its job STALLED (health: {stall_after: 2s}); /api/jobs/ID says
+# so naming the rank, /metrics has troupe_job_health{state="stalled"} 1 and
+# the rank's troupe_worker_stalled_seconds (still passing promtool), and the
+# dashboard in headless Chromium marks the job STALLED and draws the rank's
+# lines as stalled (screenshot: $TROUPE_ARTIFACTS/dashboard-stalled.png).
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/hlib.bash"
+
+start_cluster --http "127.0.0.1:$HPORT"
+cat >"$T/s.yaml" <<YAML
+name: stall
+cluster: {nodes: [4]}
+groups: [{name: policy, workers: 2, resources: {gpu: 1}, command: [$MX_WORKER]}]
+env: {MX_POINTS: "2000000", MX_EVERY_US: "5000", MX_NAMES: "loss,step_ms"}
+health: {stall_after: 2s}
+YAML
+id=$(submit "$T/s.yaml")
+api_health() { curl -s "$HTTP/api/jobs/$id" | jqr .health.state; }
+is_health() { [ "$(api_health)" = "$1" ]; }
+wait_for 60 "job $id judged OK (/api)" is_health OK
+sup=$(cli -o json job "$id" | jqr '.workers[] | select(.rank==1) | .pid')
+pid=$(pgrep -P "$sup") || fail "no process under rank 1's supervisor $sup"
+kill -STOP "$pid"
+wait_for 20 "job $id STALLED (/api)" is_health STALLED
+curl -s "$HTTP/api/jobs/$id" >"$T/job.json"
+jq -e --arg w "job$id-policy-1" '.state == "RUNNING" and .health.stall_after_ms == 2000
+    and (.health.stalled | length == 1 and .[0].rank == 1 and .[0].worker == $w and .[0].node == "na"
+         and .[0].last_step > 0 and .[0].since_ms > 0)' "$T/job.json" >/dev/null ||
+    fail "/api/jobs/$id health: $(jq -c .health "$T/job.json")"
+pass "SIGSTOP rank 1: /api/jobs/$id says STALLED, naming rank 1 on na and its last step"
+
+curl -s "$HTTP/metrics" >"$T/metrics.txt"
+if command -v promtool >/dev/null; then
+    promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1 || fail "promtool: $(cat "$T/promtool.out")"
+else
+    echo "SKIP (promtool part): promtool not installed (Debian package prometheus)"
+fi
+grep -qx "troupe_job_health{job=\"$id\",state=\"stalled\"} 1" "$T/metrics.txt" &&
+    grep -qx "troupe_job_health{job=\"$id\",state=\"ok\"} 0" "$T/metrics.txt" &&
+    grep -qx "troupe_job_stalled_ranks{job=\"$id\"} 1" "$T/metrics.txt" ||
+    fail "job health on /metrics: $(grep troupe_job_ "$T/metrics.txt")"
+secs=$(grep "^troupe_worker_stalled_seconds{job=\"$id\",group=\"policy\",worker=\"job$id-policy-1\"} " \
+    "$T/metrics.txt" | awk '{print $2}')
+awk -v s="${secs:-0}" 'BEGIN { exit !(s >= 2 && s < 60) }' || fail "stalled seconds: '${secs:-}'"
+! grep -q "^troupe_worker_stalled_seconds{.*worker=\"job$id-policy-0\"" "$T/metrics.txt" || fail "rank 0 named stalled"
+pass "/metrics: troupe_job_health stalled 1, 1 stalled rank, rank 1 stalled for $secs s; promtool clean"
+
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$CHROMIUM" ] || { echo "SKIP (dashboard part): chromium not installed (Debian package chromium)"; exit 0; }
+chrome() {
+    timeout 90 "$CHROMIUM" --headless --disable-dev-shm-usage --disable-gpu --no-sandbox --no-first-run \
+        --hide-scrollbars --user-data-dir="$T/chrome" --window-size=1400,1100 --virtual-time-budget=8000 "$@" \
+        2>>"$T/chromium.log"
+}
+chrome --dump-dom "$HTTP/#job=$id" >"$T/dom.html" || fail "chromium --dump-dom failed: $(tail -5 "$T/chromium.log")"
+grep -q "<tr class=\"job sel\" data-job=\"$id\" data-state=\"RUNNING\">" "$T/dom.html" || fail "job row missing"
+grep -q '<td class="STALLED" data-health="STALLED">STALLED' "$T/dom.html" ||
+    fail "job not shown STALLED: $(grep -o '<td class="[^"]*" data-health="[^"]*">[^<]*' "$T/dom.html")"
+grep -q "<p id=\"job-health\" class=\"bad\" data-state=\"STALLED\">STALLED: rank 1 (job$id-policy-1 on na)" \
+    "$T/dom.html" || fail "health line: $(grep -o '<p id="job-health"[^<]*' "$T/dom.html")"
+grep -q "<polyline class=\"series stalled\" data-worker=\"job$id-policy-1\"" "$T/dom.html" ||
+    fail "rank 1's line not drawn as stalled: $(grep -o '<polyline class="[^"]*" data-worker="[^"]*"' "$T/dom.html" | sort -u)"
+! grep -q "<polyline class=\"series stalled\" data-worker=\"job$id-policy-0\"" "$T/dom.html" || fail "rank 0 drawn stalled"
+mkdir -p "${TROUPE_ARTIFACTS:-$T/artifacts}"
+shot=${TROUPE_ARTIFACTS:-$T/artifacts}/dashboard-stalled.png
+rm -f "$shot"
+(cd "$T" && chrome --screenshot="$shot" "$HTTP/#job=$id") || fail "screenshot failed"
+[ -s "$shot" ] || fail "no screenshot at $shot"
+kill -CONT "$pid"
+pass "dashboard: job $id STALLED in the jobs table and the health line, rank 1's lines drawn stalled; $shot"

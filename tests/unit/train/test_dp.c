@@ -1,0 +1,571 @@
+/* test_dp.c - data parallelism of the training loop without troupe: ranks
+ * are threads joined by an in-process communicator (sums in rank order, the
+ * same on every rank), so the math is checked here in isolation and the
+ * CPU collective under a real head in integration.dp.* (unit.train.dp_*). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "dp.h"
+#include "refit.h"
+#include "train.h"
+#include "train_int.h"
+#include "train_test.h"
+
+#define MAX_RANKS 4
+#define MAX_STEPS 64
+
+/* ---- an in-process communicator: threads and a barrier -------------------- */
+
+typedef struct shared {
+    int size;
+    pthread_barrier_t bar;
+    float *slots[MAX_RANKS];
+    void *root_buf;
+} shared;
+
+typedef struct tcomm {
+    tr_comm base;
+    shared *s;
+} tcomm;
+
+static int t_allreduce(tr_comm *c, float *buf, size_t count, tr_comm_op op, tr_err *err)
+{
+    shared *s = ((tcomm *)c)->s;
+    float *sum = malloc((count ? count : 1) * sizeof(float));
+
+    if (sum == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "test comm: no memory");
+    }
+    s->slots[c->rank] = buf;
+    pthread_barrier_wait(&s->bar);
+    for (size_t i = 0; i < count; i++) {
+        float acc = s->slots[0][i];
+        for (int r = 1; r < s->size; r++) {
+            acc += s->slots[r][i];
+        }
+        sum[i] = op == TR_COMM_MEAN ? acc / (float)s->size : acc;
+    }
+    pthread_barrier_wait(&s->bar); /* everyone has read every slot */
+    memcpy(buf, sum, count * sizeof(float));
+    free(sum);
+    return TROUPE_OK;
+}
+
+static int t_broadcast(tr_comm *c, void *buf, size_t bytes, int root, tr_err *err)
+{
+    shared *s = ((tcomm *)c)->s;
+    (void)err;
+    if (c->rank == root) {
+        s->root_buf = buf;
+    }
+    pthread_barrier_wait(&s->bar);
+    if (c->rank != root) {
+        memcpy(buf, s->root_buf, bytes);
+    }
+    pthread_barrier_wait(&s->bar);
+    return TROUPE_OK;
+}
+
+static int t_barrier(tr_comm *c, tr_err *err)
+{
+    (void)err;
+    pthread_barrier_wait(&((tcomm *)c)->s->bar);
+    return TROUPE_OK;
+}
+
+static void t_close(tr_comm *c, int failed)
+{
+    (void)c;
+    (void)failed;
+}
+
+static const tr_comm_ops t_ops = {"test", t_allreduce, t_broadcast, t_barrier, NULL, NULL, t_close, NULL, NULL};
+
+/* ---- fixture ----------------------------------------------------------------- */
+
+typedef struct record {
+    int n;
+    double loss[MAX_STEPS], norm[MAX_STEPS], val[MAX_STEPS];
+    int stop_after; /* 0 = never */
+} record;
+
+typedef struct fixture {
+    char dir[64], data[128], ckdir[128];
+    tr_train_config cfg;
+} fixture;
+
+static int on_step(const tr_train_metrics *m, void *user)
+{
+    record *r = user;
+    if (r->n < MAX_STEPS) {
+        r->loss[r->n] = m->loss;
+        r->norm[r->n] = m->grad_norm;
+        r->val[r->n] = m->val_loss;
+        r->n++;
+    }
+    return r->stop_after > 0 && m->step == r->stop_after;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    tr_err err = {0};
+
+    assert_non_null(f);
+    snprintf(f->dir, sizeof(f->dir), "/tmp/tr-dp-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->data, sizeof(f->data), "%s/data.tok", f->dir);
+    snprintf(f->ckdir, sizeof(f->ckdir), "%s/ck", f->dir);
+    TR_ASSERT_OK(tr_data_make_learnable(f->data, 64, 32768, 3, &err), &err);
+    TR_ASSERT_OK(tr_train_config_init(&f->cfg, &err), &err);
+    TR_ASSERT_OK(tr_cfg_set(tr_train_config_table, &f->cfg, "data.path", f->data, "test", &err), &err);
+    TR_ASSERT_OK(tr_cfg_set(tr_train_config_table, &f->cfg, "device", "cpu", "test", &err), &err);
+    f->cfg.layers = 2;
+    f->cfg.width = 32;
+    f->cfg.heads = 4;
+    f->cfg.seq_len = 16;
+    f->cfg.micro_batch = 2;
+    f->cfg.accum_steps = 2;
+    f->cfg.lr = 3e-3;
+    f->cfg.warmup_steps = 3;
+    f->cfg.grad_clip = 0.5; /* below the early norms: clipping is active */
+    f->cfg.eval_every = 5;
+    f->cfg.eval_batches = 3;
+    f->cfg.steps = 16;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    train_fixture_cleanup(&f->cfg, f->dir);
+    free(f);
+    return 0;
+}
+
+/* ---- running N ranks as threads ----------------------------------------------- */
+
+typedef struct rank_run {
+    tr_train_config cfg; /* a shallow copy: strings are the fixture's */
+    tcomm comm;
+    record rec;
+    tr_err err;
+    int rv;
+} rank_run;
+
+static void *rank_main(void *arg)
+{
+    rank_run *rr = arg;
+    rr->rv = tr_train_run(&rr->cfg, on_step, &rr->rec, &rr->err);
+    return NULL;
+}
+
+/* tweak, when set, changes a rank's copy of the config before it runs. */
+static void (*tweak)(int rank, tr_train_config *cfg);
+
+/* run_ranks trains n ranks of f's config; stop_after (0 = never) is given to
+ * rank 0 only: the ranks must agree to stop together. */
+static void run_ranks(fixture *f, int n, int stop_after, rank_run *runs)
+{
+    shared s = {.size = n};
+    pthread_t th[MAX_RANKS];
+
+    assert_int_equal(pthread_barrier_init(&s.bar, NULL, (unsigned)n), 0);
+    for (int r = 0; r < n; r++) {
+        runs[r] = (rank_run){.cfg = f->cfg};
+        runs[r].comm = (tcomm){.base = {.ops = &t_ops, .rank = r, .size = n, .timeout_ms = 1000}, .s = &s};
+        runs[r].cfg.comm = &runs[r].comm.base;
+        runs[r].rec.stop_after = r == 0 ? stop_after : 0;
+        if (tweak != NULL) {
+            tweak(r, &runs[r].cfg);
+        }
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &runs[r]), 0);
+    }
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+    }
+    pthread_barrier_destroy(&s.bar);
+}
+
+static double rel(double a, double b)
+{
+    return fabs(a - b) / fmax(1.0, fabs(b));
+}
+
+/* expect_curve: every rank's steps equal ref's from step `from` (0-based)
+ * within tol, and every rank's figures are rank 0's, bit for bit. */
+static void expect_curve(const record *ref, int from, const rank_run *runs, int n, double tol,
+                         const char *what)
+{
+    double worst = 0.0;
+    for (int r = 0; r < n; r++) {
+        const record *g = &runs[r].rec;
+        for (int i = 0; i < g->n; i++) {
+            const double a[3] = {g->loss[i], g->norm[i], g->val[i]};
+            const double b[3] = {ref->loss[from + i], ref->norm[from + i], ref->val[from + i]};
+            for (int k = 0; k < 3; k++) {
+                if (isnan(a[k]) != isnan(b[k]) || (!isnan(b[k]) && rel(a[k], b[k]) > tol)) {
+                    fail_msg("%s: rank %d step %d figure %d: %.9g, reference %.9g", what, r, from + i + 1, k,
+                             a[k], b[k]);
+                }
+                worst = isnan(b[k]) ? worst : fmax(worst, rel(a[k], b[k]));
+            }
+            if (memcmp(&g->loss[i], &runs[0].rec.loss[i], sizeof(double)) != 0 ||
+                memcmp(&g->norm[i], &runs[0].rec.norm[i], sizeof(double)) != 0) {
+                fail_msg("%s: rank %d step %d differs from rank 0", what, r, from + i + 1);
+            }
+        }
+    }
+    print_message("%s: %d ranks x %d steps, max relative difference %.3g\n", what, n, runs[0].rec.n, worst);
+}
+
+/* ---- cases -------------------------------------------------------------------- */
+
+/* The shards of N ranks are the global batch, in order, and every rank's
+ * sampler ends where one drawing the global batch does. */
+static void dp_shard_matches_batch(void **state)
+{
+    fixture *f = *state;
+    tr_data d;
+    tr_err err = {0};
+    const int T = 8, B = 2, N = 3;
+    int32_t in[6 * 8], tg[6 * 8], sin[2 * 8], stg[2 * 8];
+    uint64_t rng0 = 42, rngs[3] = {42, 42, 42};
+
+    TR_ASSERT_OK(tr_data_open(&d, f->data, "auto", 0.1, T, &err), &err);
+    tr_data_train_batch(&d, &rng0, B * N, T, in, tg);
+    for (int r = 0; r < N; r++) {
+        tr_data_train_shard(&d, &rngs[r], B * N, r * B, B, T, sin, stg);
+        assert_memory_equal(sin, in + r * B * T, sizeof(sin));
+        assert_memory_equal(stg, tg + r * B * T, sizeof(stg));
+        assert_true(rngs[r] == rng0);
+    }
+    {
+        /* validation: windows 3..5 of batch 1 of 6 */
+        int32_t part[3 * 8], tgp[3 * 8];
+        tr_data_val_batch(&d, 1, 6, T, in, tg);
+        tr_data_val_shard(&d, 1, 6, 3, 3, T, part, tgp);
+        assert_memory_equal(part, in + 3 * T, sizeof(part));
+        assert_memory_equal(tgp, tg + 3 * T, sizeof(tgp));
+    }
+    tr_data_close(&d);
+}
+
+/* N = 2, 3, 4 thread ranks follow the curve of one process with micro_batch
+ * N*B (accumulation 2, clipping on, validation every 5): loss, norm and
+ * validation loss within 1e-5, every rank identical to rank 0. */
+static void dp_threads_match_global_batch(void **state)
+{
+    fixture *f = *state;
+    rank_run runs[MAX_RANKS];
+    tr_err err = {0};
+    int clipped = 0;
+
+    for (int n = 2; n <= MAX_RANKS; n++) {
+        record ref = {0};
+        char what[64];
+        f->cfg.micro_batch = 2 * n;
+        TR_ASSERT_OK(tr_train_run(&f->cfg, on_step, &ref, &err), &err);
+        for (int i = 0; i < ref.n; i++) {
+            clipped += ref.norm[i] > f->cfg.grad_clip;
+        }
+        f->cfg.micro_batch = 2;
+        run_ranks(f, n, 0, runs);
+        for (int r = 0; r < n; r++) {
+            TR_ASSERT_OK(runs[r].rv, &runs[r].err);
+            assert_int_equal(runs[r].rec.n, f->cfg.steps);
+        }
+        snprintf(what, sizeof(what), "N=%d vs micro_batch %d", n, 2 * n);
+        expect_curve(&ref, 0, runs, n, 1e-5, what);
+    }
+    assert_true(clipped > 0);
+}
+
+/* Two ranks stopped by rank 0 alone at step 6 (both stop, both checkpoint:
+ * rank 0 the model, each its data position) resume to the unbroken curve,
+ * bit for bit; a missing data position fails that rank NOT_FOUND and the
+ * other ABORTED naming the count. */
+static void dp_threads_resume(void **state)
+{
+    fixture *f = *state;
+    rank_run full[2], first[2], second[2];
+    record ref = {0};
+    tr_err err = {0};
+    char pos[256];
+
+    f->cfg.steps = 12;
+    run_ranks(f, 2, 0, full);
+    TR_ASSERT_OK(full[0].rv, &full[0].err);
+    for (int i = 0; i < 12; i++) {
+        ref.loss[i] = full[0].rec.loss[i];
+        ref.norm[i] = full[0].rec.norm[i];
+        ref.val[i] = full[0].rec.val[i];
+    }
+    TR_ASSERT_OK(tr_cfg_set(tr_train_config_table, &f->cfg, "checkpoint.dir", f->ckdir, "test", &err), &err);
+    f->cfg.checkpoint_every = 4;
+    run_ranks(f, 2, 6, first);
+    for (int r = 0; r < 2; r++) {
+        TR_ASSERT_FAILS(first[r].rv, TROUPE_CANCELLED, &first[r].err, "after step 6");
+        assert_int_equal(first[r].rec.n, 6);
+    }
+    run_ranks(f, 2, 0, second);
+    for (int r = 0; r < 2; r++) {
+        TR_ASSERT_OK(second[r].rv, &second[r].err);
+        assert_int_equal(second[r].rec.n, 6);
+    }
+    expect_curve(&ref, 6, second, 2, 0.0, "resumed at step 6");
+
+    /* resume again, once a rank's data position is gone: it is finished, so
+     * start over with more steps to make it read the positions */
+    f->cfg.steps = 14;
+    tr_dp_pos_path(f->ckdir, 1, pos, sizeof(pos));
+    assert_int_equal(unlink(pos), 0);
+    run_ranks(f, 2, 0, second);
+    TR_ASSERT_FAILS(second[1].rv, TROUPE_NOT_FOUND, &second[1].err, "data-rank-1.pos");
+    TR_ASSERT_FAILS(second[0].rv, TROUPE_ABORTED, &second[0].err,
+                    "1 other rank could not find its data position");
+}
+
+static char other_data[128];
+
+static void rank1_bigger_batch(int rank, tr_train_config *cfg)
+{
+    cfg->micro_batch = rank == 1 ? 3 : cfg->micro_batch;
+}
+
+static void rank2_other_data(int rank, tr_train_config *cfg)
+{
+    cfg->data_path = rank == 2 ? other_data : cfg->data_path;
+}
+
+/* Ranks that disagree on a setting, or read other data, stop before the
+ * first step: the odd one names the setting and both values, the others
+ * are ABORTED counting it. */
+static void dp_settings_must_match(void **state)
+{
+    fixture *f = *state;
+    rank_run runs[3];
+    tr_err err = {0};
+
+    tweak = rank1_bigger_batch;
+    run_ranks(f, 2, 0, runs);
+    TR_ASSERT_FAILS(
+        runs[1].rv, TROUPE_FAILED_PRECONDITION, &runs[1].err,
+        "train.micro_batch is 3 on rank 1, 2 on rank 0: data parallelism needs the same settings");
+    TR_ASSERT_FAILS(runs[0].rv, TROUPE_ABORTED, &runs[0].err,
+                    "1 other rank could not match rank 0's settings");
+    assert_int_equal(runs[0].rec.n + runs[1].rec.n, 0);
+
+    snprintf(other_data, sizeof(other_data), "%s/other.tok", f->dir);
+    TR_ASSERT_OK(tr_data_make_learnable(other_data, 64, 32768, 4, &err), &err); /* same size, other seed */
+    tweak = rank2_other_data;
+    run_ranks(f, 3, 0, runs);
+    tweak = NULL;
+    TR_ASSERT_FAILS(runs[2].rv, TROUPE_FAILED_PRECONDITION, &runs[2].err, "data fingerprint");
+    TR_ASSERT_FAILS(runs[0].rv, TROUPE_ABORTED, &runs[0].err, "1 other rank");
+    TR_ASSERT_FAILS(runs[1].rv, TROUPE_ABORTED, &runs[1].err, "1 other rank");
+}
+
+/* The position file: the step's entry or the one before, and clear errors
+ * for a missing file, another layout, an unknown step and garbage. */
+static void dp_position_file(void **state)
+{
+    fixture *f = *state;
+    tr_err err = {0};
+    uint64_t rng = 0;
+    char path[256];
+    FILE *fp;
+
+    TR_ASSERT_OK(tr_dp_pos_write(f->dir, 2, 4, 8, 40, 0xfeedfacecafebeefull, 20, 77, &err), &err);
+    TR_ASSERT_OK(tr_dp_pos_read(f->dir, 2, 4, 8, 40, &rng, &err), &err);
+    assert_true(rng == 0xfeedfacecafebeefull);
+    TR_ASSERT_OK(tr_dp_pos_read(f->dir, 2, 4, 8, 20, &rng, &err), &err);
+    assert_true(rng == 77);
+    TR_ASSERT_FAILS(tr_dp_pos_read(f->dir, 2, 4, 8, 60, &rng, &err), TROUPE_FAILED_PRECONDITION, &err,
+                    "holds steps 40 and 20, the model checkpoint is at step 60");
+    TR_ASSERT_FAILS(tr_dp_pos_read(f->dir, 2, 3, 8, 40, &rng, &err), TROUPE_FAILED_PRECONDITION, &err,
+                    "world size 4 and micro-batch 8, this one has 3 and 8");
+    TR_ASSERT_FAILS(tr_dp_pos_read(f->dir, 1, 4, 8, 40, &rng, &err), TROUPE_NOT_FOUND, &err,
+                    "data-rank-1.pos");
+    tr_dp_pos_path(f->dir, 3, path, sizeof(path));
+    assert_non_null(fp = fopen(path, "w"));
+    fputs("troupe-train data position 1\nrank 3\nworld_size x\n", fp);
+    fclose(fp);
+    TR_ASSERT_FAILS(tr_dp_pos_read(f->dir, 3, 4, 8, 40, &rng, &err), TROUPE_DATA_LOSS, &err,
+                    "not a version 1 position file of rank 3");
+    TR_ASSERT_FAILS(tr_dp_pos_write("/nonexistent/dir", 0, 1, 1, 1, 1, 0, 0, &err), TROUPE_PERMISSION_DENIED,
+                    &err, "cannot create");
+}
+
+/* ---- weight refit: policy ranks and a generation worker as threads ---------- */
+
+#define MAX_REFITS 16
+
+typedef struct refit_rec {
+    int n;
+    tr_refit_stats st[MAX_REFITS];
+} refit_rec;
+
+static void rec_refit(const tr_refit_stats *st, int rank, void *user)
+{
+    refit_rec *r = user;
+    (void)rank;
+    if (r->n < MAX_REFITS) {
+        r->st[r->n++] = *st;
+    }
+}
+
+typedef struct refit_run {
+    tr_train_config cfg;
+    tcomm dp, refit;
+    record rec;
+    refit_rec refits;
+    tr_refit_link link;
+    tr_err err;
+    int rv, generation;
+} refit_run;
+
+static void *refit_main(void *arg)
+{
+    refit_run *rr = arg;
+    if (rr->generation) {
+        rr->link = (tr_refit_link){.comm = &rr->refit.base, .on_refit = rec_refit, .user = &rr->refits};
+        rr->rv = tr_generation_run(&rr->cfg, &rr->link, &rr->err);
+    } else {
+        rr->rv = tr_train_run(&rr->cfg, on_step, &rr->rec, &rr->err);
+    }
+    return NULL;
+}
+
+/* run_refit: np policy ranks (data-parallel when np > 1) and ng generation
+ * workers, the refit communicator across all of them (policy ranks first). */
+static void run_refit(fixture *f, int np, int ng, refit_run *runs)
+{
+    shared dp = {.size = np}, rf = {.size = np + ng};
+    pthread_t th[MAX_RANKS];
+
+    assert_true(np + ng <= MAX_RANKS);
+    assert_int_equal(pthread_barrier_init(&dp.bar, NULL, (unsigned)np), 0);
+    assert_int_equal(pthread_barrier_init(&rf.bar, NULL, (unsigned)(np + ng)), 0);
+    for (int r = 0; r < np + ng; r++) {
+        runs[r] = (refit_run){.cfg = f->cfg, .generation = r >= np};
+        runs[r].refit =
+            (tcomm){.base = {.ops = &t_ops, .rank = r, .size = np + ng, .timeout_ms = 1000}, .s = &rf};
+        runs[r].cfg.refit = &runs[r].refit.base;
+        runs[r].cfg.on_refit = rec_refit;
+        runs[r].cfg.on_refit_user = &runs[r].refits;
+        if (np > 1 && r < np) {
+            runs[r].dp = (tcomm){.base = {.ops = &t_ops, .rank = r, .size = np, .timeout_ms = 1000}, .s = &dp};
+            runs[r].cfg.comm = &runs[r].dp.base;
+        }
+        if (tweak != NULL) {
+            tweak(r, &runs[r].cfg);
+        }
+        assert_int_equal(pthread_create(&th[r], NULL, refit_main, &runs[r]), 0);
+    }
+    for (int r = 0; r < np + ng; r++) {
+        pthread_join(th[r], NULL);
+    }
+    pthread_barrier_destroy(&dp.bar);
+    pthread_barrier_destroy(&rf.bar);
+}
+
+/* Two data-parallel policy ranks refit one generation worker every 5 steps
+ * of 16 and at the end: refits at 5, 10, 15 and 16 (final); the generation
+ * worker holds exactly rank 0's weights each time (hash of what its backend
+ * holds), its validation loss equals the policy's own at that step within
+ * 1e-6 (evaluated 2 windows at a time instead of the ranks' shares), and
+ * rank 1 (which relays and checks its own copy) reports the same hash. */
+static void refit_threads(void **state)
+{
+    fixture *f = *state;
+    refit_run runs[3];
+    const int64_t want[] = {5, 10, 15, 16};
+
+    f->cfg.refit_every = 5;
+    run_refit(f, 2, 1, runs);
+    for (int r = 0; r < 3; r++) {
+        TR_ASSERT_OK(runs[r].rv, &runs[r].err);
+        assert_int_equal(runs[r].refits.n, 4);
+    }
+    for (int i = 0; i < 4; i++) {
+        const tr_refit_stats *p = &runs[0].refits.st[i], *q = &runs[1].refits.st[i], *g = &runs[2].refits.st[i];
+        double pv = runs[0].rec.val[want[i] - 1];
+        assert_int_equal(p->step, want[i]);
+        assert_int_equal(g->step, want[i]);
+        assert_int_equal(g->final, i == 3);
+        assert_true(g->hash == p->hash && q->hash == p->hash);
+        assert_true(g->bytes > 0 && g->bytes == p->bytes);
+        assert_int_equal(p->n_gen_losses, 1);
+        assert_false(isnan(pv));
+        if (rel(g->val_loss, pv) > 1e-6 || rel(p->gen_val_loss[0], pv) > 1e-6) {
+            fail_msg("refit at step %lld: generation val_loss %.9g (reported %.9g), policy %.9g",
+                     (long long)want[i], g->val_loss, p->gen_val_loss[0], pv);
+        }
+        if (i > 0) {
+            assert_true(p->hash != runs[0].refits.st[i - 1].hash);
+        }
+    }
+    print_message("4 refits, generation val_loss within 1e-6 of the policy's, hashes equal\n");
+}
+
+static void generation_every_7(int rank, tr_train_config *cfg)
+{
+    cfg->refit_every = rank == 1 ? 7 : cfg->refit_every;
+}
+
+/* Both sides must agree on refit.every: the generation worker names it. */
+static void refit_settings_must_match(void **state)
+{
+    fixture *f = *state;
+    refit_run runs[2];
+
+    f->cfg.refit_every = 5;
+    tweak = generation_every_7;
+    run_refit(f, 1, 1, runs);
+    tweak = NULL;
+    TR_ASSERT_FAILS(runs[1].rv, TROUPE_FAILED_PRECONDITION, &runs[1].err,
+                    "refit.every is 7 on rank 1, 5 on rank 0: the refit needs the same settings");
+    TR_ASSERT_FAILS(runs[0].rv, TROUPE_ABORTED, &runs[0].err, "1 other rank could not match");
+    assert_int_equal(runs[0].rec.n, 0);
+}
+
+/* The hash is FNV-1a over the bytes; the line carries what the tests and
+ * the metrics read. */
+static void refit_hash_and_line(void **state)
+{
+    const float v[2] = {1.0f, -2.5f};
+    tr_refit_stats st = {.step = 30, .final = 1, .bytes = 120320, .ms = 2.0, .mb_per_s = 60.16,
+                         .hash = 0x9e629ee2dfdb3f8ull, .val_loss = 3.25, .eval_ms = 1.5, .policy_size = 2,
+                         .generation_size = 1};
+    char line[1024];
+    (void)state;
+
+    assert_true(tr_refit_hash(v, 2) == 0x9e629ee2dfdb3f8ull);
+    assert_true(tr_refit_hash(NULL, 0) == 0xcbf29ce484222325ull);
+    tr_refit_line(&st, 2, 0, line, sizeof(line));
+    assert_string_equal(line, "refit step=30 final=1 rank=2 bytes=120320 ms=2.000 mb_per_s=60.16 "
+                              "params_fnv1a=09e629ee2dfdb3f8 val_loss=3.25 eval_ms=1.500");
+    tr_refit_line(&st, 2, 1, line, sizeof(line));
+    assert_non_null(strstr(line, "\"event\":\"refit\",\"step\":30,\"final\":true"));
+    assert_non_null(strstr(line, "\"params_fnv1a\":\"09e629ee2dfdb3f8\""));
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(dp_shard_matches_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(dp_threads_match_global_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(dp_threads_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(dp_position_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(dp_settings_must_match, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_settings_must_match, setup, teardown),
+        cmocka_unit_test(refit_hash_and_line),
+    };
+    return TR_TEST_MAIN("unit.train.dp", tests, argc, argv);
+}
