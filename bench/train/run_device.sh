@@ -16,24 +16,32 @@ out=${out:-bench-out}
 rm -rf "$out"
 mkdir -p "$out"
 bin=.device/bin
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+# On the lent GPU machines a missing or broken GPU fails the tests rather
+# than skipping them (exit 77), and any failed test fails this script.
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 TROUPE_REQUIRE_GPU=1
 status=0
 
 stage_tests() {
+    local c rc bad=0
     for c in parity_fp32 parity_bf16 learns smoke; do
         timeout 100 "$bin/test_train_gpu" "$c" 2>&1 | tee "$out/test_$c.log" | tail -40
-        echo "gpu.train.$c rc=${PIPESTATUS[0]}" | tee -a "$out/tests.txt"
+        rc=${PIPESTATUS[0]}
+        echo "gpu.train.$c rc=$rc" | tee -a "$out/tests.txt"
+        [ "$rc" = 0 ] || bad=1
     done
+    return $bad
 }
 
 stage_memcheck() {
     local cs=/usr/local/cuda/bin/compute-sanitizer
     if [ ! -x "$cs" ]; then cs=$(command -v compute-sanitizer || true); fi
-    if [ -z "$cs" ]; then echo "memcheck: compute-sanitizer not found" | tee -a "$out/tests.txt"; return; fi
+    if [ -z "$cs" ]; then echo "memcheck: compute-sanitizer not found" | tee -a "$out/tests.txt"; return 1; fi
     echo "memcheck: using $cs ($("$cs" --version | tail -1))"
     timeout 300 "$cs" --tool memcheck --error-exitcode 1 "$bin/test_train_gpu" smoke >"$out/memcheck.log" 2>&1
-    echo "gpu.train.memcheck rc=$?" | tee -a "$out/tests.txt"
+    local rc=$?
+    echo "gpu.train.memcheck rc=$rc" | tee -a "$out/tests.txt"
     tail -5 "$out/memcheck.log"
+    return $rc
 }
 
 stage_ours() {
@@ -75,7 +83,10 @@ stage_summary() {
 
 for s in "$@"; do
     echo "=== $s"
-    "stage_$s" || status=1
+    if ! "stage_$s"; then
+        echo "=== stage $s FAILED"
+        status=1
+    fi
 done
 if [ -n "$final" ]; then
     tar -czf "$final/logs.tgz" -C "$out" .
