@@ -31,7 +31,7 @@ BG=()
 cleanup() {
     for p in "${BG[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     rm -f "$D/compose/.check-compose.yaml"
-    [ -n "${MADE_ENV:-}" ] && rm -f "$D/compose/troupe.env"
+    [ -n "${MADE_SECRET:-}" ] && rm -f "$D/compose/admin.token"
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -69,7 +69,12 @@ fi
 
 # ---- settings files and command lines against the real binaries ---------------------
 echo "== shipped configs (--check-config; unknown keys are errors)"
-ok "troupe-head --check-config systemd/etc-troupe/head.yaml" "$HEAD" --check-config --config deploy/systemd/etc-troupe/head.yaml
+# (the unit adds --tls-key from its LoadCredential; the key is not read by --check-config)
+ok "troupe-head --check-config systemd/etc-troupe/head.yaml (+ the unit's --tls-key)" "$HEAD" --check-config \
+    --config deploy/systemd/etc-troupe/head.yaml --tls-key /etc/troupe/tls/head.key
+grep -q '^listen: tls+tcp://' deploy/systemd/etc-troupe/head.yaml && grep -q '^head: tls+tcp://' deploy/systemd/etc-troupe/node.yaml &&
+    grep -q '^tls_client_auth: nodes' deploy/systemd/etc-troupe/head.yaml && grep -q '^tls_cert: ' deploy/systemd/etc-troupe/node.yaml &&
+    PASS "systemd configs: TLS with agent client certificates (tls_client_auth nodes)" || FAIL "systemd configs: TLS"
 ok "troupe-node --check-config systemd/etc-troupe/node.yaml" "$NODE" --check-config --config deploy/systemd/etc-troupe/node.yaml
 # An unknown key must be refused, or the checks above prove nothing.
 cp deploy/systemd/etc-troupe/head.yaml "$TMP/bad.yaml" && echo 'no_such_key: 1' >>"$TMP/bad.yaml"
@@ -87,11 +92,18 @@ EOF
         env TROUPE_NAME=gpu-node-1 TROUPE_ADDRESS=10.0.0.11 TROUPE_LABELS=gpu=H200 TROUPE_TOKEN=x \
         "$NODE" --check-config --config "$TMP/k8s-node.yaml"
 fi
-# systemd: ExecStart/ExecStartPre with /etc/troupe mapped to the shipped copies.
+# systemd: ExecStart/ExecStartPre with /etc/troupe mapped to the shipped copies and
+# the LoadCredential files to stand-ins (systemd's ${CREDENTIALS_DIRECTORY}).
+mkdir -p "$TMP/creds" && (umask 077; echo check-admin >"$TMP/creds/admin.token"; echo check-node >"$TMP/creds/node.token")
 for u in head node; do
+    grep -q "^LoadCredential=$([ $u = head ] && echo admin || echo node).token:/etc/troupe/" "deploy/systemd/troupe-$u.service" &&
+        ! grep -q '^EnvironmentFile=' "deploy/systemd/troupe-$u.service" &&
+        PASS "troupe-$u.service takes its credential from a file (LoadCredential), not the environment" ||
+        FAIL "troupe-$u.service credential"
     grep -E '^ExecStart(Pre)?=' "deploy/systemd/troupe-$u.service" | while IFS='=' read -r key line; do
         line=${line//\/usr\/local\/bin\//}
         line=${line//\/etc\/troupe\//deploy/systemd/etc-troupe/}
+        line=${line//\$\{CREDENTIALS_DIRECTORY\}/$TMP/creds}
         # shellcheck disable=SC2086 # the unit's own word splitting
         set -- $line
         [[ " $* " == *" --check-config "* ]] || set -- "$@" --check-config
@@ -118,8 +130,13 @@ for f in ("deploy/k8s/head.yaml", "deploy/k8s/node-daemonset.yaml"):
                 args = [a.replace("/etc/troupe/", "TMPDIR/k8s-") for a in ct["args"]]
                 print("k8s:" + d["metadata"]["name"], "TROUPE_NAME=n1 TROUPE_ADDRESS=10.0.0.1 TROUPE_LABELS=gpu=H200", shlex.join(args), sep="|")
 EOF
+    mkdir -p "$TMP/creds" "$TMP/secrets"
+    [ -f "$TMP/creds/node.token" ] || (umask 077; echo check-node >"$TMP/creds/node.token")
+    (umask 077; echo check-token >"$TMP/secrets/admin_token")
     while IFS='|' read -r name envs args; do
         args=${args//TMPDIR\//$TMP/}
+        args=${args//\/creds\//$TMP/creds/}                 # compose's volume and secret paths
+        envs=${envs//\/run\/secrets\//$TMP/secrets/}
         # shellcheck disable=SC2086 # lists of words made above
         ok "$name: $args" env $envs $args --check-config
     done <"$TMP/cmds"
@@ -149,7 +166,7 @@ else
 fi
 
 echo "== compose"
-if [ ! -f "$D/compose/troupe.env" ]; then cp "$D/compose/troupe.env.example" "$D/compose/troupe.env"; MADE_ENV=1; fi
+if [ ! -f "$D/compose/admin.token" ]; then echo check-token >"$D/compose/admin.token"; MADE_SECRET=1; fi
 # The top-level name: key is Compose Specification; docker-compose v1 does not know it.
 grep -v '^name:' "$D/compose/compose.yaml" >"$D/compose/.check-compose.yaml"
 if docker compose version >/dev/null 2>&1; then
@@ -193,9 +210,19 @@ for d in docs:
                 assert m["name"] in vols, (c["name"], m["name"])
             for e in c.get("envFrom", []):
                 assert ("Secret", e["secretRef"]["name"]) in names
+            # Credentials come from files, never from environment values.
+            assert not any(e["name"] == "TROUPE_TOKEN" for e in c.get("env", [])), c["name"]
+            assert not c.get("envFrom"), ("credentials as env", c["name"])
+            assert any(e["name"] == "TROUPE_TOKEN_FILE" for e in c.get("env", [])), c["name"]
         for v in pod.get("volumes", []):
             if "configMap" in v:
                 assert ("ConfigMap", v["configMap"]["name"]) in names
+            if "secret" in v:
+                assert ("Secret", v["secret"]["secretName"]) in names, v
+        # TLS: the agents' pods never get the head's key.
+        for v in pod.get("volumes", []):
+            if d["kind"] == "DaemonSet" and v.get("secret", {}).get("secretName") == "troupe-tls":
+                assert all(i["key"] != "head.key" for i in v["secret"].get("items", [{"key": "head.key"}])), v
         if d["kind"] == "StatefulSet":
             assert spec["replicas"] == 1
             c = pod["containers"][0]
@@ -204,6 +231,9 @@ for d in docs:
             assert ("Service", spec["serviceName"]) in names
         if d["kind"] == "DaemonSet":
             assert pod["nodeSelector"] and pod["terminationGracePeriodSeconds"] > 12
+cm = [d for d in docs if d["kind"] == "ConfigMap"][0]["data"]
+assert "listen: tls+tcp://" in cm["head.yaml"] and "tls_client_auth: nodes" in cm["head.yaml"], "head.yaml TLS"
+assert "head: tls+tcp://" in cm["node.yaml"] and "tls_cert:" in cm["node.yaml"], "node.yaml TLS"
 EOF
 fi
 
@@ -240,7 +270,7 @@ PORT=$((30000 + RANDOM % 20000))
 export TROUPE_HEAD=tcp://127.0.0.1:$PORT TROUPE_TOKEN=check-token
 "$HEAD" --listen "$TROUPE_HEAD" --state-dir "$TMP/head" >"$TMP/head.log" 2>&1 &
 BG+=($!)
-for _ in $(seq 50); do troupe status >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 200); do troupe status >/dev/null 2>&1 && break; sleep 0.1; done   # 20 s: a loaded machine
 hc=$(sed -n 's/^  CMD \[\(.*\)\]$/\1/p' deploy/docker/Dockerfile | tr -d '",')
 # shellcheck disable=SC2086
 ok "Dockerfile HEALTHCHECK ($hc) with the head up" $hc
@@ -249,11 +279,35 @@ ok "k8s probe: troupe --timeout 3000 status" troupe --timeout 3000 status
 "$NODE" --name node-a --fake-gpus 8xH200:141GB --state-dir "$TMP/node-a" >"$TMP/node.log" 2>&1 &
 BG+=($!)
 for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-a"' && break; sleep 0.1; done
-# shellcheck disable=SC2016 # expanded by the sh -c below, like in the container
-nhc='troupe -o json nodes --alive | grep -q "\"name\":\"$HOSTNAME\""'   # compose's, after $$ -> $
-grep -qF "${nhc//\$HOSTNAME/\$\$HOSTNAME}" deploy/compose/compose.yaml && PASS "compose node healthcheck is the command tested here" || FAIL "compose node healthcheck differs from the tested command"
-ok "compose node healthcheck, agent registered" env HOSTNAME=node-a sh -c "$nhc"
-if env HOSTNAME=node-z sh -c "$nhc"; then FAIL "compose node healthcheck fails for an absent node"; else PASS "compose node healthcheck fails for an absent node"; fi
+# compose's mint service (its entrypoint script, paths mapped): a node credential in
+# the creds volume, minted once and kept while it works; the agents use only that.
+if python3 -c 'import yaml' 2>/dev/null; then
+    python3 - "$TMP" <<'EOF2'
+import sys, yaml
+c = yaml.safe_load(open("deploy/compose/compose.yaml"))
+open(f"{sys.argv[1]}/mint.sh", "w").write(c["services"]["mint"]["entrypoint"][4].replace("$$", "$"))
+hc = c["x-node"]["healthcheck"]["test"]
+assert hc[0] == "CMD", hc
+open(f"{sys.argv[1]}/node-hc", "w").write("\n".join(hc[1:]) + "\n")
+EOF2
+    rm -f "$TMP/creds/node.token"
+    sed "s#/creds/#$TMP/creds/#g" "$TMP/mint.sh" >"$TMP/mint-local.sh"
+    ok "compose mint: mints a node credential" env -u TROUPE_TOKEN TROUPE_TOKEN_FILE="$TMP/secrets/admin_token" sh "$TMP/mint-local.sh"
+    first=$(cat "$TMP/creds/node.token" 2>/dev/null)
+    [[ $first == tr1.n.* ]] && [ "$(stat -c %a "$TMP/creds/node.token")" = 600 ] &&
+        PASS "compose mint: node.token is a node credential, 0600" || FAIL "compose mint: node.token '$first'"
+    ok "compose mint again (kept while it works)" env -u TROUPE_TOKEN TROUPE_TOKEN_FILE="$TMP/secrets/admin_token" sh "$TMP/mint-local.sh"
+    [ "$(cat "$TMP/creds/node.token")" = "$first" ] && PASS "compose mint: the working credential was kept" || FAIL "compose mint re-minted"
+    mapfile -t nhc <"$TMP/node-hc"
+    nhc=("${nhc[@]//\/creds\//$TMP/creds/}")
+    ok "compose node healthcheck (${nhc[*]}) with the minted node credential" env -u TROUPE_TOKEN "${nhc[@]}"
+    (umask 077; echo tr1.n.9.bogus >"$TMP/creds/bogus.token")
+    if env -u TROUPE_TOKEN "${nhc[@]/node.token/bogus.token}" >/dev/null 2>&1; then
+        FAIL "compose node healthcheck fails with a wrong credential"
+    else
+        PASS "compose node healthcheck fails with a wrong credential"
+    fi
+fi
 # The compose topology without containers: node-b with compose's own command line
 # joins node-a, then the cli service's `demo` entrypoint script runs with its
 # container paths (/opt/troupe/examples, /jobs) mapped to this tree and a temp dir.
@@ -265,7 +319,8 @@ open(f"{sys.argv[1]}/node-b.args", "w").write("\n".join(c["services"]["node-b"][
 open(f"{sys.argv[1]}/cli.sh", "w").write(c["services"]["cli"]["entrypoint"][4].replace("$$", "$"))
 EOF2
     mapfile -t nb <"$TMP/node-b.args"
-    "$NODE" "${nb[@]}" --state-dir "$TMP/node-b" >"$TMP/node-b.log" 2>&1 &
+    nb=("${nb[@]//\/creds\//$TMP/creds/}")   # the minted node credential (mint above)
+    env -u TROUPE_TOKEN "$NODE" "${nb[@]}" --state-dir "$TMP/node-b" >"$TMP/node-b.log" 2>&1 &
     BG+=($!)
     for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-b"' && break; sleep 0.1; done
     gpus=$(troupe -o json status | sed -n 's/.*"total":\([0-9]*\).*/\1/p')
@@ -335,6 +390,12 @@ sbatch_run() {
 }
 sbatch_run 0 "2-node job (8 + 16 simulated GPUs), label selector from the partition" "$TMP/jobs/two-nodes.yaml" \
     FAKE_NODE_GPUS=8xH200:141GB,16xH200:141GB
+run=$TMP/troupe-$jobid
+[ "$(stat -c %a "$run/admin.token" 2>/dev/null)" = 600 ] && [ "$(stat -c %a "$run/node.token" 2>/dev/null)" = 600 ] &&
+    grep -q '^tr1\.n\.' "$run/node.token" && grep -q 'node registered .*name=fake-a' "$run/head.log" &&
+    ! grep -qF "$(cat "$run/admin.token")" "$run/nodes.log" &&
+    PASS "sbatch minted a node credential for the agents (node.token 0600, tr1.n.*); the admin one stays in admin.token" ||
+    FAIL "sbatch credentials: $(stat -c '%n %a' "$run"/*.token 2>&1 | tr '\n' ' ')"
 grep -Eq '^\[job[0-9]+-spread-[01]\] rank [01]/2 on fake-a ' "$TMP/sbatch-$jobid.out" &&
     grep -Eq '^\[job[0-9]+-spread-[01]\] rank [01]/2 on fake-b ' "$TMP/sbatch-$jobid.out" &&
     PASS "the job's 2 workers ran, one on each fake node" || FAIL "placement on both nodes not seen in $TMP/sbatch-$jobid.out"

@@ -7,12 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
+# Where the programs, library, headers and units are installed (cmake --install).
+PREFIX=${TROUPE_PREFIX:-$ROOT/install}
 
 scripts/setup.sh
 
-echo "== build"
+echo "== build and install into $PREFIX"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$JOBS" --target troupe-head troupe-node troupe-cli troupe-train
+cmake --build build -j "$JOBS" --target troupe-head troupe-node troupe-cli troupe-train troupe troupe-completion
+cmake --install build --prefix "$PREFIX" >/dev/null
 
 RUN=$(mktemp -d /tmp/troupe-demo.XXXXXX)
 PORT=${TROUPE_DEMO_PORT:-7770}
@@ -20,23 +23,25 @@ PORT=${TROUPE_DEMO_PORT:-7770}
 # outgoing connection can hold it.
 if (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then PORT=$((20000 + RANDOM % 12000)); fi
 export TROUPE_HEAD=tcp://127.0.0.1:$PORT
-export PATH=$ROOT/build/client:$ROOT/build/worker/train:$PATH
+export PATH=$PREFIX/bin:$PATH
 PIDS=()
 stop_all() {
     # Agents first (they stop their workers), then the head; SIGTERM each and
     # wait, so every process shuts down the way it would in production.
     for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null || true; wait "${PIDS[$i]}" 2>/dev/null || true; done
     echo "== stopped head and node; logs and state kept in $RUN"
+    echo "== troupe is installed in $PREFIX; to use it by hand (README \"Using it\"):"
+    echo "   export PATH=$PREFIX/bin:\$PATH"
 }
 trap stop_all EXIT
 
 echo "== troupe-head on $TROUPE_HEAD (state in $RUN/head)"
-build/server/troupe-head --listen "$TROUPE_HEAD" --state-dir "$RUN/head" >"$RUN/head.log" 2>&1 &
+troupe-head --listen "$TROUPE_HEAD" --state-dir "$RUN/head" >"$RUN/head.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do troupe status >/dev/null 2>&1 && break; sleep 0.1; done
 troupe status >/dev/null || { cat "$RUN/head.log"; exit 1; }
 
-gpus=$(build/worker/node/troupe-node --check-config | sed -n 's/^# gpus: \([0-9]*\).*/\1/p')
+gpus=$(troupe-node --check-config | sed -n 's/^# gpus: \([0-9]*\).*/\1/p')
 NODE_ARGS=(--name demo-node --state-dir "$RUN/node")
 if [ "${gpus:-0}" -gt 0 ] && [ "${TROUPE_DEMO_FAKE:-0}" != 1 ]; then
     echo "== troupe-node with the $gpus real GPU(s) of this machine"
@@ -44,7 +49,7 @@ else
     echo "== troupe-node with 8 simulated GPUs (no GPU found here)"
     NODE_ARGS+=(--fake-gpus 8xH200:141GB)
 fi
-build/worker/node/troupe-node "${NODE_ARGS[@]}" >"$RUN/node.log" 2>&1 &
+troupe-node "${NODE_ARGS[@]}" >"$RUN/node.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do [ "$(troupe -o json nodes --alive | jq .count)" = 1 ] && break; sleep 0.1; done
 troupe nodes
@@ -52,16 +57,63 @@ troupe nodes
 # The job runs in its own directory with its config and generated data.
 mkdir -p "$RUN/job"
 cp examples/demo/job.yaml examples/demo/train.yaml "$RUN/job/"
+# 30 steps instead of the example's 60, validation and refits every 10 instead
+# of 20: the demo (a restart included) stays under a minute.
+sed -i -e 's/^  steps: 60/  steps: 30/' -e 's/^  every: 20/  every: 10/' "$RUN/job/train.yaml"
 if [ "${gpus:-0}" -gt 0 ] && [ "${TROUPE_DEMO_FAKE:-0}" != 1 ]; then
     examples/demo/fit.sh "$gpus" "$RUN/job/job.yaml" # fewer than 8 real GPUs: shrink to fit
 fi
-build/worker/train/troupe-train --make-data "$RUN/job/data.tok" >/dev/null
 
-echo "== troupe submit (progress and per-step metrics follow; Ctrl-C detaches)"
+total=$(troupe -o json nodes | jq .gpus_total)
+# An impossible job is refused at submit, with the numbers.
+cat >"$RUN/job/impossible.yaml" <<YAML
+name: impossible
+cluster: {nodes: [$((total * 2))]}
+groups: [{name: policy, workers: 1, resources: {gpu: $((total * 2))}, command: [true]}]
+YAML
+echo "== an impossible job is refused at submit, with the numbers"
+troupe submit "$RUN/job/impossible.yaml" || true
+# A job holding every GPU for a few seconds: the example job waits PENDING, then runs.
+cat >"$RUN/job/blocker.yaml" <<YAML
+name: blocker
+cluster: {nodes: [$total]}
+groups: [{name: hold, workers: 1, resources: {gpu: $total}, command: [sleep, '3']}]
+YAML
+echo "== a job holding all $total GPUs for 3 s, so the example job must wait"
+troupe submit --no-wait "$RUN/job/blocker.yaml" >/dev/null
+
+echo "== troupe submit (PENDING, then placement, progress and per-step metrics; Ctrl-C detaches)"
 set +e
-troupe submit "$RUN/job/job.yaml"
+troupe submit --raw "$RUN/job/job.yaml" &  # --raw: every worker line (the demo prints beside it; no live redraw)
+submit_pid=$!
+# A failure handled: once training is under way, kill one policy worker; its
+# group restarts (max_restarts: 1 in job.yaml) and the job still SUCCEEDS.
+id=
+for _ in $(seq 600); do
+    id=$(troupe -o json jobs | jq -r '[.jobs[] | select(.name == "demo")] | first | .id // empty')
+    [ -n "$id" ] && [ "$(troupe logs "$id" --worker "job$id-policy-0" 2>/dev/null | grep -c 'step=')" -ge 2 ] && break
+    sleep 0.1
+done
+victim=$(troupe -o json job "$id" | jq -r '[.workers[] | select(.group == "policy" and .state == "RUNNING")] | last | "\(.name) \(.pid)"')
+if [ -n "$id" ] && [ "${victim#* }" -gt 0 ] 2>/dev/null; then
+    echo "== demo: killing worker ${victim% *} (pid ${victim#* }) with SIGKILL; its group restarts (max_restarts: 1)" >&2
+    kill -KILL "${victim#* }"
+fi
+wait $submit_pid
 rc=$?
 set -e
-echo "== troupe job (placement, exit codes)"
-troupe job "$(troupe -o json jobs | jq '.jobs[-1].id')"
+echo "== troupe job (placement, restarts, exit codes)"
+troupe job "$id"
+# Every refit: policy rank 0 sent its weights (bytes, time, MB/s, FNV-1a hash
+# of the parameters) and each generation worker took them (the same hash) and
+# evaluated them; the restart shows as the generation rejoining in epoch 1.
+echo "== the refits (policy rank 0 -> generation workers: same weights hash, the generation's val_loss)"
+troupe logs "$id" | grep -E 'refit step=|rejoin|joining it' || true
+echo "== troupe metrics (the generation workers' val_loss after each refit, through the metrics path)"
+troupe metrics "$id" --name val_loss || true
+# job.yaml profiles steps 2-3 of policy-0: the runtime recorded them as spans on the head's clock.
+echo "== troupe trace (the profiled steps, one process per worker, Chrome/Perfetto JSON)"
+if troupe trace "$id" -o "$RUN/trace.json"; then
+    echo "== the trace is $RUN/trace.json: open it in https://ui.perfetto.dev (or chrome://tracing)"
+fi
 exit $rc

@@ -5,10 +5,15 @@ set -euo pipefail
 
 PKGS=(build-essential cmake ninja-build pkg-config git procps
       libnng-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libsqlite3-dev
-      libcmocka-dev jq clang libclang-rt-14-dev)
+      libcmocka-dev jq clang libclang-rt-14-dev
+      libmbedtls-dev openssl  # mbedTLS: TLS diagnosis (common/rpc_tls.c); openssl: scripts/make-test-ca.sh
+      python3   # python3: the cut proxy of the fencing tests (tests/integration/cutproxy.py), the HTTP slow-client test
+      prometheus chromium  # promtool checks /metrics, headless chromium loads the dashboard (integration.http)
+      gdb)  # stacks of a hung test's processes (tests/integration/lib.sh's watchdog)
 # The RPC benchmark's gRPC peer: only with TROUPE_SETUP_BENCH=1 (large).
 if [ "${TROUPE_SETUP_BENCH:-0}" = 1 ]; then
     PKGS+=(g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)
+    PKGS+=(python3-torch)  # PyTorch 1.13: TCPStore beside bench/rdzv, gloo all-reduce beside bench/coll
 fi
 
 missing=()
