@@ -58,6 +58,53 @@ int tr_dp_check_same_for(tr_comm *c, const tr_dp_setting *s, int n, const char *
     return tr_dp_agree(c, rv, "match rank 0's settings", err);
 }
 
+uint64_t tr_dp_params_hash(const float *p, size_t n)
+{
+    const size_t bytes = n * sizeof(float), words = bytes / 8;
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t lane[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull,
+                        0x27D4EB2F165667C5ull};
+    uint64_t h;
+    size_t i = 0;
+
+    /* four lanes, so that the multiplies do not wait on one another */
+    for (; i + 4 <= words; i += 4) {
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, b + (i + (size_t)k) * 8, 8);
+            lane[k] = (lane[k] ^ w) * 0x100000001b3ull;
+            lane[k] ^= lane[k] >> 29;
+        }
+    }
+    h = (uint64_t)bytes;
+    for (int k = 0; k < 4; k++) {
+        h = (h ^ lane[k]) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 32;
+    }
+    for (size_t j = i * 8; j < bytes; j++) { /* the words and bytes past the last group of four */
+        h = (h ^ b[j]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+int tr_dp_check_same_params(tr_comm *c, uint64_t hash, const char *what, tr_err *err)
+{
+    uint64_t h0 = hash;
+    int rv = c->ops->broadcast(c, &h0, sizeof(h0), 0, err);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    if (h0 != hash) {
+        rv = tr_err_set(err, TROUPE_DATA_LOSS,
+                        "rank %d's %s hash to %016" PRIx64 ", rank 0's to %016" PRIx64
+                        ": the ranks would train different models (the same troupe-train build and settings "
+                        "on every rank?)",
+                        c->rank, what, hash, h0);
+    }
+    return tr_dp_agree(c, rv, "hold rank 0's weights", err);
+}
+
 int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err)
 {
     size_t n = b->num_params;

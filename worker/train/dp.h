@@ -48,6 +48,18 @@ int tr_dp_check_same_for(tr_comm *c, const tr_dp_setting *s, int n, const char *
  * with_opt) to every other rank's backend. */
 int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err);
 
+/* tr_dp_params_hash is a fast 64-bit hash of n floats' bits (four
+ * independent multiply-xor lanes over 8-byte words, about 8x the speed of a
+ * byte-wise FNV: 124M parameters in tens of milliseconds). Order-sensitive;
+ * for checking that two copies are bit-identical, not for security. */
+uint64_t tr_dp_params_hash(const float *p, size_t n);
+
+/* tr_dp_check_same_params compares hash (of this rank's parameters) with rank
+ * 0's: DATA_LOSS on a rank whose differs ("rank 2's initial weights hash to
+ * X, rank 0's to Y: ..."), ABORTED on the ranks that match while another does
+ * not. what names the weights ("initial weights"). */
+int tr_dp_check_same_params(tr_comm *c, uint64_t hash, const char *what, tr_err *err);
+
 /* tr_dp_pos_path formats dir/data-rank-R.pos. */
 void tr_dp_pos_path(const char *dir, int rank, char *buf, size_t len);
 

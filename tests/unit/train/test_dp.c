@@ -370,6 +370,89 @@ static void dp_settings_must_match(void **state)
     TR_ASSERT_FAILS(runs[1].rv, TROUPE_ABORTED, &runs[1].err, "1 other rank");
 }
 
+/* The weights hash: the same bits hash the same, any one flipped bit (in
+ * the four-lane words or the tail past them) or two swapped values do not. */
+static void dp_params_hash(void **state)
+{
+    float a[37], b[37];
+    uint64_t h;
+    (void)state;
+
+    for (int i = 0; i < 37; i++) {
+        a[i] = (float)i * 0.25f - 3.0f;
+    }
+    memcpy(b, a, sizeof(a));
+    h = tr_dp_params_hash(a, 37);
+    assert_true(tr_dp_params_hash(b, 37) == h);
+    assert_true(tr_dp_params_hash(a, 36) != h); /* the length counts */
+    assert_true(tr_dp_params_hash(NULL, 0) == tr_dp_params_hash(a, 0));
+    for (int i = 0; i < 37; i += 9) { /* words 0..7 are in the lanes; 8 and the last float are tail */
+        for (int bit = 0; bit < 32; bit += 31) {
+            uint32_t u;
+            memcpy(&u, &b[i], 4);
+            u ^= 1u << bit;
+            memcpy(&b[i], &u, 4);
+            assert_true(tr_dp_params_hash(b, 37) != h);
+            memcpy(b, a, sizeof(a));
+        }
+    }
+    b[3] = a[4];
+    b[4] = a[3];
+    assert_true(tr_dp_params_hash(b, 37) != h);
+}
+
+typedef struct hash_rank {
+    tcomm comm;
+    uint64_t hash;
+    tr_err err;
+    int rv;
+} hash_rank;
+
+static void *hash_rank_main(void *arg)
+{
+    hash_rank *hr = arg;
+    hr->rv = tr_dp_check_same_params(&hr->comm.base, hr->hash, "initial weights", &hr->err);
+    return NULL;
+}
+
+/* check_hashes runs tr_dp_check_same_params on n thread ranks with hashes h. */
+static void check_hashes(int n, const uint64_t *h, hash_rank *hr)
+{
+    shared s = {.size = n};
+    pthread_t th[MAX_RANKS];
+
+    assert_int_equal(pthread_barrier_init(&s.bar, NULL, (unsigned)n), 0);
+    for (int r = 0; r < n; r++) {
+        hr[r] = (hash_rank){.comm = {.base = {.ops = &t_ops, .rank = r, .size = n, .timeout_ms = 1000}, .s = &s},
+                            .hash = h[r]};
+        assert_int_equal(pthread_create(&th[r], NULL, hash_rank_main, &hr[r]), 0);
+    }
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+    }
+    pthread_barrier_destroy(&s.bar);
+}
+
+/* Every rank draws its own initial weights: equal hashes pass everywhere; a
+ * rank whose copy differs fails with DATA_LOSS naming both hashes, and the
+ * others are ABORTED counting it instead of training a different model. */
+static void dp_same_params_checked(void **state)
+{
+    const uint64_t same[3] = {0x1234, 0x1234, 0x1234}, odd[3] = {0x1234, 0xabcd, 0x1234};
+    hash_rank hr[3];
+    (void)state;
+
+    check_hashes(3, same, hr);
+    for (int r = 0; r < 3; r++) {
+        TR_ASSERT_OK(hr[r].rv, &hr[r].err);
+    }
+    check_hashes(3, odd, hr);
+    TR_ASSERT_FAILS(hr[1].rv, TROUPE_DATA_LOSS, &hr[1].err,
+                    "rank 1's initial weights hash to 000000000000abcd, rank 0's to 0000000000001234");
+    TR_ASSERT_FAILS(hr[0].rv, TROUPE_ABORTED, &hr[0].err, "1 other rank could not hold rank 0's weights");
+    TR_ASSERT_FAILS(hr[2].rv, TROUPE_ABORTED, &hr[2].err, "1 other rank could not hold rank 0's weights");
+}
+
 /* The position file: the step's entry or the one before, and clear errors
  * for a missing file, another layout, an unknown step and garbage. */
 static void dp_position_file(void **state)
@@ -563,6 +646,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(dp_threads_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(dp_position_file, setup, teardown),
         cmocka_unit_test_setup_teardown(dp_settings_must_match, setup, teardown),
+        cmocka_unit_test(dp_params_hash),
+        cmocka_unit_test(dp_same_params_checked),
         cmocka_unit_test_setup_teardown(refit_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(refit_settings_must_match, setup, teardown),
         cmocka_unit_test(refit_hash_and_line),
