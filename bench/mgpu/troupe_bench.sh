@@ -5,8 +5,9 @@
 # folder RAW; bench/mgpu/summarize.py turns them into tables and JSON.
 #   weak      troupe-train data-parallel, 124M and 350M (T 1024, micro_batch
 #             WEAK_B per rank, default 16; WEAK_STEPS steps, default 25) at
-#             N = 1, 2, 4, 8 GPUs (those the machine has): each rank's
-#             metrics (weak-MODEL-N.RANK), logs and job record
+#             N = 1, 2, 4, 8 GPUs (those the machine has; WEAK_SIZES): each rank's
+#             metrics (weak-MODEL-N.RANK), logs and job record; dp settings
+#             from DP_BUCKET_MB (25), DP_GRAD_DTYPE (fp32), DP_OVERLAP (true)
 #   allreduce troupe-bench-allreduce at N = 2, 4, 8: troupe-train's gradient
 #             buckets beside plain NCCL all-reduces of the same bytes
 #             (allreduce-N.json, written by rank 0)
@@ -79,7 +80,7 @@ model: $(model "$2")
 train: {steps: $3, micro_batch: $B, warmup_steps: 5, precision: bf16}
 data: {path: $T/data.tok, val_fraction: 0}
 eval: {every: 0}
-dp: {bucket_mb: ${DP_BUCKET_MB:-25}, grad_dtype: ${DP_GRAD_DTYPE:-fp32}}
+dp: {bucket_mb: ${DP_BUCKET_MB:-25}, grad_dtype: ${DP_GRAD_DTYPE:-fp32}, overlap: ${DP_OVERLAP:-true}}
 YAML
 }
 
@@ -111,7 +112,7 @@ stage_weak() {
     local m n
     for m in ${WEAK_MODELS:-124M 350M}; do
         train_config "$T/weak-$m.yaml" "$m" "${WEAK_STEPS:-25}"
-        for n in $(sizes 1 2 4 8); do
+        for n in $(sizes ${WEAK_SIZES:-1 2 4 8}); do
             rm -f "$RAW/weak-$m-$n".[0-9]*
             run "weak-$m-$n" "$n" "$(train_cmd "$T/weak-$m.yaml" "$RAW/weak-$m-$n")"
         done
