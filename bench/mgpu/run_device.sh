@@ -144,6 +144,7 @@ fi
 python3 bench/mgpu/summarize.py "$work" --json "$work/mgpu.json" >"$work/summary.txt" 2>&1 || status=1
 cat "$work/summary.txt" "$work/status.txt"
 if [ -n "$final" ]; then
+    mkdir -p "$final"
     tar -czf "$final/logs.tgz" -C "$work" .
     for f in summary.txt mgpu.json status.txt dp.txt; do
         [ -f "$work/$f" ] && cp "$work/$f" "$final/"
