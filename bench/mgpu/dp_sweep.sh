@@ -5,12 +5,9 @@
 # all the machine's GPUs (WEAK_SIZES), then one table of step time and
 # efficiency per variant (summarize.py's weak table, one per variant).
 # A variant is NAME=SETTINGS, SETTINGS a comma-separated list of
-# dp_bucket_mb=N, grad=fp32|bf16, overlap=true|false, priority=true|false
-# (dp.comm_priority) and any NCCL_*=V (put
+# dp_bucket_mb=N, grad=fp32|bf16, overlap=true|false and any NCCL_*=V (put
 # into the agent's environment, which the workers inherit). Default variants:
-#   base       fp32 gradients, 25 MB buckets, overlap on, high-priority
-#              communication stream (troupe-train's defaults)
-#   normal-prio the same on a normal-priority stream
+#   base       fp32 gradients, 25 MB buckets, overlap on (troupe-train's defaults)
 #   no-overlap the same with dp.overlap false (all-reduce after the backward)
 #   bf16       bf16 gradients
 #   ctas8      fp32 with NCCL_MAX_CTAS=8 (fewer SMs taken from the backward)
@@ -32,7 +29,7 @@ else
     G=${TROUPE_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 fi
 variants=("$@")
-[ ${#variants[@]} -gt 0 ] || variants=(base= normal-prio=priority=false no-overlap=overlap=false bf16=grad=bf16 ctas8=NCCL_MAX_CTAS=8
+[ ${#variants[@]} -gt 0 ] || variants=(base= no-overlap=overlap=false bf16=grad=bf16 ctas8=NCCL_MAX_CTAS=8
     ctas4=NCCL_MAX_CTAS=4 bucket100=dp_bucket_mb=100)
 status=0
 : >"$work/sweep.txt"
@@ -46,7 +43,6 @@ for v in "${variants[@]}"; do
         dp_bucket_mb=*) envs+=(DP_BUCKET_MB="${s#*=}") ;;
         grad=*) envs+=(DP_GRAD_DTYPE="${s#*=}") ;;
         overlap=*) envs+=(DP_OVERLAP="${s#*=}") ;;
-        priority=*) envs+=(DP_COMM_PRIORITY="${s#*=}") ;;
         NCCL_*=*) envs+=("$s") ;;
         *) echo "dp_sweep: unknown setting '$s' in variant $name" >&2; exit 2 ;;
         esac

@@ -54,7 +54,6 @@ typedef struct tr_backend_opts {
     size_t dp_bucket_bytes; /* all-reduce bucket size (dp.bucket_mb) */
     int dp_grad_bf16;       /* reduce the gradients as bf16 (dp.grad_dtype) */
     int dp_overlap;         /* start buckets during the last backward (dp.overlap; allreduce_start) */
-    int dp_comm_priority;   /* the communication stream at the device's highest priority (dp.comm_priority) */
 } tr_backend_opts;
 
 typedef struct tr_adamw {

@@ -103,8 +103,7 @@ static int create_backend(run *r, tr_err *err)
                             .device = (int)c->gpu,
                             .dp_bucket_bytes = (size_t)c->dp_bucket_mb << 20,
                             .dp_grad_bf16 = strcmp(c->dp_grad_dtype, "bf16") == 0,
-                            .dp_overlap = c->dp_overlap,
-                            .dp_comm_priority = c->dp_comm_priority};
+                            .dp_overlap = c->dp_overlap};
     int want_cuda = strcmp(c->device, "cuda") == 0, rv;
 
     if (want_cuda && c->create_cuda == NULL) {

@@ -111,7 +111,6 @@ typedef struct tr_train_config {
     char *refit_transport; /* auto | cpu */
     int64_t refit_every, refit_timeout_ms, refit_wait_ms;
     int dp_overlap;
-    int dp_comm_priority;
     /* Not in the table: set by the program. */
     tr_comm *comm;                    /* data parallelism over this communicator; NULL = alone */
     /* refit, when set: send the weights to the generation group over it

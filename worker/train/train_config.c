@@ -73,9 +73,6 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"dp.overlap", TR_CFG_BOOL, F(dp_overlap), "true", TR_CFG_UNBOUNDED, 0,
      "CUDA: all-reduce each bucket as soon as the last micro-batch's backward has made it final "
      "(false: all buckets after backward)"},
-    {"dp.comm_priority", TR_CFG_BOOL, F(dp_comm_priority), "true", TR_CFG_UNBOUNDED, 0,
-     "CUDA: run the gradient all-reduce on a high-priority stream, so that its blocks are "
-     "scheduled ahead of the backward's when both wait for SMs (false: normal priority)"},
     {"dp.fail_grace_ms", TR_CFG_INT, F(dp_fail_grace_ms), "2000", 0, 600000, 0,
      "after a peer's failure, wait this long before exiting so the job names that peer"},
     {"role", TR_CFG_STRING, F(role), "policy", TR_CFG_UNBOUNDED, 0,

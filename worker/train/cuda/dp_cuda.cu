@@ -46,15 +46,7 @@ static int dp_setup(cu_backend *cb, int bf16_grads, tr_err *err)
     int rv = TROUPE_OK;
 
     if (cb->comm_s == NULL) {
-        /* High priority: with overlap, a bucket's NCCL kernel is queued while
-         * the backward's GEMMs fill every SM; at normal priority its blocks
-         * wait behind theirs and the all-reduce ends up after the backward
-         * (4 H200s, 124M: 3.7 ms of a 29.7 ms step exposed with overlap on,
-         * 4.7 ms off). */
-        int least = 0, greatest = 0;
-        TR_CU_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-        TR_CU_TRY(cudaStreamCreateWithPriority(&cb->comm_s, cudaStreamNonBlocking,
-                                               cb->base.opts.dp_comm_priority ? greatest : least));
+        TR_CU_TRY(cudaStreamCreateWithFlags(&cb->comm_s, cudaStreamNonBlocking));
         TR_CU_TRY(cudaEventCreateWithFlags(&cb->ev_grads, cudaEventDisableTiming));
         TR_CU_TRY(cudaEventCreateWithFlags(&cb->ev_reduced, cudaEventDisableTiming));
     }
