@@ -380,8 +380,12 @@ static int open_workers(worker *ws, uint64_t job)
     return 0;
 }
 
+extern char **environ;
+
 /* start_follower runs `troupe -o json metrics JOB -f` on one worker's first
- * name, its stdout into a pipe (posix_spawn: no fork after nng started). */
+ * name, its stdout into a pipe (posix_spawn: no fork after nng started),
+ * with this process's environment (LD_LIBRARY_PATH where libtroupe is not
+ * installed: with none, the CLI did not start and no latency was measured). */
 static int start_follower(follower *f, uint64_t job)
 {
     char jobs[32], worker[64];
@@ -398,7 +402,7 @@ static int start_follower(follower *f, uint64_t job)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    rv = posix_spawn(&f->pid, opt.cli, &fa, NULL, argv, NULL);
+    rv = posix_spawn(&f->pid, opt.cli, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     if (rv != 0 || (f->in = fdopen(fds[0], "r")) == NULL) {
@@ -546,6 +550,11 @@ int main(int argc, char **argv)
                         ping_idle.n, pct(&ping_load, 0.5), pct(&ping_load, 0.99), ping_load.n);
                 fclose(j);
             }
+        }
+        if (follow_lat.n == 0) { /* a figure of the goal is missing: not a result */
+            fprintf(stderr, "metrics_bench: troupe metrics -f reported no point (did %s start? its error is above)\n",
+                    opt.cli);
+            return 1;
         }
         return errs > 0 ? 1 : 0;
     }
