@@ -1,0 +1,307 @@
+/* report_queue.c - the durable writer of the report services (see
+ * report_queue.h for the contract).
+ *
+ * One mutex, q->mu, guards the queue, its weight, the pending deletions and
+ * the two flags. The writer holds it only to take everything queued at once
+ * (a round) and to say the round is over; the service's callbacks run
+ * without it, so an RPC thread queueing a report waits for a list append,
+ * never for a transaction. q->writing is what on_expire waits on: an item
+ * the writer has taken cannot be forgotten, and the RPC server frees an
+ * expired call as soon as on_expire returns (at server stop), so on_expire
+ * waits for that round's answers instead. Lock order: h->mu, then q->mu
+ * (job_deleted queues under h->mu); the writer never holds q->mu while a
+ * callback runs. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "report_queue.h"
+
+struct tr_rq {
+    const tr_rq_ops *ops;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* something queued, stop, or a round answered */
+    tr_rq_item *head, **tail;
+    _Atomic size_t weight;      /* changed under mu; read anywhere (tr_rq_weight) */
+    _Atomic uint64_t submitted; /* likewise (tr_rq_submitted) */
+    tr_ids deleting;            /* jobs to pass to ops.deleted after the next round */
+    int stop;
+    int writing; /* a round is taken and not yet answered */
+    pthread_t writer;
+};
+
+/* ---- job id sets --------------------------------------------------------------- */
+
+int tr_ids_has(const tr_ids *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->v[i] == id) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int tr_ids_add(tr_ids *s, uint64_t id)
+{
+    if (tr_ids_has(s, id)) {
+        return 0;
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        uint64_t *grown = realloc(s->v, cap * sizeof(*grown));
+        if (grown == NULL) {
+            return -1;
+        }
+        s->v = grown;
+        s->cap = cap;
+    }
+    s->v[s->n++] = id;
+    return 0;
+}
+
+void tr_ids_fini(tr_ids *s)
+{
+    free(s->v);
+    s->v = NULL;
+    s->n = s->cap = 0;
+}
+
+/* ---- the writer ---------------------------------------------------------------- */
+
+/* item_free ends the queue's part of an item: the reference tr_rpc_defer
+ * gave, the request, the entry. */
+static void item_free(tr_rq_item *it)
+{
+    tr_rpc_call_release(it->call);
+    protobuf_c_message_free_unpacked(it->req, NULL);
+    free(it);
+}
+
+/* write_and_answer: the round is answered only after write returned, so an
+ * OK answer always follows a commit; a failed write answers every call of
+ * the round with write's status (the service words it). */
+static void write_and_answer(tr_rq *q, tr_rq_item *round)
+{
+    tr_err err = {0};
+    int rv = q->ops->write(q->arg, round, &err);
+
+    while (round != NULL) {
+        tr_rq_item *it = round;
+        round = it->next;
+        q->ops->answer(q->arg, it, rv, &err);
+        item_free(it);
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    tr_rq *q = arg;
+
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        tr_rq_item *round;
+        tr_ids dels;
+        while (q->head == NULL && q->deleting.n == 0 && !q->stop) {
+            pthread_cond_wait(&q->cv, &q->mu);
+        }
+        if (q->head == NULL && q->deleting.n == 0) {
+            break; /* stopping and nothing left */
+        }
+        round = q->head;
+        q->head = NULL;
+        q->tail = &q->head;
+        atomic_store(&q->weight, 0);
+        dels = q->deleting;
+        q->deleting = (tr_ids){0};
+        q->writing = 1;
+        pthread_mutex_unlock(&q->mu);
+
+        if (round != NULL) {
+            write_and_answer(q, round);
+        }
+        if (dels.n > 0) { /* after the round: a report queued before the deletion goes with it */
+            q->ops->deleted(q->arg, &dels);
+        }
+        tr_ids_fini(&dels);
+
+        pthread_mutex_lock(&q->mu);
+        q->writing = 0;
+        pthread_cond_broadcast(&q->cv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+/* on_expire (the RPC server's sweeper, or its stop): a queued report whose
+ * caller gave up is forgotten - nothing of it is written, and the worker
+ * treats it as not acknowledged. One the writer has taken is waited for:
+ * the server frees the call once this returns. */
+static void on_expire(tr_rpc_call *call, void *arg)
+{
+    tr_rq *q = arg;
+    tr_rq_item *gone = NULL;
+
+    pthread_mutex_lock(&q->mu);
+    for (tr_rq_item **pp = &q->head; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->call == call) {
+            gone = *pp;
+            *pp = gone->next;
+            atomic_store(&q->weight, atomic_load(&q->weight) - gone->weight);
+            if (q->tail == &gone->next) {
+                q->tail = pp;
+            }
+            break;
+        }
+    }
+    while (gone == NULL && q->writing) {
+        pthread_cond_wait(&q->cv, &q->mu);
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (gone != NULL) {
+        item_free(gone);
+    }
+}
+
+/* ---- the queue ----------------------------------------------------------------- */
+
+int tr_rq_submit(tr_rq *q, tr_rpc_call *call, ProtobufCMessage *req, size_t weight, tr_err *err)
+{
+    tr_rq_item *it = calloc(1, q->ops->item_size);
+    size_t queued;
+    int rv = TROUPE_OK;
+
+    if (it == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+    }
+    pthread_mutex_lock(&q->mu);
+    queued = atomic_load(&q->weight);
+    if (queued + weight > q->ops->max_weight) {
+        rv = tr_err_set(err, q->ops->full_code, "the head's %s writer is behind (%zu %s queued)%s",
+                        q->ops->name, queued, q->ops->unit, q->ops->full_hint);
+        goto out;
+    }
+    it->call = call;
+    it->req = req;
+    it->weight = weight;
+    tr_rpc_defer(call, on_expire, q); /* under mu: an expiry waits until the item is in the queue */
+    *q->tail = it;
+    q->tail = &it->next;
+    atomic_store(&q->weight, queued + weight);
+    atomic_fetch_add(&q->submitted, 1);
+    pthread_cond_broadcast(&q->cv);
+out:
+    pthread_mutex_unlock(&q->mu);
+    if (rv != TROUPE_OK) {
+        free(it);
+    }
+    return rv;
+}
+
+int tr_rq_delete(tr_rq *q, uint64_t job_id)
+{
+    int rv;
+
+    pthread_mutex_lock(&q->mu);
+    rv = tr_ids_add(&q->deleting, job_id);
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    return rv;
+}
+
+size_t tr_rq_weight(tr_rq *q)
+{
+    return atomic_load(&q->weight);
+}
+
+uint64_t tr_rq_submitted(tr_rq *q)
+{
+    return atomic_load(&q->submitted);
+}
+
+/* ---- the file ------------------------------------------------------------------ */
+
+int tr_rq_db_exec(sqlite3 *db, const char *name, const char *path, const char *sql, tr_err *err)
+{
+    char *msg = NULL;
+    int rv = TROUPE_OK;
+
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "%s store %s: %s", name, path, msg ? msg : "error");
+    }
+    sqlite3_free(msg);
+    return rv;
+}
+
+int tr_rq_db_open(const char *name, const char *path, int flags, int sync_full, const char *schema,
+                  sqlite3 **db, tr_err *err)
+{
+    int rv = TROUPE_OK;
+
+    *db = NULL;
+    if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | flags, NULL) != SQLITE_OK) {
+        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "cannot open %s: %s", path,
+                        *db ? sqlite3_errmsg(*db) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(*db, 5000);
+    if ((rv = tr_rq_db_exec(*db, name, path, "PRAGMA journal_mode=WAL;", err)) != TROUPE_OK ||
+        (rv = tr_rq_db_exec(*db, name, path,
+                            sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", err)) !=
+            TROUPE_OK) {
+        goto out;
+    }
+    rv = tr_rq_db_exec(*db, name, path, schema, err);
+out:
+    if (rv != TROUPE_OK) {
+        sqlite3_close(*db); /* NULL is a no-op */
+        *db = NULL;
+    }
+    return rv;
+}
+
+int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, void *arg, tr_err *err)
+{
+    tr_rq *q = calloc(1, sizeof(*q));
+    int rv = TROUPE_OK;
+
+    *out = NULL;
+    if (q == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    q->ops = ops;
+    q->arg = arg;
+    q->tail = &q->head;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    if (pthread_create(&q->writer, NULL, writer_main, q) != 0) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the %s writer", ops->name);
+        goto out;
+    }
+    *out = q;
+out:
+    if (rv != TROUPE_OK) {
+        pthread_cond_destroy(&q->cv);
+        pthread_mutex_destroy(&q->mu);
+        free(q);
+    }
+    return rv;
+}
+
+void tr_rq_close(tr_rq *q)
+{
+    if (q == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->writer, NULL);
+    /* The writer ended with the queue and the deletions empty. */
+    tr_ids_fini(&q->deleting);
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
