@@ -2,9 +2,10 @@
  * batches of sequence-numbered scalars) and GetMetrics (`troupe metrics`).
  *
  * Points live in their own SQLite file, STATE_DIR/metrics.db, written by this
- * service's own thread: the head's group commit (head.db) never waits for a
- * metrics transaction (WAL allows one writer per file), and the RPC path only
- * queues. A report is acknowledged (acked_seq) only once its points are
+ * service's own writer thread (report_queue.c, shared with trace.c): the
+ * head's group commit (head.db) never waits for a metrics transaction (WAL
+ * allows one writer per file), and the RPC path only queues. A report is
+ * acknowledged (acked_seq) only once its points are
  * committed; when the write fails the whole round is answered UNAVAILABLE
  * and the worker keeps the points and sends them again - nothing
  * acknowledged is lost, nothing is counted twice (seq <= last_seq is a
@@ -13,8 +14,9 @@
  * same transaction as the points, so the count is exact across restarts.
  *
  * Retention: past metrics_keep points per job the oldest are deleted after
- * each round. Locks: s->qmu guards the queue; s->dbmu the connection and
- * the streams; h->mu is taken only to check a caller's job and worker. */
+ * each round. Locks: the queue's own lock guards the queue; s->dbmu the
+ * connection and the streams; h->mu is taken only to check a caller's job
+ * and worker. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@
 #include "metric_buf.h"
 #include "metrics.h"
 #include "metrics_follow.h"
+#include "report_queue.h"
 #include "util.h"
 
 #define MAX_POINTS_PER_REPORT 20000
@@ -66,14 +69,24 @@ typedef struct stream {
     struct stream *hnext; /* in s->sbuckets */
 } stream;
 
+/* batch: one ReportMetrics in the queue; the queue allocates and frees it
+ * (report_queue.h), the fields after base are the writer's. */
 typedef struct batch {
-    tr_rpc_call *call;
-    Troupe__V1__ReportMetricsRequest *req; /* owned */
-    stream *st;                            /* set by the writer */
-    stream before;                         /* st as it was, restored when the round fails */
-    int gone;                              /* its job was deleted: refused, nothing written */
-    struct batch *next;
+    tr_rq_item base; /* first: the queue's item; base.req is a ReportMetricsRequest */
+    stream *st;      /* set by the writer */
+    stream before;   /* st as it was, restored when the round fails */
+    int gone;        /* its job was deleted: refused, nothing written */
 } batch;
+
+static batch *batch_of(tr_rq_item *it)
+{
+    return (batch *)it;
+}
+
+static const Troupe__V1__ReportMetricsRequest *req_of(const batch *b)
+{
+    return (const Troupe__V1__ReportMetricsRequest *)b->base.req;
+}
 
 typedef struct job_count {
     uint64_t job, kept;
@@ -82,13 +95,7 @@ typedef struct job_count {
 
 typedef struct metrics_svc {
     tr_head *h;
-    pthread_mutex_t qmu;
-    pthread_cond_t qcv;
-    batch *head, **tail;
-    size_t queued_points;
-    int stop, started;
-    int writing; /* a round is taken and not yet answered */
-    pthread_t writer;
+    tr_rq *q; /* ReportMetrics calls waiting for the writer, and deleted jobs */
 
     pthread_mutex_t dbmu;
     sqlite3 *db;
@@ -104,46 +111,18 @@ typedef struct metrics_svc {
     pthread_mutex_t lmu;
     snap *snaps;
     size_t n_dead;
-    _Atomic uint64_t reports, refused, stored, dropped, rounds, rounds_failed;
-    _Atomic uint64_t queued; /* points queued now */
+    _Atomic uint64_t refused, stored, dropped, rounds, rounds_failed; /* reports: tr_rq_submitted */
 
-    /* Deleted jobs (DeleteJob, retention): their ids wait under qmu for the
-     * writer, which deletes their points and streams; `gone` (under dbmu)
-     * remembers them for this head's life, so that a report checked just
-     * before the deletion and queued after it is refused, not stored. What a
-     * crash leaves behind is removed at the next start (forget_orphans). */
-    uint64_t *deleting;
-    size_t n_deleting, cap_deleting;
-    uint64_t *gone;
-    size_t n_gone, cap_gone;
+    /* Deleted jobs (DeleteJob, retention): their ids wait in the queue for
+     * the writer, which deletes their points and streams; `gone` (under
+     * dbmu) remembers them for this head's life, so that a report checked
+     * just before the deletion and queued after it is refused, not stored.
+     * What a crash leaves behind is removed at the next start
+     * (forget_orphans). */
+    tr_ids gone;
 
     tr_mfollow *follow; /* GetMetrics long polls, told of every committed round */
 } metrics_svc;
-
-static int ids_push(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
-{
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        uint64_t *grown = realloc(*v, c * sizeof(*grown));
-        if (grown == NULL) {
-            return -1;
-        }
-        *v = grown;
-        *cap = c;
-    }
-    (*v)[(*n)++] = id;
-    return 0;
-}
-
-static int ids_has(const uint64_t *v, size_t n, uint64_t id)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] == id) {
-            return 1;
-        }
-    }
-    return 0;
-}
 
 static metrics_svc *svc_of(void *head)
 {
@@ -261,13 +240,7 @@ static job_count *count_of(metrics_svc *s, uint64_t job, int create)
 
 static int db_exec(metrics_svc *s, const char *sql, tr_err *err)
 {
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, msg ? msg : "error");
-        sqlite3_free(msg);
-        return rv;
-    }
-    return TROUPE_OK;
+    return tr_rq_db_exec(s->db, "metrics", s->path, sql, err);
 }
 
 /* metric_points.id is a plain rowid key (no AUTOINCREMENT, which read and
@@ -340,16 +313,8 @@ static int db_open(metrics_svc *s, tr_err *err)
      * only cost time: with 8 binds, a step and a reset per point it was
      * ~10 lock/unlock pairs per point, ~10 % of the head's samples under
      * bench/metrics (perf). */
-    if (sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
-        SQLITE_OK) {
-        return tr_err_set(err, TROUPE_UNAVAILABLE, "cannot open %s: %s", s->path,
-                          s->db ? sqlite3_errmsg(s->db) : "out of memory");
-    }
-    sqlite3_busy_timeout(s->db, 5000);
-    if ((rv = db_exec(s, "PRAGMA journal_mode=WAL;", err)) != TROUPE_OK ||
-        (rv = db_exec(s, s->h->cfg.sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", err)) !=
-            TROUPE_OK ||
-        (rv = db_exec(s, schema, err)) != TROUPE_OK) {
+    rv = tr_rq_db_open("metrics", s->path, SQLITE_OPEN_NOMUTEX, s->h->cfg.sync_full, schema, &s->db, err);
+    if (rv != TROUPE_OK) {
         return rv;
     }
     return load(s, err);
@@ -359,7 +324,7 @@ static int db_open(metrics_svc *s, tr_err *err)
 
 static int insert_points(metrics_svc *s, sqlite3_stmt *ins, batch *b, tr_err *err)
 {
-    const Troupe__V1__ReportMetricsRequest *req = b->req;
+    const Troupe__V1__ReportMetricsRequest *req = req_of(b);
     stream *st = b->st;
 
     for (size_t i = 0; i < req->n_points; i++) {
@@ -420,7 +385,7 @@ static int save_stream(metrics_svc *s, sqlite3_stmt *up, const stream *st, tr_er
 
 /* write_round writes every batch of the round in one transaction. On error
  * the streams are as they were and nothing was written. */
-static int write_round(metrics_svc *s, batch *round, tr_err *err)
+static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
 {
     sqlite3_stmt *ins = NULL, *up = NULL;
     int rv = db_exec(s, "BEGIN IMMEDIATE;", err);
@@ -434,9 +399,10 @@ static int write_round(metrics_svc *s, batch *round, tr_err *err)
                             &up, NULL) != SQLITE_OK)) {
         rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, sqlite3_errmsg(s->db));
     }
-    for (batch *b = round; rv == TROUPE_OK && b != NULL; b = b->next) {
-        const Troupe__V1__WorkerRef *from = b->req->from;
-        if (ids_has(s->gone, s->n_gone, from->job_id)) {
+    for (tr_rq_item *it = round; rv == TROUPE_OK && it != NULL; it = it->next) {
+        batch *b = batch_of(it);
+        const Troupe__V1__WorkerRef *from = req_of(b)->from;
+        if (tr_ids_has(&s->gone, from->job_id)) {
             b->gone = 1; /* deleted meanwhile: answered NOT_FOUND */
             continue;
         }
@@ -461,35 +427,37 @@ static int write_round(metrics_svc *s, batch *round, tr_err *err)
     if (rv != TROUPE_OK) {
         sqlite3_exec(s->db, "ROLLBACK;", NULL, NULL, NULL);
         /* undo newest first: a stream may appear in several batches */
-        batch *rev = NULL;
-        while (round != NULL) { /* reverse the round, undo, reverse back */
-            batch *b = round;
-            round = b->next;
-            b->next = rev;
-            rev = b;
+        tr_rq_item *rev = NULL;
+        while (round != NULL) { /* reverse the round, undo, reverse back (the queue's order again) */
+            tr_rq_item *it = round;
+            round = it->next;
+            it->next = rev;
+            rev = it;
         }
         while (rev != NULL) {
-            batch *b = rev;
-            rev = b->next;
+            tr_rq_item *it = rev;
+            batch *b = batch_of(it);
+            rev = it->next;
             if (b->st != NULL) {
                 stream *next = b->st->next, *hnext = b->st->hnext;
                 *b->st = b->before;
                 b->st->next = next;
                 b->st->hnext = hnext;
             }
-            b->next = round;
-            round = b;
+            it->next = round;
+            round = it;
         }
     }
     return rv;
 }
 
 /* retain deletes the oldest points of jobs past metrics_keep. */
-static void retain(metrics_svc *s, batch *round)
+static void retain(metrics_svc *s, tr_rq_item *round)
 {
     uint64_t keep = (uint64_t)s->h->cfg.metrics_keep;
 
-    for (batch *b = round; b != NULL; b = b->next) {
+    for (tr_rq_item *it = round; it != NULL; it = it->next) {
+        const batch *b = batch_of(it);
         job_count *c = b->st != NULL ? count_of(s, b->st->job, 1) : NULL;
         if (c != NULL) {
             c->kept += b->st->stored - b->before.stored;
@@ -514,26 +482,25 @@ static void retain(metrics_svc *s, batch *round)
     }
 }
 
-static void answer_round(batch *round, int rv, const tr_err *err)
+/* answer_batch (the queue's answer): acked_seq is the stream's last seq,
+ * committed. A failed round is UNAVAILABLE even when the disk was full
+ * (RESOURCE_EXHAUSTED): the worker keeps the points and sends them again. */
+static void answer_batch(void *arg, tr_rq_item *it, int rv, const tr_err *err)
 {
-    while (round != NULL) {
-        batch *b = round;
-        round = b->next;
-        if (rv == TROUPE_OK && b->gone) {
-            tr_rpc_reply_error(b->call, TROUPE_NOT_FOUND, "job %llu was deleted, and its metrics with it",
-                               (unsigned long long)b->req->from->job_id);
-        } else if (rv == TROUPE_OK) {
-            Troupe__V1__ReportMetricsReply rep = TROUPE__V1__REPORT_METRICS_REPLY__INIT;
-            rep.acked_seq = b->st->last_seq;
-            tr_rpc_reply(b->call, &rep.base);
-        } else {
-            tr_rpc_reply_error(b->call, rv == TROUPE_RESOURCE_EXHAUSTED ? TROUPE_UNAVAILABLE : rv,
-                               "the head could not save these metrics (kept by the worker, sent again): %s",
-                               err->msg);
-        }
-        tr_rpc_call_release(b->call);
-        protobuf_c_message_free_unpacked(&b->req->base, NULL);
-        free(b);
+    const batch *b = batch_of(it);
+
+    (void)arg;
+    if (rv == TROUPE_OK && b->gone) {
+        tr_rpc_reply_error(it->call, TROUPE_NOT_FOUND, "job %llu was deleted, and its metrics with it",
+                           (unsigned long long)req_of(b)->from->job_id);
+    } else if (rv == TROUPE_OK) {
+        Troupe__V1__ReportMetricsReply rep = TROUPE__V1__REPORT_METRICS_REPLY__INIT;
+        rep.acked_seq = b->st->last_seq;
+        tr_rpc_reply(it->call, &rep.base);
+    } else {
+        tr_rpc_reply_error(it->call, rv == TROUPE_RESOURCE_EXHAUSTED ? TROUPE_UNAVAILABLE : rv,
+                           "the head could not save these metrics (kept by the worker, sent again): %s",
+                           err->msg);
     }
 }
 
@@ -563,13 +530,15 @@ static void snap_reap(metrics_svc *s)
     s->n_dead = 0;
 }
 
-static void snap_round(metrics_svc *s, batch *round)
+static void snap_round(metrics_svc *s, tr_rq_item *round)
 {
     uint64_t stored = 0, dropped = 0;
 
     pthread_mutex_lock(&s->lmu);
     snap_reap(s);
-    for (batch *b = round; b != NULL; b = b->next) {
+    for (tr_rq_item *it = round; it != NULL; it = it->next) {
+        const batch *b = batch_of(it);
+        const Troupe__V1__ReportMetricsRequest *req = req_of(b);
         stream *st = b->st;
         snap *sn;
         if (st == NULL) {
@@ -591,8 +560,8 @@ static void snap_round(metrics_svc *s, batch *round)
         }
         sn->stored = st->stored;
         sn->dropped = st->dropped;
-        for (size_t i = 0; i < b->req->n_points; i++) {
-            const Troupe__V1__MetricPoint *p = b->req->points[i];
+        for (size_t i = 0; i < req->n_points; i++) {
+            const Troupe__V1__MetricPoint *p = req->points[i];
             size_t k = 0;
             if (p->seq <= b->before.last_seq) {
                 continue; /* a resend, not stored this round */
@@ -619,7 +588,7 @@ static void snap_round(metrics_svc *s, batch *round)
 }
 
 /* delete_rows deletes the points and streams of jobs in one transaction. */
-static int delete_rows(metrics_svc *s, const uint64_t *ids, size_t n, tr_err *err)
+static int delete_rows(metrics_svc *s, const tr_ids *ids, tr_err *err)
 {
     sqlite3_stmt *pts = NULL, *sts = NULL;
     int rv = db_exec(s, "BEGIN IMMEDIATE;", err);
@@ -629,11 +598,11 @@ static int delete_rows(metrics_svc *s, const uint64_t *ids, size_t n, tr_err *er
          sqlite3_prepare_v2(s->db, "DELETE FROM metric_streams WHERE job = ?1", -1, &sts, NULL) != SQLITE_OK)) {
         rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, sqlite3_errmsg(s->db));
     }
-    for (size_t i = 0; rv == TROUPE_OK && i < n; i++) {
+    for (size_t i = 0; rv == TROUPE_OK && i < ids->n; i++) {
         sqlite3_reset(pts);
         sqlite3_reset(sts);
-        sqlite3_bind_int64(pts, 1, (sqlite3_int64)ids[i]);
-        sqlite3_bind_int64(sts, 1, (sqlite3_int64)ids[i]);
+        sqlite3_bind_int64(pts, 1, (sqlite3_int64)ids->v[i]);
+        sqlite3_bind_int64(sts, 1, (sqlite3_int64)ids->v[i]);
         if (sqlite3_step(pts) != SQLITE_DONE || sqlite3_step(sts) != SQLITE_DONE) {
             rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: delete: %s", s->path, sqlite3_errmsg(s->db));
         }
@@ -650,11 +619,11 @@ static int delete_rows(metrics_svc *s, const uint64_t *ids, size_t n, tr_err *er
 }
 
 /* forget_memory drops the streams, counts and /metrics snapshots of jobs. */
-static void forget_memory(metrics_svc *s, const uint64_t *ids, size_t n)
+static void forget_memory(metrics_svc *s, const tr_ids *ids)
 {
     for (stream **pp = &s->streams; *pp != NULL;) {
         stream *st = *pp;
-        if (ids_has(ids, n, st->job)) {
+        if (tr_ids_has(ids, st->job)) {
             *pp = st->next;
             stream_unfile(s, st);
             free(st);
@@ -664,7 +633,7 @@ static void forget_memory(metrics_svc *s, const uint64_t *ids, size_t n)
     }
     for (job_count **pp = &s->counts; *pp != NULL;) {
         job_count *c = *pp;
-        if (ids_has(ids, n, c->job)) {
+        if (tr_ids_has(ids, c->job)) {
             *pp = c->next;
             free(c);
         } else {
@@ -674,7 +643,7 @@ static void forget_memory(metrics_svc *s, const uint64_t *ids, size_t n)
     pthread_mutex_lock(&s->lmu);
     for (snap **pp = &s->snaps; *pp != NULL;) {
         snap *sn = *pp;
-        if (ids_has(ids, n, sn->job)) {
+        if (tr_ids_has(ids, sn->job)) {
             *pp = sn->next;
             s->n_dead -= sn->dead != 0; /* its streams are gone: nothing points at it */
             free(sn);
@@ -689,124 +658,78 @@ static void forget_memory(metrics_svc *s, const uint64_t *ids, size_t n)
  * and in memory. When the disk delete fails the rows stay until the next
  * start removes them (forget_orphans); nobody can read them meanwhile (the
  * job is gone, so GetMetrics is NOT_FOUND). */
-static void forget_jobs(metrics_svc *s, const uint64_t *ids, size_t n)
+static void forget_jobs(metrics_svc *s, const tr_ids *ids)
 {
     tr_err err;
 
-    for (size_t i = 0; i < n; i++) {
-        if (!ids_has(s->gone, s->n_gone, ids[i])) {
-            ids_push(&s->gone, &s->n_gone, &s->cap_gone, ids[i]); /* out of memory: not remembered */
-        }
+    for (size_t i = 0; i < ids->n; i++) {
+        tr_ids_add(&s->gone, ids->v[i]); /* out of memory: not remembered */
     }
-    if (delete_rows(s, ids, n, &err) != TROUPE_OK) {
-        TR_LOG(TR_LOG_WARNING, "metrics of %zu deleted job%s stay in the store until the next start: %s", n,
-               n == 1 ? "" : "s", err.msg);
+    if (delete_rows(s, ids, &err) != TROUPE_OK) {
+        TR_LOG(TR_LOG_WARNING, "metrics of %zu deleted job%s stay in the store until the next start: %s",
+               ids->n, ids->n == 1 ? "" : "s", err.msg);
     } else {
-        TR_LOG(TR_LOG_INFO, "metrics deleted jobs=%zu first=%llu", n, (unsigned long long)ids[0]);
+        TR_LOG(TR_LOG_INFO, "metrics deleted jobs=%zu first=%llu", ids->n, (unsigned long long)ids->v[0]);
     }
-    forget_memory(s, ids, n);
+    forget_memory(s, ids);
 }
 
-static void *writer_main(void *arg)
+/* commit_round (the queue's write, on its writer thread): the round in one
+ * transaction under dbmu, then what readers see of it (snapshots, retention,
+ * the followers) before the queue answers the batches. The failing state is
+ * logged once on entering and once on leaving, not per round. */
+static int commit_round(void *arg, tr_rq_item *round, tr_err *err)
+{
+    metrics_svc *s = arg;
+    int rv;
+
+    pthread_mutex_lock(&s->dbmu);
+    rv = write_round(s, round, err);
+    atomic_fetch_add(&s->rounds, 1);
+    if (rv == TROUPE_OK) {
+        snap_round(s, round);
+        retain(s, round);
+        if (s->failing) {
+            TR_LOG(TR_LOG_NOTICE, "metrics store writes again: %s", s->path);
+        }
+    } else {
+        atomic_fetch_add(&s->rounds_failed, 1);
+    }
+    if (rv != TROUPE_OK && !s->failing) {
+        TR_LOG(TR_LOG_WARNING, "metrics store cannot write, workers keep their points: %s", err->msg);
+    }
+    s->failing = rv != TROUPE_OK;
+    pthread_mutex_unlock(&s->dbmu);
+    if (rv == TROUPE_OK) {
+        tr_mfollow_committed(s->follow); /* before the acks: a follower sees the points sooner */
+    }
+    return rv;
+}
+
+/* forget_deleted (the queue's deleted): after the round, so a report queued
+ * before the deletion goes too. */
+static void forget_deleted(void *arg, const tr_ids *ids)
 {
     metrics_svc *s = arg;
 
-    pthread_mutex_lock(&s->qmu);
-    for (;;) {
-        batch *round;
-        uint64_t *dels;
-        size_t n_dels;
-        tr_err err;
-        int rv;
-        while (s->head == NULL && s->n_deleting == 0 && !s->stop) {
-            pthread_cond_wait(&s->qcv, &s->qmu);
-        }
-        if (s->head == NULL && s->n_deleting == 0) {
-            break; /* stopping and nothing left */
-        }
-        round = s->head;
-        s->head = NULL;
-        s->tail = &s->head;
-        s->queued_points = 0;
-        atomic_store(&s->queued, 0);
-        s->writing = 1;
-        dels = s->deleting;
-        n_dels = s->n_deleting;
-        s->deleting = NULL;
-        s->n_deleting = s->cap_deleting = 0;
-        pthread_mutex_unlock(&s->qmu);
-
-        if (round == NULL) {
-            goto deletions;
-        }
-        pthread_mutex_lock(&s->dbmu);
-        rv = write_round(s, round, &err);
-        atomic_fetch_add(&s->rounds, 1);
-        if (rv == TROUPE_OK) {
-            snap_round(s, round);
-            retain(s, round);
-            if (s->failing) {
-                TR_LOG(TR_LOG_NOTICE, "metrics store writes again: %s", s->path);
-            }
-        } else {
-            atomic_fetch_add(&s->rounds_failed, 1);
-        }
-        if (rv != TROUPE_OK && !s->failing) {
-            TR_LOG(TR_LOG_WARNING, "metrics store cannot write, workers keep their points: %s", err.msg);
-        }
-        s->failing = rv != TROUPE_OK;
-        pthread_mutex_unlock(&s->dbmu);
-        if (rv == TROUPE_OK) {
-            tr_mfollow_committed(s->follow); /* before the acks: a follower sees the points sooner */
-        }
-        answer_round(round, rv, &err);
-    deletions:
-        if (n_dels > 0) { /* after the round: a report queued before the deletion goes too */
-            pthread_mutex_lock(&s->dbmu);
-            forget_jobs(s, dels, n_dels);
-            pthread_mutex_unlock(&s->dbmu);
-        }
-        free(dels);
-
-        pthread_mutex_lock(&s->qmu);
-        s->writing = 0;
-        pthread_cond_broadcast(&s->qcv);
-    }
-    pthread_mutex_unlock(&s->qmu);
-    return NULL;
+    pthread_mutex_lock(&s->dbmu);
+    forget_jobs(s, ids);
+    pthread_mutex_unlock(&s->dbmu);
 }
 
-/* on_call_expire: a queued report whose caller gave up is forgotten (the
- * worker sends it again); one being written is waited for, because at server
- * stop the call is freed once this returns. */
-static void on_call_expire(tr_rpc_call *call, void *arg)
-{
-    metrics_svc *s = arg;
-    batch *gone = NULL;
-
-    pthread_mutex_lock(&s->qmu);
-    for (batch **pp = &s->head; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->call == call) {
-            gone = *pp;
-            *pp = gone->next;
-            s->queued_points -= gone->req->n_points;
-            atomic_store(&s->queued, s->queued_points);
-            if (s->tail == &gone->next) {
-                s->tail = pp;
-            }
-            break;
-        }
-    }
-    while (gone == NULL && s->writing) {
-        pthread_cond_wait(&s->qcv, &s->qmu);
-    }
-    pthread_mutex_unlock(&s->qmu);
-    if (gone != NULL) {
-        tr_rpc_call_release(gone->call);
-        protobuf_c_message_free_unpacked(&gone->req->base, NULL);
-        free(gone);
-    }
-}
+/* The durable writer (report_queue.h). A worker keeps what is refused or not
+ * answered and sends it again, so a full queue is RESOURCE_EXHAUSTED. */
+static const tr_rq_ops metrics_queue = {
+    .name = "metrics",
+    .item_size = sizeof(batch),
+    .max_weight = MAX_QUEUED_POINTS,
+    .unit = "points",
+    .full_code = TROUPE_RESOURCE_EXHAUSTED,
+    .full_hint = ": the worker keeps its points and sends them again",
+    .write = commit_round,
+    .answer = answer_batch,
+    .deleted = forget_deleted,
+};
 
 /* ---- ReportMetrics ------------------------------------------------------------- */
 
@@ -901,9 +824,8 @@ static int check_worker(tr_head *h, const Troupe__V1__WorkerRef *from, tr_err *e
 static void report_metrics(tr_rpc_call *call, void *user)
 {
     metrics_svc *s = svc_of(user);
-    Troupe__V1__ReportMetricsRequest *req =
-        (Troupe__V1__ReportMetricsRequest *)tr_rpc_unpack(call, &troupe__v1__report_metrics_request__descriptor);
-    batch *b = NULL;
+    Troupe__V1__ReportMetricsRequest *req = (Troupe__V1__ReportMetricsRequest *)tr_rpc_unpack(
+        call, &troupe__v1__report_metrics_request__descriptor);
     tr_err err;
     int rv;
 
@@ -925,34 +847,14 @@ static void report_metrics(tr_rpc_call *call, void *user)
          * step number). */
         tr_health_feed(s->h, req);
     }
-    if (rv == TROUPE_OK && (b = calloc(1, sizeof(*b))) == NULL) {
-        rv = tr_err_set(&err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
-    }
     if (rv == TROUPE_OK) {
-        pthread_mutex_lock(&s->qmu);
-        if (s->queued_points + req->n_points > MAX_QUEUED_POINTS) {
-            rv = tr_err_set(&err, TROUPE_RESOURCE_EXHAUSTED,
-                            "the head's metrics writer is behind (%zu points queued): the worker keeps its points "
-                            "and sends them again", s->queued_points);
-        } else {
-            b->call = call;
-            b->req = req;
-            tr_rpc_defer(call, on_call_expire, s);
-            *s->tail = b;
-            s->tail = &b->next;
-            s->queued_points += req->n_points;
-            atomic_store(&s->queued, s->queued_points);
-            atomic_fetch_add(&s->reports, 1);
-            pthread_cond_broadcast(&s->qcv);
-        }
-        pthread_mutex_unlock(&s->qmu);
+        rv = tr_rq_submit(s->q, call, &req->base, req->n_points, &err); /* OK: req is the queue's */
     }
     if (rv != TROUPE_OK) {
         atomic_fetch_add(&s->refused, 1);
         TR_LOG(TR_LOG_DEBUG, "refused ReportMetrics job=%llu: %s",
                (unsigned long long)(req->from ? req->from->job_id : 0), err.msg);
         tr_rpc_reply_error(call, rv, "%s", err.msg);
-        free(b);
         protobuf_c_message_free_unpacked(&req->base, NULL);
     }
 }
@@ -1247,13 +1149,13 @@ int tr_metrics_ingest_get(tr_head *h, tr_metrics_ingest *out)
     if (s == NULL) {
         return TROUPE_UNAVAILABLE;
     }
-    out->reports = atomic_load(&s->reports);
+    out->reports = tr_rq_submitted(s->q);
     out->refused = atomic_load(&s->refused);
     out->points_stored = atomic_load(&s->stored);
     out->points_dropped = atomic_load(&s->dropped);
     out->rounds = atomic_load(&s->rounds);
     out->rounds_failed = atomic_load(&s->rounds_failed);
-    out->queued_points = atomic_load(&s->queued);
+    out->queued_points = tr_rq_weight(s->q);
     return TROUPE_OK;
 }
 
@@ -1323,52 +1225,49 @@ static void job_deleted(tr_head *h, uint64_t job_id, void *state)
     metrics_svc *s = state;
 
     (void)h;
-    pthread_mutex_lock(&s->qmu);
-    if (ids_push(&s->deleting, &s->n_deleting, &s->cap_deleting, job_id) != 0) {
+    if (tr_rq_delete(s->q, job_id) != 0) {
         TR_LOG(TR_LOG_WARNING, "job=%llu: out of memory; its metrics are deleted at the next start",
                (unsigned long long)job_id);
     }
-    pthread_cond_broadcast(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
 }
 
 /* forget_orphans, at start: metrics of jobs the head no longer has (deleted
  * just before a stop or crash, before the writer got to them) are deleted. */
 static void forget_orphans(metrics_svc *s)
 {
-    uint64_t *ids = NULL;
-    size_t n = 0, cap = 0, keep = 0;
+    tr_ids ids = {0};
+    size_t keep = 0;
 
     for (stream *st = s->streams; st != NULL; st = st->next) {
-        if (!ids_has(ids, n, st->job)) {
-            ids_push(&ids, &n, &cap, st->job);
-        }
+        tr_ids_add(&ids, st->job); /* out of memory: left for a later start */
     }
     for (job_count *c = s->counts; c != NULL; c = c->next) {
-        if (!ids_has(ids, n, c->job)) {
-            ids_push(&ids, &n, &cap, c->job);
-        }
+        tr_ids_add(&ids, c->job);
     }
     pthread_mutex_lock(&s->h->mu);
-    for (size_t i = 0; i < n; i++) {
-        if (tr_jobs_find(s->h, ids[i]) == NULL) {
-            ids[keep++] = ids[i];
+    for (size_t i = 0; i < ids.n; i++) {
+        if (tr_jobs_find(s->h, ids.v[i]) == NULL) {
+            ids.v[keep++] = ids.v[i];
         }
     }
     pthread_mutex_unlock(&s->h->mu);
+    ids.n = keep;
     if (keep > 0) {
         TR_LOG(TR_LOG_NOTICE, "metrics of %zu job%s the head no longer has (deleted before a restart): deleting them",
                keep, keep == 1 ? "" : "s");
         pthread_mutex_lock(&s->dbmu);
-        forget_jobs(s, ids, keep);
+        forget_jobs(s, &ids);
         pthread_mutex_unlock(&s->dbmu);
     }
-    free(ids);
+    tr_ids_fini(&ids);
 }
 
+/* svc_free stops the writer first (its rounds use everything below), then
+ * the follower (its queries use the connection). */
 static void svc_free(metrics_svc *s)
 {
-    tr_mfollow_stop(s->follow); /* its queries use the connection closed below */
+    tr_rq_close(s->q);
+    tr_mfollow_stop(s->follow);
     while (s->snaps != NULL) {
         snap *sn = s->snaps;
         s->snaps = sn->next;
@@ -1387,10 +1286,7 @@ static void svc_free(metrics_svc *s)
         free(c);
     }
     sqlite3_close(s->db);
-    free(s->deleting);
-    free(s->gone);
-    pthread_cond_destroy(&s->qcv);
-    pthread_mutex_destroy(&s->qmu);
+    tr_ids_fini(&s->gone);
     pthread_mutex_destroy(&s->dbmu);
     free(s);
 }
@@ -1404,23 +1300,21 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     s->h = h;
-    s->tail = &s->head;
-    pthread_mutex_init(&s->qmu, NULL);
     pthread_mutex_init(&s->dbmu, NULL);
     pthread_mutex_init(&s->lmu, NULL);
-    pthread_cond_init(&s->qcv, NULL);
     if ((rv = db_open(s, err)) != TROUPE_OK) {
-        svc_free(s);
-        return rv;
+        goto out;
     }
     forget_orphans(s);
     if ((s->follow = tr_mfollow_start(h)) == NULL) {
-        svc_free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the metrics follower");
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the metrics follower");
+        goto out;
     }
-    if (pthread_create(&s->writer, NULL, writer_main, s) != 0) {
+    rv = tr_rq_open(&s->q, &metrics_queue, s, err); /* last: its writer may run at once */
+out:
+    if (rv != TROUPE_OK) {
         svc_free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the metrics writer");
+        return rv;
     }
     *state = s;
     return TROUPE_OK;
@@ -1431,13 +1325,8 @@ static void svc_stop(tr_head *h, void *state)
     metrics_svc *s = state;
 
     (void)h;
-    /* The RPC server stopped: every queued call was answered and forgotten
-     * (on_call_expire), so the writer has nothing left but to end. */
-    pthread_mutex_lock(&s->qmu);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
-    pthread_join(s->writer, NULL);
+    /* The RPC server stopped: every queued call was answered and expired out
+     * of the queue, so the writer has at most deletions left. */
     svc_free(s);
 }
 

@@ -13,18 +13,20 @@
  * worker) and kept twice: in memory, which GetTrace reads, and in their own
  * SQLite file beside metrics.db (STATE_DIR/traces.db), so `troupe trace`
  * still answers after a head restart. The RPC path only checks and queues;
- * this service's writer thread takes the queue in rounds: under h->mu it
+ * the writer thread (report_queue.c, shared with metrics.c) takes the queue
+ * in rounds, and for each this service: under h->mu
  * decides how many spans of each report fit the bounds, then writes the
  * round in one transaction without any lock, then under h->mu adds the same
- * spans to memory, and only then answers the reports (a report is
+ * spans to memory, and only then are the reports answered (a report is
  * acknowledged once its spans are committed; a failed write answers
  * UNAVAILABLE and the worker counts them as dropped). Memory is thus always
  * what the file holds, in the same order, and a start loads the file back.
  * A job's trace goes when its record goes (job_deleted: DeleteJob,
  * retention): memory at once, the rows at the writer's next round, and rows
  * a crash left behind at the next start. Locks: h->mu for the in-memory
- * traces; s->qmu for the queue and the deletions; the connection is the
- * writer's alone (and the start's, before the writer runs). */
+ * traces; the queue's own lock for the queue and the deletions; the
+ * connection is the writer's alone (and the start's, before the writer
+ * runs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@
 
 #include "jobs.h"
 #include "log.h"
+#include "report_queue.h"
 #include "trace.h"
 #include "util.h"
 
@@ -72,16 +75,31 @@ typedef struct jtrace {
     struct jtrace *next;
 } jtrace;
 
-/* item: one ReportTrace with spans (or a dropped count), queued for the writer. */
+/* item: one ReportTrace with spans (or a dropped count), queued for the
+ * writer; the queue allocates and frees it (report_queue.h), the fields
+ * after base are the writer's. */
 typedef struct item {
-    tr_rpc_call *call;
-    Troupe__V1__ReportTraceRequest *req; /* owned */
-    uint64_t job_id;
-    tworker who;   /* the sender as the job knows it (strings owned), filled by the writer */
-    size_t n_keep; /* of req's spans, within the bounds */
-    int gone;      /* the job or the worker went before the round: refused */
-    struct item *next;
+    tr_rq_item base; /* first: the queue's item; base.req is a ReportTraceRequest */
+    tworker who;     /* the sender as the job knows it (strings owned), filled by the writer */
+    size_t n_keep;   /* of req's spans, within the bounds */
+    int gone;        /* the job or the worker went before the round: refused */
 } item;
+
+static item *item_of(tr_rq_item *it)
+{
+    return (item *)it;
+}
+
+static const Troupe__V1__ReportTraceRequest *req_of(const item *it)
+{
+    return (const Troupe__V1__ReportTraceRequest *)it->base.req;
+}
+
+/* job_of: the job the report is about (check_report made sure it names one). */
+static uint64_t job_of(const item *it)
+{
+    return req_of(it)->from->job_id;
+}
 
 typedef struct trace_svc {
     tr_head *h;
@@ -89,14 +107,7 @@ typedef struct trace_svc {
     size_t total;    /* spans kept, all jobs */
     size_t pending;  /* spans of the round being written, all jobs */
 
-    pthread_mutex_t qmu;
-    pthread_cond_t qcv;
-    item *head, **tail;
-    size_t queued;
-    int stop, writing;
-    pthread_t writer;
-    uint64_t *deleting; /* jobs whose rows go at the next round */
-    size_t n_deleting, cap_deleting;
+    tr_rq *q; /* ReportTrace calls waiting for the writer, and deleted jobs */
 
     sqlite3 *db;
     char path[1024];
@@ -335,13 +346,7 @@ static const char schema[] =
 
 static int db_exec(trace_svc *s, const char *sql, tr_err *err)
 {
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rv = tr_err_set(err, TROUPE_UNAVAILABLE, "trace store %s: %s", s->path, msg ? msg : "error");
-        sqlite3_free(msg);
-        return rv;
-    }
-    return TROUPE_OK;
+    return tr_rq_db_exec(s->db, "trace", s->path, sql, err);
 }
 
 static int db_fail(trace_svc *s, tr_err *err)
@@ -352,10 +357,10 @@ static int db_fail(trace_svc *s, tr_err *err)
 /* write_item inserts one report's row and its kept spans. */
 static int write_item(trace_svc *s, sqlite3_stmt *rep, sqlite3_stmt *ins, const item *it, tr_err *err)
 {
-    const Troupe__V1__ReportTraceRequest *req = it->req;
+    const Troupe__V1__ReportTraceRequest *req = req_of(it);
 
     sqlite3_reset(rep);
-    sqlite3_bind_int64(rep, 1, (sqlite3_int64)it->job_id);
+    sqlite3_bind_int64(rep, 1, (sqlite3_int64)job_of(it));
     sqlite3_bind_text(rep, 2, it->who.worker, -1, SQLITE_STATIC);
     sqlite3_bind_text(rep, 3, it->who.group, -1, SQLITE_STATIC);
     sqlite3_bind_text(rep, 4, it->who.node, -1, SQLITE_STATIC);
@@ -373,7 +378,7 @@ static int write_item(trace_svc *s, sqlite3_stmt *rep, sqlite3_stmt *ins, const 
     for (size_t i = 0; i < it->n_keep; i++) {
         const Troupe__V1__TraceSpan *sp = req->spans[i];
         sqlite3_reset(ins);
-        sqlite3_bind_int64(ins, 1, (sqlite3_int64)it->job_id);
+        sqlite3_bind_int64(ins, 1, (sqlite3_int64)job_of(it));
         sqlite3_bind_text(ins, 2, it->who.worker, -1, SQLITE_STATIC);
         sqlite3_bind_int64(ins, 3, it->who.attempt);
         sqlite3_bind_text(ins, 4, sp->name, -1, SQLITE_STATIC);
@@ -390,7 +395,7 @@ static int write_item(trace_svc *s, sqlite3_stmt *rep, sqlite3_stmt *ins, const 
 }
 
 /* write_round writes a round's reports in one transaction (nothing when it fails). */
-static int write_round(trace_svc *s, const item *round, tr_err *err)
+static int write_round(trace_svc *s, tr_rq_item *round, tr_err *err)
 {
     sqlite3_stmt *rep = NULL, *ins = NULL;
     int rv = db_exec(s, "BEGIN", err);
@@ -408,9 +413,9 @@ static int write_round(trace_svc *s, const item *round, tr_err *err)
                            -1, &ins, NULL) != SQLITE_OK) {
         rv = db_fail(s, err);
     }
-    for (const item *it = round; rv == TROUPE_OK && it != NULL; it = it->next) {
-        if (!it->gone) {
-            rv = write_item(s, rep, ins, it, err);
+    for (tr_rq_item *r = round; rv == TROUPE_OK && r != NULL; r = r->next) {
+        if (!item_of(r)->gone) {
+            rv = write_item(s, rep, ins, item_of(r), err);
         }
     }
     sqlite3_finalize(rep);
@@ -425,68 +430,51 @@ static int write_round(trace_svc *s, const item *round, tr_err *err)
     return rv;
 }
 
-/* delete_jobs removes the rows of deleted jobs. */
-static void delete_jobs(trace_svc *s, const uint64_t *ids, size_t n)
+/* delete_jobs removes the rows of deleted jobs in one transaction: the
+ * queue's deleted (after the round taken with them), and the start's, for
+ * what a crash left behind. A failure leaves the rows to the next start. */
+static void delete_jobs(void *arg, const tr_ids *ids)
 {
+    trace_svc *s = arg;
     sqlite3_stmt *q[2] = {NULL, NULL};
     tr_err err;
+    int rv = db_exec(s, "BEGIN", &err);
 
-    if (db_exec(s, "BEGIN", &err) != TROUPE_OK) {
-        goto fail;
+    if (rv != TROUPE_OK) {
+        goto out;
     }
     if (sqlite3_prepare_v2(s->db, "DELETE FROM trace_spans WHERE job = ?", -1, &q[0], NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(s->db, "DELETE FROM trace_reports WHERE job = ?", -1, &q[1], NULL) != SQLITE_OK) {
-        db_fail(s, &err);
-        goto rollback;
+        rv = db_fail(s, &err);
+        goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        for (int k = 0; k < 2; k++) {
-            sqlite3_reset(q[k]);
-            sqlite3_bind_int64(q[k], 1, (sqlite3_int64)ids[i]);
-            if (sqlite3_step(q[k]) != SQLITE_DONE) {
-                db_fail(s, &err);
-                goto rollback;
-            }
+    for (size_t i = 0; i < ids->n * 2; i++) { /* each job: its spans, then its reports */
+        sqlite3_stmt *d = q[i % 2];
+        sqlite3_reset(d);
+        sqlite3_bind_int64(d, 1, (sqlite3_int64)ids->v[i / 2]);
+        if (sqlite3_step(d) != SQLITE_DONE) {
+            rv = db_fail(s, &err);
+            goto out;
         }
     }
     sqlite3_finalize(q[0]);
     sqlite3_finalize(q[1]);
-    if (db_exec(s, "COMMIT", &err) == TROUPE_OK) {
-        return;
-    }
-    goto fail;
-rollback:
+    q[0] = q[1] = NULL;
+    rv = db_exec(s, "COMMIT", &err);
+out:
     sqlite3_finalize(q[0]);
     sqlite3_finalize(q[1]);
-    db_exec(s, "ROLLBACK", &(tr_err){0});
-fail:
-    TR_LOG(TR_LOG_WARNING, "trace store: cannot delete the traces of %zu deleted job%s (the next start does): %s", n,
-           n == 1 ? "" : "s", err.msg);
-}
-
-static int ids_push(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
-{
-    for (size_t i = 0; i < *n; i++) {
-        if ((*v)[i] == id) {
-            return 0;
-        }
+    if (rv != TROUPE_OK) {
+        db_exec(s, "ROLLBACK", &(tr_err){0}); /* none open (BEGIN failed): an error, ignored */
+        TR_LOG(TR_LOG_WARNING,
+               "trace store: cannot delete the traces of %zu deleted job%s (the next start does): %s", ids->n,
+               ids->n == 1 ? "" : "s", err.msg);
     }
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        uint64_t *g = realloc(*v, c * sizeof(*g));
-        if (g == NULL) {
-            return -1;
-        }
-        *v = g;
-        *cap = c;
-    }
-    (*v)[(*n)++] = id;
-    return 0;
 }
 
 /* load_reports rebuilds each worker's entry (identity, latest offset, sums);
- * ids of jobs the head no longer has go to *orphans. Under h->mu. */
-static int load_reports(trace_svc *s, uint64_t **orphans, size_t *n_orphans, size_t *cap, tr_err *err)
+ * ids of jobs the head no longer has go to orphans. Under h->mu. */
+static int load_reports(trace_svc *s, tr_ids *orphans, tr_err *err)
 {
     sqlite3_stmt *q = NULL;
     int rv = TROUPE_OK;
@@ -508,7 +496,7 @@ static int load_reports(trace_svc *s, uint64_t **orphans, size_t *n_orphans, siz
         jtrace *t;
         size_t wi;
         if (tr_jobs_find(s->h, job) == NULL) {
-            rv = ids_push(orphans, n_orphans, cap, job) == 0 ? TROUPE_OK : TROUPE_RESOURCE_EXHAUSTED;
+            rv = tr_ids_add(orphans, job) == 0 ? TROUPE_OK : TROUPE_RESOURCE_EXHAUSTED;
             continue;
         }
         if ((t = trace_of(s, job, 1)) == NULL || (wi = worker_slot(t, &who)) == SIZE_MAX) {
@@ -566,34 +554,28 @@ static int load_spans(trace_svc *s, tr_err *err)
 
 static int db_open(trace_svc *s, tr_err *err)
 {
-    uint64_t *orphans = NULL;
-    size_t n_orphans = 0, cap = 0;
+    tr_ids orphans = {0};
     int rv;
 
     snprintf(s->path, sizeof(s->path), "%s/traces.db", s->h->cfg.state_dir);
-    if (sqlite3_open(s->path, &s->db) != SQLITE_OK) {
-        return tr_err_set(err, TROUPE_UNAVAILABLE, "cannot open %s: %s", s->path,
-                          s->db ? sqlite3_errmsg(s->db) : "out of memory");
-    }
-    sqlite3_busy_timeout(s->db, 5000);
-    if ((rv = db_exec(s, "PRAGMA journal_mode=WAL;", err)) != TROUPE_OK ||
-        (rv = db_exec(s, s->h->cfg.sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", err)) !=
-            TROUPE_OK ||
-        (rv = db_exec(s, schema, err)) != TROUPE_OK) {
+    rv = tr_rq_db_open("trace", s->path, 0, s->h->cfg.sync_full, schema, &s->db, err);
+    if (rv != TROUPE_OK) {
         return rv;
     }
     pthread_mutex_lock(&s->h->mu);
-    rv = load_reports(s, &orphans, &n_orphans, &cap, err);
+    rv = load_reports(s, &orphans, err);
     if (rv == TROUPE_OK) {
         rv = load_spans(s, err);
     }
     pthread_mutex_unlock(&s->h->mu);
-    if (rv == TROUPE_OK && n_orphans > 0) {
-        TR_LOG(TR_LOG_NOTICE, "trace store: traces of %zu job%s the head no longer has (deleted before a restart): "
-               "deleting them", n_orphans, n_orphans == 1 ? "" : "s");
-        delete_jobs(s, orphans, n_orphans);
+    if (rv == TROUPE_OK && orphans.n > 0) {
+        TR_LOG(TR_LOG_NOTICE,
+               "trace store: traces of %zu job%s the head no longer has (deleted before a restart): "
+               "deleting them",
+               orphans.n, orphans.n == 1 ? "" : "s");
+        delete_jobs(s, &orphans);
     }
-    free(orphans);
+    tr_ids_fini(&orphans);
     return rv;
 }
 
@@ -601,21 +583,23 @@ static int db_open(trace_svc *s, tr_err *err)
 
 /* plan (under h->mu): who sent each report, as the job knows it, and how many
  * of its spans fit the bounds (counted as pending until applied). */
-static void plan(trace_svc *s, item *round)
+static void plan(trace_svc *s, tr_rq_item *round)
 {
-    for (item *it = round; it != NULL; it = it->next) {
-        tr_head_job *hj = tr_jobs_find(s->h, it->job_id);
-        const Troupe__V1__WorkerInfo *w = hj != NULL ? worker_find(hj->j, it->req->from->worker) : NULL;
+    for (tr_rq_item *r = round; r != NULL; r = r->next) {
+        item *it = item_of(r);
+        const Troupe__V1__ReportTraceRequest *req = req_of(it);
+        tr_head_job *hj = tr_jobs_find(s->h, job_of(it));
+        const Troupe__V1__WorkerInfo *w = hj != NULL ? worker_find(hj->j, req->from->worker) : NULL;
         jtrace *t;
         size_t room_job, room_all;
-        if (w == NULL || (t = trace_of(s, it->job_id, 1)) == NULL ||
-            identify(hj->j, w, it->req->from->attempt, &it->who) != 0) {
+        if (w == NULL || (t = trace_of(s, job_of(it), 1)) == NULL ||
+            identify(hj->j, w, req->from->attempt, &it->who) != 0) {
             it->gone = 1;
             continue;
         }
         room_job = SPANS_PER_JOB - (t->n + t->pending < SPANS_PER_JOB ? t->n + t->pending : SPANS_PER_JOB);
         room_all = SPANS_TOTAL - (s->total + s->pending < SPANS_TOTAL ? s->total + s->pending : SPANS_TOTAL);
-        it->n_keep = it->req->n_spans;
+        it->n_keep = req->n_spans;
         it->n_keep = it->n_keep < room_job ? it->n_keep : room_job;
         it->n_keep = it->n_keep < room_all ? it->n_keep : room_all;
         t->pending += it->n_keep;
@@ -623,153 +607,105 @@ static void plan(trace_svc *s, item *round)
     }
 }
 
-/* apply (under h->mu): what was committed goes into memory, the same spans
- * in the same order; ok = 0 only ends the pending counts. */
-static void apply(trace_svc *s, item *round, int ok)
+/* apply_one (under h->mu): what was committed of one report goes into
+ * memory, the same spans in the same order; ok = 0 only ends the pending
+ * counts. */
+static void apply_one(trace_svc *s, item *it, int ok)
 {
-    for (item *it = round; it != NULL; it = it->next) {
-        const Troupe__V1__ReportTraceRequest *req = it->req;
-        jtrace *t = it->gone ? NULL : trace_of(s, it->job_id, 0);
-        size_t wi, kept = 0;
-        if (it->gone) {
-            continue;
+    const Troupe__V1__ReportTraceRequest *req = req_of(it);
+    jtrace *t = trace_of(s, job_of(it), 0);
+    size_t wi, kept = 0;
+
+    s->pending -= it->n_keep;
+    if (t == NULL) {
+        return; /* deleted meanwhile: its rows go with the deletion after this round */
+    }
+    t->pending -= it->n_keep;
+    if (!ok || (wi = worker_slot(t, &it->who)) == SIZE_MAX) {
+        return;
+    }
+    for (size_t i = 0; i < it->n_keep; i++) {
+        const Troupe__V1__TraceSpan *sp = req->spans[i];
+        if (!add_span(s, t, wi, sp->name, sp->cat, sp->ts_us + req->offset_us, sp->dur_us, sp->step,
+                      sp->tid)) {
+            break; /* out of memory: the file has them, the next start shows them */
         }
-        s->pending -= it->n_keep;
-        if (t == NULL) {
-            continue; /* deleted meanwhile: its rows go with the deletion after this round */
-        }
-        t->pending -= it->n_keep;
-        if (!ok || (wi = worker_slot(t, &it->who)) == SIZE_MAX) {
-            continue;
-        }
-        for (size_t i = 0; i < it->n_keep; i++) {
-            const Troupe__V1__TraceSpan *sp = req->spans[i];
-            if (!add_span(s, t, wi, sp->name, sp->cat, sp->ts_us + req->offset_us, sp->dur_us, sp->step, sp->tid)) {
-                break; /* out of memory: the file has them, the next start shows them */
-            }
-            kept++;
-        }
-        t->workers[wi].offset_us = req->offset_us;
-        t->workers[wi].rtt_us = req->rtt_us;
-        t->workers[wi].spans += kept;
-        t->workers[wi].dropped_head += req->n_spans - it->n_keep;
-        t->workers[wi].dropped_worker = req->dropped; /* the worker's count is cumulative */
-        if (it->n_keep < req->n_spans) {
-            TR_LOG(TR_LOG_WARNING, "job=%llu trace: %zu spans of %s over the bound (%d per job, %d in all)",
-                   (unsigned long long)it->job_id, req->n_spans - it->n_keep, it->who.worker, SPANS_PER_JOB,
-                   SPANS_TOTAL);
-        }
+        kept++;
+    }
+    t->workers[wi].offset_us = req->offset_us;
+    t->workers[wi].rtt_us = req->rtt_us;
+    t->workers[wi].spans += kept;
+    t->workers[wi].dropped_head += req->n_spans - it->n_keep;
+    t->workers[wi].dropped_worker = req->dropped; /* the worker's count is cumulative */
+    if (it->n_keep < req->n_spans) {
+        TR_LOG(TR_LOG_WARNING, "job=%llu trace: %zu spans of %s over the bound (%d per job, %d in all)",
+               (unsigned long long)job_of(it), req->n_spans - it->n_keep, it->who.worker, SPANS_PER_JOB,
+               SPANS_TOTAL);
     }
 }
 
-static void answer(item *round, int rv, const tr_err *err)
-{
-    while (round != NULL) {
-        item *it = round;
-        round = it->next;
-        if (it->gone) {
-            tr_rpc_reply_error(it->call, TROUPE_NOT_FOUND, "job %llu or its worker %s is gone, and its trace with it",
-                               (unsigned long long)it->job_id, it->req->from->worker);
-        } else if (rv == TROUPE_OK) {
-            Troupe__V1__ReportTraceReply rep = TROUPE__V1__REPORT_TRACE_REPLY__INIT;
-            rep.head_us = wall_us();
-            rep.kept = it->n_keep;
-            tr_rpc_reply(it->call, &rep.base);
-        } else {
-            tr_rpc_reply_error(it->call, TROUPE_UNAVAILABLE, "the head could not save these spans: %s", err->msg);
-        }
-        tr_rpc_call_release(it->call);
-        protobuf_c_message_free_unpacked(&it->req->base, NULL);
-        tworker_clear(&it->who);
-        free(it);
-    }
-}
-
-static void *writer_main(void *arg)
+/* commit_round (the queue's write, on its writer thread): plan under h->mu,
+ * write without a lock, then memory under h->mu, so that memory is what the
+ * file holds by the time the queue answers the reports. */
+static int commit_round(void *arg, tr_rq_item *round, tr_err *err)
 {
     trace_svc *s = arg;
+    int rv;
 
-    pthread_mutex_lock(&s->qmu);
-    for (;;) {
-        item *round;
-        uint64_t *dels;
-        size_t n_dels;
-        tr_err err = {0};
-        int rv = TROUPE_OK;
-        while (s->head == NULL && s->n_deleting == 0 && !s->stop) {
-            pthread_cond_wait(&s->qcv, &s->qmu);
-        }
-        if (s->head == NULL && s->n_deleting == 0) {
-            break; /* stopping and nothing left */
-        }
-        round = s->head;
-        s->head = NULL;
-        s->tail = &s->head;
-        s->queued = 0;
-        s->writing = 1;
-        dels = s->deleting;
-        n_dels = s->n_deleting;
-        s->deleting = NULL;
-        s->n_deleting = s->cap_deleting = 0;
-        pthread_mutex_unlock(&s->qmu);
-
-        if (round != NULL) {
-            pthread_mutex_lock(&s->h->mu);
-            plan(s, round);
-            pthread_mutex_unlock(&s->h->mu);
-            rv = write_round(s, round, &err);
-            if (rv != TROUPE_OK) {
-                TR_LOG(TR_LOG_WARNING, "trace store cannot write, the workers count these spans as dropped: %s",
-                       err.msg);
-            }
-            pthread_mutex_lock(&s->h->mu);
-            apply(s, round, rv == TROUPE_OK);
-            pthread_mutex_unlock(&s->h->mu);
-            answer(round, rv, &err);
-        }
-        if (n_dels > 0) { /* after the round: a report planned before the deletion goes too */
-            delete_jobs(s, dels, n_dels);
-        }
-        free(dels);
-
-        pthread_mutex_lock(&s->qmu);
-        s->writing = 0;
-        pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_lock(&s->h->mu);
+    plan(s, round);
+    pthread_mutex_unlock(&s->h->mu);
+    rv = write_round(s, round, err);
+    if (rv != TROUPE_OK) {
+        TR_LOG(TR_LOG_WARNING, "trace store cannot write, the workers count these spans as dropped: %s",
+               err->msg);
     }
-    pthread_mutex_unlock(&s->qmu);
-    return NULL;
+    pthread_mutex_lock(&s->h->mu);
+    for (tr_rq_item *r = round; r != NULL; r = r->next) {
+        if (!item_of(r)->gone) {
+            apply_one(s, item_of(r), rv == TROUPE_OK);
+        }
+    }
+    pthread_mutex_unlock(&s->h->mu);
+    return rv;
 }
 
-/* on_call_expire: a queued report whose caller gave up is forgotten (the
- * worker counts its spans as dropped); one being written is waited for,
- * because at server stop the call is freed once this returns. */
-static void on_call_expire(tr_rpc_call *call, void *arg)
+/* answer_item (the queue's answer): kept says how many spans the head took;
+ * a failed round is UNAVAILABLE and the worker counts those spans dropped. */
+static void answer_item(void *arg, tr_rq_item *r, int rv, const tr_err *err)
 {
-    trace_svc *s = arg;
-    item *gone = NULL;
+    item *it = item_of(r);
 
-    pthread_mutex_lock(&s->qmu);
-    for (item **pp = &s->head; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->call == call) {
-            gone = *pp;
-            *pp = gone->next;
-            s->queued--;
-            if (s->tail == &gone->next) {
-                s->tail = pp;
-            }
-            break;
-        }
+    (void)arg;
+    if (it->gone) {
+        tr_rpc_reply_error(r->call, TROUPE_NOT_FOUND,
+                           "job %llu or its worker %s is gone, and its trace with it",
+                           (unsigned long long)job_of(it), req_of(it)->from->worker);
+    } else if (rv == TROUPE_OK) {
+        Troupe__V1__ReportTraceReply rep = TROUPE__V1__REPORT_TRACE_REPLY__INIT;
+        rep.head_us = wall_us();
+        rep.kept = it->n_keep;
+        tr_rpc_reply(r->call, &rep.base);
+    } else {
+        tr_rpc_reply_error(r->call, TROUPE_UNAVAILABLE, "the head could not save these spans: %s", err->msg);
     }
-    while (gone == NULL && s->writing) {
-        pthread_cond_wait(&s->qcv, &s->qmu);
-    }
-    pthread_mutex_unlock(&s->qmu);
-    if (gone != NULL) {
-        tr_rpc_call_release(gone->call);
-        protobuf_c_message_free_unpacked(&gone->req->base, NULL);
-        free(gone);
-    }
+    tworker_clear(&it->who);
 }
+
+/* The durable writer (report_queue.h). A refused or unanswered report's
+ * spans are counted dropped by the worker, so a full queue is UNAVAILABLE
+ * and bounded by reports, not spans (SPANS_PER_CALL bounds each). */
+static const tr_rq_ops trace_queue = {
+    .name = "trace",
+    .item_size = sizeof(item),
+    .max_weight = MAX_QUEUED,
+    .unit = "reports",
+    .full_code = TROUPE_UNAVAILABLE,
+    .full_hint = "",
+    .write = commit_round,
+    .answer = answer_item,
+    .deleted = delete_jobs,
+};
 
 /* ---- ReportTrace --------------------------------------------------------------- */
 
@@ -781,7 +717,6 @@ static void report_trace(tr_rpc_call *call, void *user)
         (Troupe__V1__ReportTraceRequest *)tr_rpc_unpack(call, &troupe__v1__report_trace_request__descriptor);
     Troupe__V1__ReportTraceReply rep = TROUPE__V1__REPORT_TRACE_REPLY__INIT;
     const Troupe__V1__WorkerInfo *w = NULL;
-    item *it = NULL;
     tr_err err;
     int rv;
 
@@ -801,31 +736,13 @@ static void report_trace(tr_rpc_call *call, void *user)
         protobuf_c_message_free_unpacked(&req->base, NULL);
         return;
     }
-    if (rv == TROUPE_OK && (it = calloc(1, sizeof(*it))) == NULL) {
-        rv = tr_err_set(&err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
-    }
     if (rv == TROUPE_OK) {
-        pthread_mutex_lock(&s->qmu);
-        if (s->queued >= MAX_QUEUED) {
-            rv = tr_err_set(&err, TROUPE_UNAVAILABLE, "the head's trace writer is behind (%zu reports queued)",
-                            s->queued);
-        } else {
-            it->call = call;
-            it->req = req;
-            it->job_id = req->from->job_id;
-            tr_rpc_defer(call, on_call_expire, s);
-            *s->tail = it;
-            s->tail = &it->next;
-            s->queued++;
-            pthread_cond_broadcast(&s->qcv);
-        }
-        pthread_mutex_unlock(&s->qmu);
+        rv = tr_rq_submit(s->q, call, &req->base, 1, &err); /* OK: req is the queue's */
     }
     if (rv != TROUPE_OK) {
         TR_LOG(TR_LOG_INFO, "refused ReportTrace job=%llu: %s",
                (unsigned long long)(req->from ? req->from->job_id : 0), err.msg);
         tr_rpc_reply_error(call, rv, "%s", err.msg);
-        free(it);
         protobuf_c_message_free_unpacked(&req->base, NULL);
     }
 }
@@ -927,17 +844,17 @@ static const tr_rpc_method trace_methods[] = {
     {NULL, NULL, 0},
 };
 
+/* svc_free stops the writer first: its rounds use the traces and the
+ * connection. */
 static void svc_free(trace_svc *s)
 {
+    tr_rq_close(s->q);
     while (s->jobs != NULL) {
         jtrace *t = s->jobs;
         s->jobs = t->next;
         jtrace_free(s, t);
     }
     sqlite3_close(s->db);
-    free(s->deleting);
-    pthread_cond_destroy(&s->qcv);
-    pthread_mutex_destroy(&s->qmu);
     free(s);
 }
 
@@ -950,16 +867,13 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     s->h = h;
-    s->tail = &s->head;
-    pthread_mutex_init(&s->qmu, NULL);
-    pthread_cond_init(&s->qcv, NULL);
-    if ((rv = db_open(s, err)) != TROUPE_OK) {
+    rv = db_open(s, err);
+    if (rv == TROUPE_OK) {
+        rv = tr_rq_open(&s->q, &trace_queue, s, err); /* after the load: its writer may run at once */
+    }
+    if (rv != TROUPE_OK) {
         svc_free(s);
         return rv;
-    }
-    if (pthread_create(&s->writer, NULL, writer_main, s) != 0) {
-        svc_free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the trace writer");
     }
     *state = s;
     return TROUPE_OK;
@@ -970,13 +884,8 @@ static void svc_stop(tr_head *h, void *state)
     trace_svc *s = state;
 
     (void)h;
-    /* The RPC server stopped: every queued call was answered and forgotten
-     * (on_call_expire), so the writer has at most deletions left. */
-    pthread_mutex_lock(&s->qmu);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
-    pthread_join(s->writer, NULL);
+    /* The RPC server stopped: every queued call was answered and expired out
+     * of the queue, so the writer has at most deletions left. */
     svc_free(s);
 }
 
@@ -988,13 +897,10 @@ static void job_deleted(tr_head *h, uint64_t job_id, void *state)
 
     (void)h;
     forget(s, job_id);
-    pthread_mutex_lock(&s->qmu);
-    if (ids_push(&s->deleting, &s->n_deleting, &s->cap_deleting, job_id) != 0) {
+    if (tr_rq_delete(s->q, job_id) != 0) {
         TR_LOG(TR_LOG_WARNING, "job=%llu: out of memory; its trace leaves %s at the next start",
                (unsigned long long)job_id, s->path);
     }
-    pthread_cond_broadcast(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
 }
 
 const tr_head_service tr_trace_service = {
