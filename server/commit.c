@@ -235,6 +235,20 @@ static void wait_saved(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t 
     }
 }
 
+int tr_head_wait_saved(tr_head *h, uint64_t seq, int64_t ms)
+{
+    int64_t deadline = tr_now_ms() + ms;
+
+    if (h->saved_seq < seq) {
+        tr_head_commit_nudge(h);
+    }
+    while (h->saved_seq < seq && !h->store_failing && !h->commit_stop && tr_now_ms() < deadline) {
+        int64_t left = deadline - tr_now_ms();
+        wait_cv(h, left > 100 ? 100 : left); /* re-check the store, stop and the clock */
+    }
+    return h->saved_seq >= seq;
+}
+
 static void park_waiter(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg, void (*drop)(void *),
                         int resend)
 {

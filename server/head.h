@@ -239,6 +239,12 @@ void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64
  * is answered, fails or expires (fn must not free it). */
 /* tr_head_change_seq: the batch that will carry a change made now. */
 uint64_t tr_head_change_seq(const tr_head *h);
+/* tr_head_wait_saved waits (h->mu held, released while waiting) until the
+ * batch seq is on disk, at most ms, and returns 1 once it is; 0 when the
+ * time ran out, the store cannot write, or the head is stopping. For
+ * threads of the head's own that answer from memory (HTTP), as
+ * tr_head_after_commit is for RPC calls. */
+int tr_head_wait_saved(tr_head *h, uint64_t seq, int64_t ms);
 /* tr_head_commit_nudge asks for a batch even if nothing is marked (so that
  * what waits for saved_seq to move is answered). */
 void tr_head_commit_nudge(tr_head *h);

@@ -6,6 +6,11 @@
  *   GET /api/jobs/ID/metrics?name=loss,tok_s&worker=W&after=ID&last=N&limit=N
  *                                    its metric points (troupe metrics' query)
  *
+ * Jobs are shown only as saved, as ListJobs and GetJob show them: a job whose
+ * latest change is not on disk yet waits for that batch (at most
+ * SAVE_WAIT_MS), and while the store cannot write the answer is 503 naming
+ * the job, so a page never shows a state the head could still lose.
+ *
  * State names are the CLI's (ALIVE, RUNNING, ...). Values that are NaN or
  * infinite are the strings "NaN", "+Inf", "-Inf", as `troupe metrics -o json`.
  * The core is read under h->mu and written to the response buffer (memory)
@@ -20,6 +25,7 @@
 #include "metrics.h"
 
 #define MAX_JOBS_LISTED 500
+#define SAVE_WAIT_MS 2000 /* a batch is written in milliseconds; this is for a slow disk */
 
 /* enum_name: the enum value's name without its prefix ("NODE_ALIVE" -> "ALIVE"). */
 static const char *enum_name(const ProtobufCEnumDescriptor *d, int v, const char *prefix)
@@ -237,11 +243,49 @@ static void job_out(tr_head *h, tr_head_job *hj, FILE *out)
     tr_head_decorate(h, hj, 0);
 }
 
-static void jobs(tr_head *h, FILE *out)
+static void api_error(tr_http_res *res, int status, const char *msg)
 {
-    size_t listed = 0;
+    res->status = status;
+    fputs("{\"error\":", res->body);
+    tr_json_str(res->body, msg);
+    fputs("}\n", res->body);
+}
+
+/* saved_or_refused waits until every job in hj[0..n) is saved; 0 when it
+ * is, else 503 in res naming the first job that is not (under h->mu). */
+static int saved_or_refused(tr_head *h, tr_head_job *const *hj, size_t n, tr_http_res *res)
+{
+    uint64_t seq = 0, unsaved = 0;
+    char msg[1024];
+
+    for (size_t i = 0; i < n; i++) {
+        if (hj[i]->save_seq > seq) {
+            seq = hj[i]->save_seq;
+            unsaved = hj[i]->j->id;
+        }
+    }
+    if (seq <= h->saved_seq || tr_head_wait_saved(h, seq, SAVE_WAIT_MS)) {
+        return 0;
+    }
+    snprintf(msg, sizeof(msg),
+             "job %llu has changes the head could not save yet (state store in %s: %s); retry once the "
+             "store writes",
+             (unsigned long long)unsaved, h->cfg.state_dir, h->store_failing ? h->store_error : "busy");
+    api_error(res, 503, msg);
+    return -1;
+}
+
+static void jobs(tr_head *h, tr_http_res *res)
+{
+    FILE *out = res->body;
+    size_t listed = 0, n;
 
     pthread_mutex_lock(&h->mu);
+    n = h->n_jobs < MAX_JOBS_LISTED ? h->n_jobs : MAX_JOBS_LISTED;
+    if (saved_or_refused(h, h->jobs + (h->n_jobs - n), n, res) != 0) {
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
     fputs("{\"jobs\":[", out);
     for (size_t i = h->n_jobs; i > 0 && listed < MAX_JOBS_LISTED; i--, listed++) {
         fputs(listed ? "," : "", out);
@@ -251,17 +295,24 @@ static void jobs(tr_head *h, FILE *out)
     pthread_mutex_unlock(&h->mu);
 }
 
-static int job(tr_head *h, uint64_t id, FILE *out)
+/* job writes job id, or 404 / 503 in res. */
+static void job(tr_head *h, uint64_t id, tr_http_res *res)
 {
     tr_head_job *hj;
+    char msg[64];
 
     pthread_mutex_lock(&h->mu);
-    if ((hj = tr_jobs_find(h, id)) != NULL) {
-        job_out(h, hj, out);
-        fputc('\n', out);
+    if ((hj = tr_jobs_find(h, id)) == NULL) {
+        snprintf(msg, sizeof(msg), "no job %llu", (unsigned long long)id);
+        api_error(res, 404, msg);
+    } else if (saved_or_refused(h, &hj, 1, res) == 0 && (hj = tr_jobs_find(h, id)) != NULL) {
+        job_out(h, hj, res->body);
+        fputc('\n', res->body);
+    } else if (hj == NULL) { /* deleted while waiting for the disk */
+        snprintf(msg, sizeof(msg), "no job %llu", (unsigned long long)id);
+        api_error(res, 404, msg);
     }
     pthread_mutex_unlock(&h->mu);
-    return hj != NULL;
 }
 
 /* ---- metrics ----------------------------------------------------------------------- */
@@ -339,13 +390,6 @@ static int job_metrics(tr_head *h, uint64_t id, const char *query, FILE *out, tr
 
 /* ---- routing -------------------------------------------------------------------------- */
 
-static void api_error(tr_http_res *res, int status, const char *msg)
-{
-    res->status = status;
-    fputs("{\"error\":", res->body);
-    tr_json_str(res->body, msg);
-    fputs("}\n", res->body);
-}
 
 void tr_http_api(tr_head *h, const tr_http_req *req, tr_http_res *res)
 {
@@ -360,7 +404,7 @@ void tr_http_api(tr_head *h, const tr_http_req *req, tr_http_res *res)
         return;
     }
     if (strcmp(p, "jobs") == 0) {
-        jobs(h, res->body);
+        jobs(h, res);
         return;
     }
     if (strncmp(p, "jobs/", 5) != 0 || (id = strtoull(p + 5, &end, 10)) == 0 || end == p + 5) {
@@ -368,10 +412,7 @@ void tr_http_api(tr_head *h, const tr_http_req *req, tr_http_res *res)
         return;
     }
     if (*end == '\0') {
-        if (!job(h, id, res->body)) {
-            snprintf(err.msg, sizeof(err.msg), "no job %llu", (unsigned long long)id);
-            api_error(res, 404, err.msg);
-        }
+        job(h, id, res);
     } else if (strcmp(end, "/metrics") == 0) {
         int rv = job_metrics(h, id, req->query, res->body, &err);
         if (rv != TROUPE_OK) {
