@@ -282,7 +282,7 @@ static void jobs(tr_head *h, tr_http_res *res)
 
     pthread_mutex_lock(&h->mu);
     n = h->n_jobs < MAX_JOBS_LISTED ? h->n_jobs : MAX_JOBS_LISTED;
-    if (saved_or_refused(h, h->jobs + (h->n_jobs - n), n, res) != 0) {
+    if (n > 0 && saved_or_refused(h, h->jobs + (h->n_jobs - n), n, res) != 0) { /* no jobs: h->jobs may be NULL */
         pthread_mutex_unlock(&h->mu);
         return;
     }
