@@ -64,6 +64,7 @@ typedef struct stream {
     char worker[MAX_NAME];
     uint32_t attempt;
     uint64_t last_seq, stored, dropped, reported, worker_dropped;
+    uint64_t round; /* the last round that wrote its row (s->round), so a round writes it once */
     snap *snap; /* made after its first commit; owned by s->snaps */
     struct stream *next;
     struct stream *hnext; /* in s->sbuckets */
@@ -76,6 +77,8 @@ typedef struct batch {
     stream *st;      /* set by the writer */
     stream before;   /* st as it was, restored when the round fails */
     int gone;        /* its job was deleted: refused, nothing written */
+    uint64_t acked;  /* st->last_seq once the round committed: what the answer says
+                      * (the answerer never reads st, which the writer changes or frees meanwhile) */
 } batch;
 
 static batch *batch_of(tr_rq_item *it)
@@ -106,6 +109,7 @@ typedef struct metrics_svc {
     size_t sbucket_cap, n_streams;
     job_count *counts;
     int failing;
+    uint64_t round; /* rounds written (the writer's, under dbmu) */
 
     /* For /metrics (server/http): under lmu, or atomics. */
     pthread_mutex_t lmu;
@@ -366,28 +370,43 @@ static int insert_points(metrics_svc *s, sqlite3_stmt *ins, batch *b, tr_err *er
     return TROUPE_OK;
 }
 
-static int save_stream(metrics_svc *s, sqlite3_stmt *up, const stream *st, tr_err *err)
+/* save_stream writes st's row: an UPDATE in place (one seek; the INSERT OR
+ * REPLACE it replaces deleted and re-inserted the row and its key, four
+ * b-tree changes per report), and an INSERT only for a stream without one
+ * (up and ins bind the same eight values). */
+static int save_stream(metrics_svc *s, sqlite3_stmt *up, sqlite3_stmt *add, const stream *st, tr_err *err)
 {
-    sqlite3_reset(up);
-    sqlite3_bind_int64(up, 1, (sqlite3_int64)st->job);
-    sqlite3_bind_text(up, 2, st->worker, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(up, 3, st->attempt);
-    sqlite3_bind_int64(up, 4, (sqlite3_int64)st->last_seq);
-    sqlite3_bind_int64(up, 5, (sqlite3_int64)st->stored);
-    sqlite3_bind_int64(up, 6, (sqlite3_int64)st->dropped);
-    sqlite3_bind_int64(up, 7, (sqlite3_int64)st->reported);
-    sqlite3_bind_int64(up, 8, (sqlite3_int64)st->worker_dropped);
-    if (sqlite3_step(up) != SQLITE_DONE) {
-        return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: streams: %s", s->path, sqlite3_errmsg(s->db));
+    sqlite3_stmt *q = up;
+
+    for (int pass = 0; pass < 2; pass++, q = add) {
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, (sqlite3_int64)st->job);
+        sqlite3_bind_text(q, 2, st->worker, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 3, st->attempt);
+        sqlite3_bind_int64(q, 4, (sqlite3_int64)st->last_seq);
+        sqlite3_bind_int64(q, 5, (sqlite3_int64)st->stored);
+        sqlite3_bind_int64(q, 6, (sqlite3_int64)st->dropped);
+        sqlite3_bind_int64(q, 7, (sqlite3_int64)st->reported);
+        sqlite3_bind_int64(q, 8, (sqlite3_int64)st->worker_dropped);
+        if (sqlite3_step(q) != SQLITE_DONE) {
+            return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: streams: %s", s->path,
+                              sqlite3_errmsg(s->db));
+        }
+        if (pass == 0 && sqlite3_changes(s->db) > 0) {
+            break; /* updated */
+        }
     }
     return TROUPE_OK;
 }
 
-/* write_round writes every batch of the round in one transaction. On error
- * the streams are as they were and nothing was written. */
+/* write_round writes every batch of the round in one transaction: the
+ * points of each, then the row of each stream the round touched, once (a
+ * stream has one row; with rounds of several reports per worker, as when the
+ * writer is behind, one per report was work thrown away). On error the
+ * streams are as they were and nothing was written. */
 static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
 {
-    sqlite3_stmt *ins = NULL, *up = NULL;
+    sqlite3_stmt *ins = NULL, *up = NULL, *add = NULL;
     int rv = db_exec(s, "BEGIN IMMEDIATE;", err);
 
     if (rv == TROUPE_OK &&
@@ -395,8 +414,12 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
                             "INSERT INTO metric_points(job, worker, attempt, seq, step, name, value, ts_ms) "
                             "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                             -1, &ins, NULL) != SQLITE_OK ||
-         sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO metric_streams VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", -1,
-                            &up, NULL) != SQLITE_OK)) {
+         sqlite3_prepare_v2(s->db,
+                            "UPDATE metric_streams SET last_seq = ?4, stored = ?5, dropped = ?6, reported = ?7, "
+                            "worker_dropped = ?8 WHERE job = ?1 AND worker = ?2 AND attempt = ?3",
+                            -1, &up, NULL) != SQLITE_OK ||
+         sqlite3_prepare_v2(s->db, "INSERT INTO metric_streams VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", -1, &add,
+                            NULL) != SQLITE_OK)) {
         rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, sqlite3_errmsg(s->db));
     }
     for (tr_rq_item *it = round; rv == TROUPE_OK && it != NULL; it = it->next) {
@@ -411,12 +434,19 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
             break;
         }
         b->before = *b->st;
-        if ((rv = insert_points(s, ins, b, err)) == TROUPE_OK) {
-            rv = save_stream(s, up, b->st, err);
+        rv = insert_points(s, ins, b, err);
+    }
+    s->round++;
+    for (tr_rq_item *it = round; rv == TROUPE_OK && it != NULL; it = it->next) {
+        stream *st = batch_of(it)->st;
+        if (st != NULL && st->round != s->round) { /* undone with the rest when the round fails */
+            st->round = s->round;
+            rv = save_stream(s, up, add, st, err);
         }
     }
     sqlite3_finalize(ins);
     sqlite3_finalize(up);
+    sqlite3_finalize(add);
     if (rv == TROUPE_OK && s->full_if != NULL && access(s->full_if, F_OK) == 0) {
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "metrics store %s: database or disk is full (injected by "
                         "TROUPE_TEST_STORE_FULL_IF)", s->path);
@@ -482,8 +512,8 @@ static void retain(metrics_svc *s, tr_rq_item *round)
     }
 }
 
-/* answer_batch (the queue's answer): acked_seq is the stream's last seq,
- * committed. A failed round is UNAVAILABLE even when the disk was full
+/* answer_batch (the queue's answer, on its answerer thread): acked_seq is
+ * the stream's last seq, committed (b->acked). A failed round is UNAVAILABLE even when the disk was full
  * (RESOURCE_EXHAUSTED): the worker keeps the points and sends them again. */
 static void answer_batch(void *arg, tr_rq_item *it, int rv, const tr_err *err)
 {
@@ -495,7 +525,7 @@ static void answer_batch(void *arg, tr_rq_item *it, int rv, const tr_err *err)
                            (unsigned long long)req_of(b)->from->job_id);
     } else if (rv == TROUPE_OK) {
         Troupe__V1__ReportMetricsReply rep = TROUPE__V1__REPORT_METRICS_REPLY__INIT;
-        rep.acked_seq = b->st->last_seq;
+        rep.acked_seq = b->acked;
         tr_rpc_reply(it->call, &rep.base);
     } else {
         tr_rpc_reply_error(it->call, rv == TROUPE_RESOURCE_EXHAUSTED ? TROUPE_UNAVAILABLE : rv,
@@ -687,6 +717,10 @@ static int commit_round(void *arg, tr_rq_item *round, tr_err *err)
     rv = write_round(s, round, err);
     atomic_fetch_add(&s->rounds, 1);
     if (rv == TROUPE_OK) {
+        for (tr_rq_item *it = round; it != NULL; it = it->next) {
+            batch *b = batch_of(it);
+            b->acked = b->st != NULL ? b->st->last_seq : 0;
+        }
         snap_round(s, round);
         retain(s, round);
         if (s->failing) {

@@ -1,16 +1,24 @@
 /* report_queue.c - the durable writer of the report services (see
  * report_queue.h for the contract).
  *
- * One mutex, q->mu, guards the queue, its weight, the pending deletions and
- * the two flags. The writer holds it only to take everything queued at once
- * (a round) and to say the round is over; the service's callbacks run
- * without it, so an RPC thread queueing a report waits for a list append,
- * never for a transaction. q->writing is what on_expire waits on: an item
- * the writer has taken cannot be forgotten, and the RPC server frees an
- * expired call as soon as on_expire returns (at server stop), so on_expire
- * waits for that round's answers instead. Lock order: h->mu, then q->mu
- * (job_deleted queues under h->mu); the writer never holds q->mu while a
- * callback runs. */
+ * Two threads. The writer takes everything queued at once (a round) and has
+ * the service write it; it then hands the written round to the answerer,
+ * which answers its calls and frees its items while the writer already
+ * writes the next round. Answering a round (a reply frame and a send per
+ * call, then the requests freed) cost as much as writing it under
+ * bench/metrics, so doing both on one thread doubled a report's wait. At most
+ * one written round waits for the answerer: the writer waits for the slot
+ * to be free before it hands the next one over, so what is taken and not yet
+ * answered is bounded by two rounds.
+ *
+ * One mutex, q->mu, guards the queue, its weight, the pending deletions, the
+ * answerer's slot, the round counters and the flags. Neither thread holds it
+ * while a callback runs, so an RPC thread queueing a report waits for a list
+ * append, never for a transaction or for the answers. on_expire waits on the
+ * counters: an item already taken cannot be forgotten (the RPC server frees
+ * an expired call as soon as on_expire returns, at server stop), so it waits
+ * until every round taken so far is answered. Lock order: h->mu, then q->mu
+ * (job_deleted queues under h->mu). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,14 +29,21 @@ struct tr_rq {
     const tr_rq_ops *ops;
     void *arg;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* something queued, stop, or a round answered */
+    pthread_cond_t cv;   /* for the writer: something queued, or stop */
+    pthread_cond_t acv;  /* for the answerer: a round in its slot, or stop */
+    pthread_cond_t dcv;  /* a round answered (the slot is free again) */
     tr_rq_item *head, **tail;
     _Atomic size_t weight;      /* changed under mu; read anywhere (tr_rq_weight) */
     _Atomic uint64_t submitted; /* likewise (tr_rq_submitted) */
     tr_ids deleting;            /* jobs to pass to ops.deleted after the next round */
     int stop;
-    int writing; /* a round is taken and not yet answered */
-    pthread_t writer;
+    uint64_t taken;    /* rounds the writer took */
+    uint64_t answered; /* rounds the answerer finished; taken - answered <= 2 */
+    tr_rq_item *answering; /* the answerer's slot: a written round, or NULL */
+    int ans_rv;            /* its write's status */
+    tr_err ans_err;        /* and error */
+    int ans_stop;          /* the writer ended: the answerer ends once its slot is empty */
+    pthread_t writer, answerer;
 };
 
 /* ---- job id sets --------------------------------------------------------------- */
@@ -79,20 +94,56 @@ static void item_free(tr_rq_item *it)
     free(it);
 }
 
-/* write_and_answer: the round is answered only after write returned, so an
- * OK answer always follows a commit; a failed write answers every call of
- * the round with write's status (the service words it). */
-static void write_and_answer(tr_rq *q, tr_rq_item *round)
+/* answer_round answers every call of a written round with its write's
+ * status (an OK answer always follows the commit: the round was written
+ * before it came here) and frees the items, in order. */
+static void answer_round(tr_rq *q, tr_rq_item *round, int rv, const tr_err *err)
 {
-    tr_err err = {0};
-    int rv = q->ops->write(q->arg, round, &err);
-
     while (round != NULL) {
         tr_rq_item *it = round;
         round = it->next;
-        q->ops->answer(q->arg, it, rv, &err);
+        q->ops->answer(q->arg, it, rv, err);
         item_free(it);
     }
+}
+
+/* wait_slot (q->mu held) waits until the answerer's slot is free. */
+static void wait_slot(tr_rq *q)
+{
+    while (q->answering != NULL) {
+        pthread_cond_wait(&q->dcv, &q->mu);
+    }
+}
+
+static void *answerer_main(void *arg)
+{
+    tr_rq *q = arg;
+
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        tr_rq_item *round;
+        tr_err err;
+        int rv;
+        while (q->answering == NULL && !q->ans_stop) {
+            pthread_cond_wait(&q->acv, &q->mu);
+        }
+        if (q->answering == NULL) {
+            break; /* the writer ended and everything is answered */
+        }
+        round = q->answering;
+        rv = q->ans_rv;
+        err = q->ans_err;
+        pthread_mutex_unlock(&q->mu);
+
+        answer_round(q, round, rv, &err);
+
+        pthread_mutex_lock(&q->mu);
+        q->answering = NULL; /* only now: the writer's next round and on_expire wait for it */
+        q->answered++;
+        pthread_cond_broadcast(&q->dcv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
 }
 
 static void *writer_main(void *arg)
@@ -103,6 +154,8 @@ static void *writer_main(void *arg)
     for (;;) {
         tr_rq_item *round;
         tr_ids dels;
+        tr_err err = {0};
+        int rv = TROUPE_OK;
         while (q->head == NULL && q->deleting.n == 0 && !q->stop) {
             pthread_cond_wait(&q->cv, &q->mu);
         }
@@ -115,21 +168,33 @@ static void *writer_main(void *arg)
         atomic_store(&q->weight, 0);
         dels = q->deleting;
         q->deleting = (tr_ids){0};
-        q->writing = 1;
+        q->taken += round != NULL;
         pthread_mutex_unlock(&q->mu);
 
         if (round != NULL) {
-            write_and_answer(q, round);
+            rv = q->ops->write(q->arg, round, &err);
         }
-        if (dels.n > 0) { /* after the round: a report queued before the deletion goes with it */
-            q->ops->deleted(q->arg, &dels);
-        }
-        tr_ids_fini(&dels);
 
         pthread_mutex_lock(&q->mu);
-        q->writing = 0;
-        pthread_cond_broadcast(&q->cv);
+        if (round != NULL) {
+            wait_slot(q); /* the round before is still being answered: at most one waits */
+            q->answering = round;
+            q->ans_rv = rv;
+            q->ans_err = err;
+            pthread_cond_signal(&q->acv);
+        }
+        if (dels.n > 0) {
+            /* After the round and its answers: a report queued before the
+             * deletion is written and answered before its rows go. */
+            wait_slot(q);
+            pthread_mutex_unlock(&q->mu);
+            q->ops->deleted(q->arg, &dels);
+            pthread_mutex_lock(&q->mu);
+        }
+        tr_ids_fini(&dels);
     }
+    q->ans_stop = 1;
+    pthread_cond_signal(&q->acv);
     pthread_mutex_unlock(&q->mu);
     return NULL;
 }
@@ -142,6 +207,7 @@ static void on_expire(tr_rpc_call *call, void *arg)
 {
     tr_rq *q = arg;
     tr_rq_item *gone = NULL;
+    uint64_t until;
 
     pthread_mutex_lock(&q->mu);
     for (tr_rq_item **pp = &q->head; *pp != NULL; pp = &(*pp)->next) {
@@ -155,8 +221,9 @@ static void on_expire(tr_rpc_call *call, void *arg)
             break;
         }
     }
-    while (gone == NULL && q->writing) {
-        pthread_cond_wait(&q->cv, &q->mu);
+    until = q->taken; /* not queued, so taken: by one of the rounds taken so far */
+    while (gone == NULL && q->answered < until) {
+        pthread_cond_wait(&q->dcv, &q->mu);
     }
     pthread_mutex_unlock(&q->mu);
     if (gone != NULL) {
@@ -275,13 +342,26 @@ int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, void *arg, tr_err *err)
     q->tail = &q->head;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
+    pthread_cond_init(&q->acv, NULL);
+    pthread_cond_init(&q->dcv, NULL);
+    if (pthread_create(&q->answerer, NULL, answerer_main, q) != 0) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the %s writer", ops->name);
+        goto out;
+    }
     if (pthread_create(&q->writer, NULL, writer_main, q) != 0) {
+        pthread_mutex_lock(&q->mu);
+        q->ans_stop = 1;
+        pthread_cond_signal(&q->acv);
+        pthread_mutex_unlock(&q->mu);
+        pthread_join(q->answerer, NULL);
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the %s writer", ops->name);
         goto out;
     }
     *out = q;
 out:
     if (rv != TROUPE_OK) {
+        pthread_cond_destroy(&q->dcv);
+        pthread_cond_destroy(&q->acv);
         pthread_cond_destroy(&q->cv);
         pthread_mutex_destroy(&q->mu);
         free(q);
@@ -299,8 +379,11 @@ void tr_rq_close(tr_rq *q)
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
     pthread_join(q->writer, NULL);
+    pthread_join(q->answerer, NULL); /* ends once the writer's last round is answered */
     /* The writer ended with the queue and the deletions empty. */
     tr_ids_fini(&q->deleting);
+    pthread_cond_destroy(&q->dcv);
+    pthread_cond_destroy(&q->acv);
     pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     free(q);

@@ -2,8 +2,10 @@
  * (ReportMetrics in metrics.c, ReportTrace in trace.c): a bounded queue of
  * deferred report calls and one writer thread that takes the queue in
  * rounds, has the service write each round in one transaction, and only
- * then answers the round's calls. A call is thus acknowledged only once what
- * it carried is durable, and the RPC threads never wait for the disk.
+ * then has the round's calls answered, by a second thread (the answerer), so
+ * that the writer writes the next round while the last one's answers are
+ * sent. A call is thus acknowledged only once what it carried is durable,
+ * and the RPC threads never wait for the disk.
  *
  * The queue also carries job deletions (DeleteJob, retention) to the writer,
  * which hands them to the service after the round it took them with: a
@@ -17,8 +19,9 @@
  *
  * What the service provides is a table, tr_rq_ops: the size of its own entry
  * (which starts with a tr_rq_item), how much fits the queue and how a full
- * queue is refused, and three callbacks run on the writer thread with no
- * queue lock held. Each service keeps its rows in its own SQLite file, opened
+ * queue is refused, and three callbacks run with no queue lock held: write
+ * and deleted on the writer thread, answer on the answerer (possibly while
+ * write runs for the next round: answer reads only its own entry). Each service keeps its rows in its own SQLite file, opened
  * the one way tr_rq_db_open says. */
 #ifndef TR_REPORT_QUEUE_H
 #define TR_REPORT_QUEUE_H
@@ -53,8 +56,8 @@ typedef struct tr_rq tr_rq;
  * (tr_rq_ops.item_size bytes, zeroed) with this as its first member, so
  * the callbacks may cast an item to their own entry type. The service reads
  * these fields and does not change them (write may relink a round if it
- * puts it back as it was); its own fields after them are its to fill on the
- * writer thread. */
+ * puts it back as it was); its own fields after them are its to fill in
+ * write, and what answer reads. */
 typedef struct tr_rq_item {
     tr_rpc_call *call;       /* deferred; answered by ops.answer, released by the queue */
     ProtobufCMessage *req;   /* the unpacked request, owned by the item */
@@ -71,21 +74,25 @@ typedef struct tr_rq_ops {
     const char *full_hint; /* appended to its message (may be ""): what the worker does now */
 
     /* write makes the round (never empty) durable, in one transaction: all
-     * or nothing. It returns TROUPE_OK, or a status with err filled. It may set its own
-     * fields of the items (what to answer); it leaves the round's order and
-     * links as it found them. */
+     * or nothing. It returns TROUPE_OK, or a status with err filled. It sets
+     * its own fields of the items with everything answer needs (answer runs
+     * on another thread, maybe during the next write, so it must not read
+     * the service's state); it leaves the round's order and links as it
+     * found them. */
     int (*write)(void *arg, tr_rq_item *round, tr_err *err);
     /* answer answers it->call (tr_rpc_reply or tr_rpc_reply_error) after
      * write returned rv (err is write's), and frees what write hung on the
      * entry; the queue then releases the call and frees req and the entry.
-     * Called once per item, in order. */
+     * Called once per item, in order, on the answerer thread: from the
+     * item's own entry only. */
     void (*answer)(void *arg, tr_rq_item *it, int rv, const tr_err *err);
     /* deleted removes the rows of deleted jobs (ids: distinct, borrowed for
-     * the call); it runs after the round taken with them. */
+     * the call); it runs after the round taken with them is written and
+     * answered. */
     void (*deleted)(void *arg, const tr_ids *ids);
 } tr_rq_ops;
 
-/* tr_rq_open starts the writer thread for a service: ops (borrowed, must
+/* tr_rq_open starts the writer and answerer threads for a service: ops (borrowed, must
  * outlive the queue, usually a static const table) and arg (passed to every
  * callback). On success *out owns the queue: close it with tr_rq_close.
  * RESOURCE_EXHAUSTED ("cannot start the NAME writer") otherwise; *out is
@@ -93,8 +100,8 @@ typedef struct tr_rq_ops {
  * run as soon as a call is queued), from the service's start. */
 int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, void *arg, tr_err *err);
 
-/* tr_rq_close lets the writer finish what is queued (deletions included),
- * joins it and frees q; NULL is a no-op. Call it after the RPC server
+/* tr_rq_close lets the writer finish what is queued (deletions included)
+ * and the answerer answer it, joins both and frees q; NULL is a no-op. Call it after the RPC server
  * stopped (by then every queued call was answered and has expired out of
  * the queue), from the service's stop, never from a callback. */
 void tr_rq_close(tr_rq *q);

@@ -3,11 +3,13 @@
  *
  * A real RPC server on an ipc:// socket whose one method queues its request
  * (weight = its points) with a tr_rq, and test callbacks that record what
- * the writer does and can hold it inside a write. Each case checks one
- * promise of report_queue.h: no answer before its round was written, the
- * bound and its refusal, a queued call that expires is never written, a
- * failed write answers the whole round with its status, deletions run after
- * the round taken with them and before close returns. Every wait has a
+ * the writer does and can hold it inside a write or the answerer inside an
+ * answer. Each case checks one promise of report_queue.h: no answer before
+ * its round was written, the bound and its refusal, a queued call that
+ * expires is never written, a failed write answers the whole round with its
+ * status, deletions run after the round taken with them is answered and
+ * before close returns, and the writer writes the next round while the last
+ * one is answered but never runs more than one round ahead. Every wait has a
  * deadline (WAIT_MS). */
 #include <pthread.h>
 #include <unistd.h>
@@ -39,6 +41,8 @@ typedef struct fixture {
     pthread_cond_t cv;
     int hold;                    /* write waits while set */
     int in_write;                /* write is running */
+    int hold_answer;             /* answer waits while set */
+    int in_answer;               /* answer is running */
     int fail_writes;             /* write fails while set: UNAVAILABLE "disk gone" */
     int answered_early;          /* answers of an item its round had not written */
     char events[MAX_EVENTS][32]; /* "w3" written report 3, "a3" answered, "d7" deleted job 7 */
@@ -93,7 +97,19 @@ static void test_answer(void *arg, tr_rq_item *it, int rv, const tr_err *err)
 {
     Troupe__V1__ReportMetricsReply rep = TROUPE__V1__REPORT_METRICS_REPLY__INIT;
 
+    struct timespec until;
+    int rc = 0;
+
     (void)arg;
+    tr_abstime_in(&until, WAIT_MS);
+    pthread_mutex_lock(&fx.mu);
+    fx.in_answer = 1;
+    pthread_cond_broadcast(&fx.cv);
+    while (fx.hold_answer && rc == 0) {
+        rc = pthread_cond_timedwait(&fx.cv, &fx.mu, &until); /* the case fails on its own deadline first */
+    }
+    fx.in_answer = 0;
+    pthread_mutex_unlock(&fx.mu);
     if (rv != TROUPE_OK) {
         tr_rpc_reply_error(it->call, rv, "could not save: %s", err->msg);
         return;
@@ -197,21 +213,36 @@ static void set_hold(int hold)
     pthread_mutex_unlock(&fx.mu);
 }
 
-/* wait_in_write waits (at most WAIT_MS) until the writer is inside write. */
-static void wait_in_write(void)
+/* wait_flag waits (at most WAIT_MS) until *flag is set (under fx.mu). */
+static void wait_flag(const int *flag, const char *what)
 {
     struct timespec until;
-    int rc = 0;
+    int rc = 0, set;
 
     tr_abstime_in(&until, WAIT_MS);
     pthread_mutex_lock(&fx.mu);
-    while (!fx.in_write && rc == 0) {
+    while (!*flag && rc == 0) {
         rc = pthread_cond_timedwait(&fx.cv, &fx.mu, &until);
     }
+    set = *flag;
     pthread_mutex_unlock(&fx.mu);
-    if (!fx.in_write) {
-        fail_msg("the writer did not start a round within %d ms", WAIT_MS);
+    if (!set) {
+        fail_msg("not within %d ms: %s", WAIT_MS, what);
     }
+}
+
+/* wait_in_write waits (at most WAIT_MS) until the writer is inside write. */
+static void wait_in_write(void)
+{
+    wait_flag(&fx.in_write, "the writer started a round");
+}
+
+static void set_hold_answer(int hold)
+{
+    pthread_mutex_lock(&fx.mu);
+    fx.hold_answer = hold;
+    pthread_cond_broadcast(&fx.cv);
+    pthread_mutex_unlock(&fx.mu);
 }
 
 /* wait_until polls cond (at most WAIT_MS). */
@@ -249,6 +280,60 @@ static void events_are(const char *want)
     }
     pthread_mutex_unlock(&fx.mu);
     assert_string_equal(got, want);
+}
+
+/* event_at: the index of event ev, or -1. */
+static int event_at(const char *ev)
+{
+    int at = -1;
+
+    pthread_mutex_lock(&fx.mu);
+    for (size_t i = 0; i < fx.n_events && at < 0; i++) {
+        if (strcmp(fx.events[i], ev) == 0) {
+            at = (int)i;
+        }
+    }
+    pthread_mutex_unlock(&fx.mu);
+    return at;
+}
+
+/* events_match: writes and answers run on two threads, so their events
+ * interleave; what is promised is checked: the writes, the answers and the
+ * deletions each in this order (want_*: joined by spaces), every answer
+ * after its own write, every deletion after every answer. */
+static void events_match(const char *want_w, const char *want_a, const char *want_d)
+{
+    char got[3][MAX_EVENTS * 4] = {"", "", ""};
+    size_t off[3] = {0, 0, 0};
+    int last_a = -1, first_d = -1;
+
+    pthread_mutex_lock(&fx.mu);
+    for (size_t i = 0; i < fx.n_events; i++) {
+        const char *ev = fx.events[i];
+        int k = ev[0] == 'w' ? 0 : ev[0] == 'a' ? 1 : 2;
+        off[k] += (size_t)snprintf(got[k] + off[k], sizeof(got[k]) - off[k], "%s%s", off[k] ? " " : "", ev);
+        if (k == 1) {
+            last_a = (int)i;
+        } else if (k == 2 && first_d < 0) {
+            first_d = (int)i;
+        }
+    }
+    pthread_mutex_unlock(&fx.mu);
+    assert_string_equal(got[0], want_w);
+    assert_string_equal(got[1], want_a);
+    assert_string_equal(got[2], want_d);
+    for (const char *a = strchr(got[1], 'a'); a != NULL; a = strchr(a + 1, 'a')) {
+        char w[32], an[32];
+        size_t n = strcspn(a, " ");
+        snprintf(an, sizeof(an), "%.*s", (int)n, a);
+        snprintf(w, sizeof(w), "w%.*s", (int)n - 1, a + 1);
+        if (event_at(w) >= 0 && event_at(an) < event_at(w)) {
+            fail_msg("%s came before %s", an, w);
+        }
+    }
+    if (first_d >= 0 && first_d < last_a) {
+        fail_msg("a deletion came before an answer of the rounds before it");
+    }
 }
 
 /* ---- calls from client threads ------------------------------------------------- */
@@ -330,7 +415,7 @@ static void answer_after_write(void **state)
     set_hold(0);
     expect_ok(&a);
     expect_ok(&b);
-    events_are("w1 a1 w2 a2");
+    events_match("w1 w2", "a1 a2", "");
     assert_int_equal(fx.answered_early, 0);
     assert_int_equal(tr_rq_weight(fx.q), 0);
     assert_int_equal(tr_rq_submitted(fx.q), 2);
@@ -367,7 +452,7 @@ static void bound(void **state)
     expect_ok(&c);
     expect_ok(&e);
     expect_ok(&f);
-    events_are("w1 a1 w2 w3 w5 w6 a2 a3 a5 a6");
+    events_match("w1 w2 w3 w5 w6", "a1 a2 a3 a5 a6", "");
     assert_int_equal(tr_rq_weight(fx.q), 0);
     fx_stop();
 }
@@ -394,7 +479,7 @@ static void expiry(void **state)
     assert_int_equal(a.rv, TROUPE_DEADLINE_EXCEEDED);
     set_hold(0);
     expect_ok(&c);
-    events_are("w1 a1 w3 a3"); /* 2 never written */
+    events_match("w1 w3", "a1 a3", ""); /* 2 never written */
     fx_stop();
 }
 
@@ -450,7 +535,41 @@ static void deletions(void **state)
     assert_int_equal(tr_rq_delete(fx.q, 11), 0);
     tr_rq_close(fx.q); /* runs the deletion of 11 before it returns */
     fx.q = NULL;
-    events_are("w1 a1 w2 a2 d7 d9 d11");
+    events_match("w1 w2", "a1 a2", "d7 d9 d11");
+    fx_stop();
+}
+
+/* The writer writes the next round while the answerer answers the last
+ * one, and runs at most one round ahead: with the answer of 1 held, 2 is
+ * written, 3 is not taken until 1 is answered (2 waits for the answerer). */
+static void pipelined(void **state)
+{
+    client_call a, b, c;
+
+    (void)state;
+    fx_start();
+    set_hold_answer(1);
+    send_call(&a, 1, 1, 20000, 0);
+    wait_flag(&fx.in_answer, "the answerer started on round 1");
+    send_call(&b, 2, 1, 20000, 0);
+    wait_until(weight_is, 0, "round 2 was taken");
+    for (int64_t end = tr_now_ms() + WAIT_MS; event_at("w2") < 0;) {
+        if (tr_now_ms() > end) {
+            fail_msg("round 2 was not written while round 1 was answered");
+        }
+        tr_sleep_ms(5);
+    }
+    send_call(&c, 3, 1, 20000, 0);
+    tr_sleep_ms(200); /* time enough for a wrong third round to show */
+    events_are("w1 w2");
+    assert_int_equal(tr_rq_weight(fx.q), 1); /* 3 waits in the queue */
+    set_hold_answer(0);
+    expect_ok(&a);
+    expect_ok(&b);
+    expect_ok(&c);
+    events_match("w1 w2 w3", "a1 a2 a3", "");
+    assert_true(event_at("w3") > event_at("a1"));
+    assert_int_equal(fx.answered_early, 0);
     fx_stop();
 }
 
@@ -478,7 +597,8 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(answer_after_write), cmocka_unit_test(bound),     cmocka_unit_test(expiry),
-        cmocka_unit_test(failed_round),       cmocka_unit_test(deletions), cmocka_unit_test(ids),
+        cmocka_unit_test(failed_round),       cmocka_unit_test(deletions), cmocka_unit_test(pipelined),
+        cmocka_unit_test(ids),
     };
     return TR_TEST_MAIN("unit.server.report_queue", tests, argc, argv);
 }
