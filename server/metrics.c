@@ -42,6 +42,8 @@
 #define DEFAULT_PAGE 5000
 #define MAX_PAGE 20000
 
+#define ROWS_PER_INSERT 64 /* points per INSERT statement (8 parameters each; SQLite allows 999 at least) */
+
 #define SNAP_NAMES 32 /* newest value kept per worker for this many names (/metrics gauges) */
 
 /* snap: what the HTTP side reads about a stream, copied after each commit
@@ -110,6 +112,9 @@ typedef struct metrics_svc {
     job_count *counts;
     int failing;
     uint64_t round; /* rounds written (the writer's, under dbmu) */
+    /* ins[n]: INSERT of n points in one statement, prepared on first use
+     * and kept (under dbmu; finalized before the connection is closed). */
+    sqlite3_stmt *ins[ROWS_PER_INSERT + 1];
 
     /* For /metrics (server/http): under lmu, or atomics. */
     pthread_mutex_t lmu;
@@ -326,7 +331,66 @@ static int db_open(metrics_svc *s, tr_err *err)
 
 /* ---- the writer ---------------------------------------------------------------- */
 
-static int insert_points(metrics_svc *s, sqlite3_stmt *ins, batch *b, tr_err *err)
+/* row: a point to insert and its stream. */
+typedef struct row {
+    const stream *st;
+    const Troupe__V1__MetricPoint *p;
+} row;
+
+/* insert_rows inserts n (1..ROWS_PER_INSERT) points with one statement,
+ * rows in order, so their ids grow in that order. One statement for many
+ * rows: under bench/metrics a step per point spent a good part of SQLite's
+ * time opening and closing the table's and the index's cursors and
+ * starting the statement, once per point. */
+static int insert_rows(metrics_svc *s, const row *rows, size_t n, tr_err *err)
+{
+    sqlite3_stmt *q = s->ins[n];
+
+    if (q == NULL) {
+        char sql[96 + ROWS_PER_INSERT * 20];
+        size_t off = (size_t)snprintf(sql, sizeof(sql),
+                                      "INSERT INTO metric_points(job, worker, attempt, seq, step, name, value, ts_ms) "
+                                      "VALUES");
+        for (size_t i = 0; i < n; i++) {
+            off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s(?,?,?,?,?,?,?,?)", i ? "," : "");
+        }
+        if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->ins[n], NULL) != SQLITE_OK) {
+            return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: insert: %s", s->path,
+                              sqlite3_errmsg(s->db));
+        }
+        q = s->ins[n];
+    }
+    sqlite3_reset(q);
+    for (size_t i = 0; i < n; i++) {
+        const stream *st = rows[i].st;
+        const Troupe__V1__MetricPoint *p = rows[i].p;
+        int k = (int)i * 8;
+        sqlite3_bind_int64(q, k + 1, (sqlite3_int64)st->job);
+        sqlite3_bind_text(q, k + 2, st->worker, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, k + 3, st->attempt);
+        sqlite3_bind_int64(q, k + 4, (sqlite3_int64)p->seq);
+        sqlite3_bind_int64(q, k + 5, (sqlite3_int64)p->step);
+        sqlite3_bind_text(q, k + 6, p->name, -1, SQLITE_STATIC);
+        if (isnan(p->value)) {
+            sqlite3_bind_null(q, k + 7); /* SQLite has no NaN: NULL is NaN here */
+        } else {
+            sqlite3_bind_double(q, k + 7, p->value);
+        }
+        sqlite3_bind_int64(q, k + 8, p->ts_ms);
+    }
+    if (sqlite3_step(q) != SQLITE_DONE) {
+        int rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: insert: %s", s->path, sqlite3_errmsg(s->db));
+        sqlite3_reset(q);
+        return rv;
+    }
+    sqlite3_reset(q); /* done with the bound strings, which the round frees later */
+    return TROUPE_OK;
+}
+
+/* insert_points adds b's new points (a resend's seq <= last_seq is skipped)
+ * to rows, inserting whenever ROWS_PER_INSERT are there (the caller inserts
+ * the rest at the end of the round), and counts them in b's stream. */
+static int insert_points(metrics_svc *s, batch *b, row *rows, size_t *n, tr_err *err)
 {
     const Troupe__V1__ReportMetricsRequest *req = req_of(b);
     stream *st = b->st;
@@ -336,22 +400,14 @@ static int insert_points(metrics_svc *s, sqlite3_stmt *ins, batch *b, tr_err *er
         if (p->seq <= st->last_seq) {
             continue; /* a resend of what is already on disk */
         }
-        sqlite3_reset(ins);
-        sqlite3_bind_int64(ins, 1, (sqlite3_int64)st->job);
-        sqlite3_bind_text(ins, 2, st->worker, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(ins, 3, st->attempt);
-        sqlite3_bind_int64(ins, 4, (sqlite3_int64)p->seq);
-        sqlite3_bind_int64(ins, 5, (sqlite3_int64)p->step);
-        sqlite3_bind_text(ins, 6, p->name, -1, SQLITE_STATIC);
-        if (isnan(p->value)) {
-            sqlite3_bind_null(ins, 7); /* SQLite has no NaN: NULL is NaN here */
-        } else {
-            sqlite3_bind_double(ins, 7, p->value);
-        }
-        sqlite3_bind_int64(ins, 8, p->ts_ms);
-        if (sqlite3_step(ins) != SQLITE_DONE) {
-            return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: insert: %s", s->path,
-                              sqlite3_errmsg(s->db));
+        rows[*n].st = st;
+        rows[*n].p = p;
+        if (++*n == ROWS_PER_INSERT) {
+            int rv = insert_rows(s, rows, *n, err);
+            *n = 0;
+            if (rv != TROUPE_OK) {
+                return rv;
+            }
         }
         st->dropped += p->seq - st->last_seq - 1;
         st->last_seq = p->seq;
@@ -406,15 +462,13 @@ static int save_stream(metrics_svc *s, sqlite3_stmt *up, sqlite3_stmt *add, cons
  * streams are as they were and nothing was written. */
 static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
 {
-    sqlite3_stmt *ins = NULL, *up = NULL, *add = NULL;
+    sqlite3_stmt *up = NULL, *add = NULL;
+    row rows[ROWS_PER_INSERT];
+    size_t n_rows = 0;
     int rv = db_exec(s, "BEGIN IMMEDIATE;", err);
 
     if (rv == TROUPE_OK &&
         (sqlite3_prepare_v2(s->db,
-                            "INSERT INTO metric_points(job, worker, attempt, seq, step, name, value, ts_ms) "
-                            "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                            -1, &ins, NULL) != SQLITE_OK ||
-         sqlite3_prepare_v2(s->db,
                             "UPDATE metric_streams SET last_seq = ?4, stored = ?5, dropped = ?6, reported = ?7, "
                             "worker_dropped = ?8 WHERE job = ?1 AND worker = ?2 AND attempt = ?3",
                             -1, &up, NULL) != SQLITE_OK ||
@@ -434,7 +488,10 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
             break;
         }
         b->before = *b->st;
-        rv = insert_points(s, ins, b, err);
+        rv = insert_points(s, b, rows, &n_rows, err);
+    }
+    if (rv == TROUPE_OK && n_rows > 0) {
+        rv = insert_rows(s, rows, n_rows, err);
     }
     s->round++;
     for (tr_rq_item *it = round; rv == TROUPE_OK && it != NULL; it = it->next) {
@@ -444,7 +501,6 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
             rv = save_stream(s, up, add, st, err);
         }
     }
-    sqlite3_finalize(ins);
     sqlite3_finalize(up);
     sqlite3_finalize(add);
     if (rv == TROUPE_OK && s->full_if != NULL && access(s->full_if, F_OK) == 0) {
@@ -1318,6 +1374,9 @@ static void svc_free(metrics_svc *s)
         job_count *c = s->counts;
         s->counts = c->next;
         free(c);
+    }
+    for (size_t i = 0; i <= ROWS_PER_INSERT; i++) {
+        sqlite3_finalize(s->ins[i]); /* NULL is a no-op; before the close, which would fail with them */
     }
     sqlite3_close(s->db);
     tr_ids_fini(&s->gone);
