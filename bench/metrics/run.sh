@@ -6,7 +6,7 @@
 #
 # Build first (a Release tree for published figures):
 #   cmake -S . -B build-bench -G Ninja -DTROUPE_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release
-#   cmake --build build-bench --target troupe-head troupe metrics_bench
+#   cmake --build build-bench --target troupe-head troupe-cli metrics_bench
 # WORKERS is a comma list (default 1000), one fresh head per size; SECS of
 # load per size (default 30); NAMES 10 and HZ 10 by default. HEAD_ARGS: more
 # troupe-head flags (e.g. "--sync-full false" to see what the fsyncs cost).
