@@ -28,6 +28,12 @@ static int method_ok(const char *m)
 int tr_envelope_decode_request(const uint8_t *buf, size_t len, ProtobufCMessage **msg, tr_envelope *env,
                                tr_err *err)
 {
+    return tr_envelope_decode_request_in(buf, len, NULL, msg, env, err);
+}
+
+int tr_envelope_decode_request_in(const uint8_t *buf, size_t len, ProtobufCAllocator *alloc, ProtobufCMessage **msg,
+                                  tr_envelope *env, tr_err *err)
+{
     Troupe__V1__Request *req;
 
     *msg = NULL;
@@ -35,12 +41,12 @@ int tr_envelope_decode_request(const uint8_t *buf, size_t len, ProtobufCMessage 
     if (len == 0) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "empty request frame");
     }
-    req = troupe__v1__request__unpack(NULL, len, buf);
+    req = troupe__v1__request__unpack(alloc, len, buf);
     if (req == NULL) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "malformed request envelope (%zu bytes)", len);
     }
     if (!method_ok(req->method)) {
-        troupe__v1__request__free_unpacked(req, NULL);
+        troupe__v1__request__free_unpacked(req, alloc);
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "request envelope has no valid method name");
     }
     env->method = req->method;
@@ -91,4 +97,64 @@ int tr_envelope_encode_reply(uint64_t request_id, int code, const char *message,
     }
     *len = troupe__v1__reply__pack(&rep, *buf);
     return TROUPE_OK;
+}
+
+/* The reply's payload is field 4 (bytes): tag, length, the packed message. */
+#define REPLY_PAYLOAD_TAG ((4u << 3) | 2u)
+
+static size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static size_t varint_put(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+/* reply_head: the Reply without its payload (fields 1-3, in field order, so
+ * that the payload written after them gives the bytes protobuf-c would). */
+static Troupe__V1__Reply reply_head(uint64_t request_id, int code, const char *message)
+{
+    Troupe__V1__Reply rep = TROUPE__V1__REPLY__INIT;
+    rep.request_id = request_id;
+    rep.code = code;
+    rep.message = (char *)(message ? message : "");
+    return rep;
+}
+
+size_t tr_envelope_reply_size(uint64_t request_id, int code, const char *message, size_t payload_len)
+{
+    Troupe__V1__Reply rep = reply_head(request_id, code, message);
+    size_t n = troupe__v1__reply__get_packed_size(&rep);
+
+    if (payload_len > 0) { /* proto3: an empty bytes field is not written */
+        n += 1 + varint_size(payload_len) + payload_len;
+    }
+    return n;
+}
+
+size_t tr_envelope_reply_write(uint8_t *buf, uint64_t request_id, int code, const char *message,
+                               const ProtobufCMessage *payload, size_t payload_len)
+{
+    Troupe__V1__Reply rep = reply_head(request_id, code, message);
+    size_t n = troupe__v1__reply__pack(&rep, buf);
+
+    if (payload != NULL && payload_len > 0) {
+        buf[n++] = REPLY_PAYLOAD_TAG;
+        n += varint_put(buf + n, payload_len);
+        n += protobuf_c_message_pack(payload, buf + n);
+    }
+    return n;
 }

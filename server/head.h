@@ -162,6 +162,13 @@ typedef struct tr_head {
     tr_rpc_server *srv;
     tr_head_node *nodes;
     size_t n_nodes, cap_nodes;
+    /* Nodes by state (index: Troupe__V1__NodeState, 0..4) and the GPUs of
+     * those not gone (DEAD, LEFT), kept as nodes are added and change state
+     * (nodes.c: nodes_count): GetCluster answers without a walk over every
+     * node under h->mu (1.6 ms at 10,000 nodes, 20 times a second in the
+     * bench, while every heartbeat waited for the lock). */
+    uint32_t nodes_by_state[5];
+    uint64_t node_gpus_live;
     int64_t started_ms; /* wall clock; changes on every start (agents notice) */
     struct tr_sched *sched;
     struct tr_head_job **jobs; /* in id order */

@@ -442,8 +442,10 @@ void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeS
 void tr_head_node_sync(tr_rpc_call *call, void *user)
 {
     tr_head *h = user;
-    Troupe__V1__NodeSyncRequest *req =
-        (Troupe__V1__NodeSyncRequest *)tr_rpc_unpack(call, &troupe__v1__node_sync_request__descriptor);
+    /* In the call's scratch memory (tr_rpc_unpack_scratch), gone when this
+     * returns: what is applied is copied (worker messages, log lines). */
+    const Troupe__V1__NodeSyncRequest *req = (const Troupe__V1__NodeSyncRequest *)tr_rpc_unpack_scratch(
+        call, &troupe__v1__node_sync_request__descriptor);
     tr_head_node *hn;
 
     if (req == NULL) {
@@ -455,11 +457,11 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         pthread_mutex_unlock(&h->mu);
         tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is %s; register again",
                            (unsigned long long)req->node_id, hn ? "DEAD or LEFT" : "unknown");
-        goto out;
+        return;
     }
     if (!tr_head_node_allowed(call, hn)) {
         pthread_mutex_unlock(&h->mu);
-        goto out; /* answered */
+        return; /* answered */
     }
     tr_head_node_seen(h, hn, call); /* a sync is as good as a heartbeat */
     if (req->wait_ms == 0) {
@@ -488,6 +490,4 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         reply_set(h, hn, call);
     }
     pthread_mutex_unlock(&h->mu);
-out:
-    protobuf_c_message_free_unpacked(&req->base, NULL);
 }

@@ -19,6 +19,7 @@
 #include "jobs.h"
 #include "log.h"
 #include "names.h"
+#include "sched/sched.h"
 #include "util.h"
 
 #define LIST_NODES_MARGIN (64u * 1024u) /* a ListNodes page: envelope, status, length prefixes */
@@ -97,11 +98,32 @@ int tr_head_node_gone(const Troupe__V1__Node *n)
     return n->state == TROUPE__V1__NODE_STATE__NODE_DEAD || n->state == TROUPE__V1__NODE_STATE__NODE_LEFT;
 }
 
+/* nodes_count adds node n to (sign 1) or takes it from (-1) the counts that
+ * GetCluster reads (head.h: nodes_by_state): every change of a node's state
+ * or record goes through here. GPUs count for ALIVE and SUSPECT nodes, as
+ * GetCluster always counted them; a state outside the enum (an unreadable
+ * record) counts as UNSPECIFIED, which GetCluster shows as dead. */
+static void nodes_count(tr_head *h, const Troupe__V1__Node *n, int sign)
+{
+    unsigned s = (unsigned)n->state < 5 ? (unsigned)n->state : 0;
+    int gpus = n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE || n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT;
+
+    if (sign > 0) {
+        h->nodes_by_state[s]++;
+        h->node_gpus_live += gpus ? n->n_gpus : 0;
+    } else {
+        h->nodes_by_state[s]--;
+        h->node_gpus_live -= gpus ? n->n_gpus : 0;
+    }
+}
+
 void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason)
 {
     int old = (int)hn->n->state;
 
+    nodes_count(h, hn->n, -1);
     hn->n->state = (Troupe__V1__NodeState)state;
+    nodes_count(h, hn->n, 1);
     node_set_reason(hn->n, reason);
     tr_head_dirty_node(h, hn->n->id);
     tr_head_event(h, state_name(state), hn->n->id, 0, reason);
@@ -141,6 +163,7 @@ static int nodes_append(tr_head *h, Troupe__V1__Node *n)
      * and an agent's version from before a restart is always older. */
     h->nodes[h->n_nodes].version = (uint64_t)h->started_ms * 1000u;
     h->n_nodes++;
+    nodes_count(h, n, 1);
     return 0;
 }
 
@@ -198,24 +221,79 @@ static int stats_ok(const Troupe__V1__Node *n, const Troupe__V1__HeartbeatReques
     return 1;
 }
 
-/* stats_take moves a heartbeat's figures into the node record (memory only:
- * a restarted head clears them in recover_one). Out-of-bounds figures are
- * dropped, not refused: a heartbeat is about liveness first. */
-static void stats_take(Troupe__V1__Node *n, Troupe__V1__HeartbeatRequest *r)
+/* stats_shape says whether the node's figures have the shape of this
+ * heartbeat's (as many GPUs, node figures or none, the same source text):
+ * then stats_copy overwrites them in place. */
+static int stats_shape(const Troupe__V1__Node *n, const Troupe__V1__HeartbeatRequest *r)
+{
+    if (n->n_gpu_stats != r->n_gpu_stats || (n->stats != NULL) != (r->stats != NULL)) {
+        return 0;
+    }
+    return r->stats == NULL || strcmp(n->stats->gpu_source, r->stats->gpu_source) == 0;
+}
+
+/* stats_make gives the node figures of this heartbeat's shape (values set by
+ * stats_copy); -1 when out of memory (the node then has none). They are
+ * allocated like an unpacked message's, so the record frees as one. */
+static int stats_make(Troupe__V1__Node *n, const Troupe__V1__HeartbeatRequest *r)
+{
+    stats_clear(n);
+    if (r->n_gpu_stats > 0 && (n->gpu_stats = calloc(r->n_gpu_stats, sizeof(*n->gpu_stats))) == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < r->n_gpu_stats; i++, n->n_gpu_stats++) {
+        if ((n->gpu_stats[i] = malloc(sizeof(*n->gpu_stats[i]))) == NULL) {
+            return -1;
+        }
+        troupe__v1__gpu_stats__init(n->gpu_stats[i]);
+    }
+    if (r->stats != NULL) {
+        if ((n->stats = malloc(sizeof(*n->stats))) == NULL) {
+            return -1;
+        }
+        troupe__v1__node_stats__init(n->stats);
+        if ((n->stats->gpu_source = strdup(r->stats->gpu_source)) == NULL) {
+            n->stats->gpu_source = (char *)protobuf_c_empty_string;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* stats_copy copies a heartbeat's figures into the node record (memory only:
+ * a restarted head clears them in recover_one). From one heartbeat to the
+ * next they keep their shape, so they are overwritten in place: no
+ * allocation per heartbeat (the request itself is in the call's scratch
+ * memory and is gone when the handler returns). Out-of-bounds figures are
+ * dropped, not refused: a heartbeat is about liveness first. Every field of
+ * GpuStats and NodeStats is copied here: a new one in the proto needs a line. */
+static void stats_copy(Troupe__V1__Node *n, const Troupe__V1__HeartbeatRequest *r)
 {
     if (r->stats == NULL && r->n_gpu_stats == 0) {
         return; /* an older agent */
     }
-    stats_clear(n);
-    if (!stats_ok(n, r)) {
+    if (!stats_ok(n, r) || (!stats_shape(n, r) && stats_make(n, r) != 0)) {
+        stats_clear(n);
         return;
     }
-    n->gpu_stats = r->gpu_stats;
-    n->n_gpu_stats = r->n_gpu_stats;
-    n->stats = r->stats;
-    r->gpu_stats = NULL;
-    r->n_gpu_stats = 0;
-    r->stats = NULL;
+    for (size_t i = 0; i < r->n_gpu_stats; i++) {
+        Troupe__V1__GpuStats *d = n->gpu_stats[i];
+        const Troupe__V1__GpuStats *g = r->gpu_stats[i];
+        d->index = g->index;
+        d->ok = g->ok;
+        d->memory_used_bytes = g->memory_used_bytes;
+        d->memory_total_bytes = g->memory_total_bytes;
+        d->utilization_pct = g->utilization_pct;
+        d->temperature_c = g->temperature_c;
+        d->power_mw = g->power_mw;
+    }
+    if (r->stats != NULL) {
+        n->stats->at_ms = r->stats->at_ms;
+        n->stats->load1 = r->stats->load1;
+        n->stats->mem_total_bytes = r->stats->mem_total_bytes;
+        n->stats->mem_available_bytes = r->stats->mem_available_bytes;
+        /* gpu_source: equal, by stats_shape */
+    }
 }
 
 static int recover_one(void *arg, uint64_t id, int state, const uint8_t *data, size_t len)
@@ -260,6 +338,8 @@ void tr_head_nodes_free(tr_head *h)
     free(h->nodes);
     h->nodes = NULL;
     h->n_nodes = h->cap_nodes = 0;
+    memset(h->nodes_by_state, 0, sizeof(h->nodes_by_state));
+    h->node_gpus_live = 0;
 }
 
 /* validate_strings applies the name rules (names.h) to every string an
@@ -464,8 +544,10 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
     tr_head_dirty_node(h, n->id);
     tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);
     if (old != NULL && tmpl.id == old->n->id) {
+        nodes_count(h, old->n, -1);
         troupe__v1__node__free_unpacked(old->n, NULL);
         old->n = n;
+        nodes_count(h, n, 1);
         old->name_hash = tr_head_name_hash(n->name); /* an agent may come back under another --name */
         old->awaiting_register = 0;
         hn = old;
@@ -539,8 +621,10 @@ out:
 void tr_head_heartbeat(tr_rpc_call *call, void *user)
 {
     tr_head *h = user;
-    Troupe__V1__HeartbeatRequest *r =
-        (Troupe__V1__HeartbeatRequest *)tr_rpc_unpack(call, &troupe__v1__heartbeat_request__descriptor);
+    /* In the call's scratch memory (tr_rpc_unpack_scratch): nothing to free,
+     * and stats_copy keeps none of it. */
+    const Troupe__V1__HeartbeatRequest *r = (const Troupe__V1__HeartbeatRequest *)tr_rpc_unpack_scratch(
+        call, &troupe__v1__heartbeat_request__descriptor);
     Troupe__V1__HeartbeatReply rep = TROUPE__V1__HEARTBEAT_REPLY__INIT;
     tr_head_node *hn;
 
@@ -553,15 +637,15 @@ void tr_head_heartbeat(tr_rpc_call *call, void *user)
         pthread_mutex_unlock(&h->mu);
         tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is %s; register again",
                            (unsigned long long)r->node_id, hn ? state_name((int)hn->n->state) : "unknown");
-        goto out;
+        return;
     }
     if (!tr_head_node_allowed(call, hn)) {
         pthread_mutex_unlock(&h->mu);
-        goto out; /* answered */
+        return; /* answered */
     }
     tr_head_node_seen(h, hn, call);
     hn->n->last_seen_ms = tr_wall_ms();
-    stats_take(hn->n, r);
+    stats_copy(hn->n, r);
     /* A node still waiting to re-register after a head restart stays SUSPECT
      * until it does; otherwise a heartbeat clears suspicion. */
     if (hn->n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT && !hn->awaiting_register) {
@@ -572,8 +656,6 @@ void tr_head_heartbeat(tr_rpc_call *call, void *user)
     rep.head_started_ms = h->started_ms;
     rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
     tr_rpc_reply(call, &rep.base);
-out:
-    protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
 /* ListNodes answers a page: nodes in id order (h->nodes is, ids only grow)
@@ -679,17 +761,17 @@ static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited)
         tr_head_after_commit(h, call, cluster_after_save, 0);
         return 0;
     }
-    for (size_t i = 0; i < h->n_nodes; i++) {
-        Troupe__V1__Node *n = h->nodes[i].n;
-        switch (n->state) {
-        case TROUPE__V1__NODE_STATE__NODE_ALIVE: rep.nodes_alive++; break;
-        case TROUPE__V1__NODE_STATE__NODE_SUSPECT: rep.nodes_suspect++; break;
-        case TROUPE__V1__NODE_STATE__NODE_LEFT: rep.nodes_left++; continue;
-        default: rep.nodes_dead++; continue;
-        }
-        rep.gpus_total += (uint32_t)n->n_gpus;
-        rep.gpus_free += tr_jobs_node_free_gpus(h, n->id);
-    }
+    /* Kept as nodes change (nodes_count), not walked: see head.h. */
+    rep.nodes_alive = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_ALIVE];
+    rep.nodes_suspect = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_SUSPECT];
+    rep.nodes_left = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_LEFT];
+    rep.nodes_dead = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_DEAD] +
+                     h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_STATE_UNSPECIFIED];
+    rep.gpus_total = (uint32_t)h->node_gpus_live;
+    /* The scheduler's slot of a node is DEAD exactly when the node is gone
+     * (jobs.c: sched_state), so this is the free GPUs of every node that is
+     * not: what a lookup per ALIVE or SUSPECT node added up. */
+    rep.gpus_free = h->sched != NULL ? (uint32_t)tr_sched_free_gpus_live(h->sched) : 0;
     rep.store_failing = h->store_failing != 0;
     snprintf(store_error, sizeof(store_error), "%s", h->store_failing ? h->store_error : "");
     rep.store_error = store_error;

@@ -249,6 +249,18 @@ int tr_sched_node_get(const tr_sched *s, uint64_t id, tr_sched_node_info *out, t
     return TROUPE_OK;
 }
 
+uint64_t tr_sched_free_gpus_live(const tr_sched *s)
+{
+    uint64_t n = 0;
+
+    for (uint32_t i = 0; i < s->nnodes; i++) {
+        if (s->nodes[i].state != TR_SCHED_DEAD) {
+            n += (uint64_t)__builtin_popcountll(s->live.free[i]);
+        }
+    }
+    return n;
+}
+
 void tr_sched_stats_get(const tr_sched *s, tr_sched_stats *out)
 {
     memset(out, 0, sizeof(*out));

@@ -190,6 +190,10 @@ int tr_sched_node_set_state(tr_sched *s, uint64_t id, int state, tr_err *err);
 /* tr_sched_node_get fills *out (zeroed on entry). Returns TROUPE_OK or TROUPE_NOT_FOUND. */
 int tr_sched_node_get(const tr_sched *s, uint64_t id, tr_sched_node_info *out, tr_err *err);
 
+/* tr_sched_free_gpus_live returns the free GPUs of every node that is not
+ * DEAD: one pass over the slots, without lookups by id. Cannot fail. */
+uint64_t tr_sched_free_gpus_live(const tr_sched *s);
+
 /* tr_sched_stats_get fills *out with totals. Cannot fail. */
 void tr_sched_stats_get(const tr_sched *s, tr_sched_stats *out);
 

@@ -2,6 +2,7 @@
  * (common/envelope.c). Pure functions, no sockets. */
 #include "test_helpers.h"
 
+#include "arena.h"
 #include "rpc.h"
 #include "troupe/v1/troupe.pb-c.h"
 
@@ -257,6 +258,89 @@ static void reply_null_message(void **state)
     free(buf);
 }
 
+/* reply_in_place: the server packs a reply's payload straight into the frame
+ * (tr_envelope_reply_write); the bytes must be those of packing the payload
+ * first and then the envelope, for payloads around the varint length
+ * boundaries (127/128 bytes, 16383/16384), none, and an empty message. */
+static void reply_in_place(void **state)
+{
+    static const size_t sizes[] = {0, 1, 120, 125, 126, 127, 128, 300, 16380, 16381, 16382, 16383, 16384, 70000};
+    static const int codes[] = {TROUPE_OK, TROUPE_NOT_FOUND, -1};
+
+    (void)state;
+    for (size_t k = 0; k < sizeof(codes) / sizeof(codes[0]); k++) {
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            Troupe__V1__PingReply pay = TROUPE__V1__PING_REPLY__INIT;
+            uint8_t *data = malloc(sizes[i] + 1), *want = NULL, *packed, *got;
+            size_t plen, n = 0, size, wrote;
+            tr_err err = {0};
+
+            memset(data, 0x5a, sizes[i] + 1);
+            pay.data.data = data;
+            pay.data.len = sizes[i];
+            plen = troupe__v1__ping_reply__get_packed_size(&pay);
+            packed = malloc(plen + 1);
+            troupe__v1__ping_reply__pack(&pay, packed);
+            TR_ASSERT_OK(tr_envelope_encode_reply(7 + i, codes[k], codes[k] ? "why" : NULL, packed, plen, &want, &n,
+                                                  &err),
+                         &err);
+            size = tr_envelope_reply_size(7 + i, codes[k], codes[k] ? "why" : NULL, plen);
+            assert_int_equal(size, n);
+            got = malloc(size + 1);
+            wrote = tr_envelope_reply_write(got, 7 + i, codes[k], codes[k] ? "why" : NULL, &pay.base, plen);
+            assert_int_equal(wrote, n);
+            assert_memory_equal(got, want, n);
+            free(got);
+            free(want);
+            free(packed);
+            free(data);
+        }
+    }
+    /* No payload message at all: the envelope alone. */
+    {
+        uint8_t *want = NULL, got[64];
+        size_t n = 0;
+        tr_err err = {0};
+        TR_ASSERT_OK(tr_envelope_encode_reply(3, TROUPE_OK, "", NULL, 0, &want, &n, &err), &err);
+        assert_int_equal(tr_envelope_reply_size(3, TROUPE_OK, "", 0), n);
+        assert_int_equal(tr_envelope_reply_write(got, 3, TROUPE_OK, "", NULL, 0), n);
+        assert_memory_equal(got, want, n);
+        free(want);
+    }
+}
+
+/* decode_into_arena: a request decoded through another allocator (the
+ * server's per-call arena) reads the same and is freed with it. */
+static void decode_into_arena(void **state)
+{
+    static const uint8_t payload[] = {0x0a, 0x03, 'a', 'b', 'c'};
+    tr_envelope in = {.method = "troupe.v1.Head/Heartbeat", .request_id = 42, .token = "tr1.n.1.abc",
+                      .payload = payload, .payload_len = sizeof(payload)};
+    tr_envelope out;
+    ProtobufCMessage *msg = NULL;
+    tr_err err = {0};
+    uint8_t *buf = NULL;
+    size_t n = encode(&in, &buf);
+    tr_arena a;
+
+    (void)state;
+    tr_arena_init(&a);
+    TR_ASSERT_OK(tr_envelope_decode_request_in(buf, n, &a.pb, &msg, &out, &err), &err);
+    assert_string_equal(out.method, in.method);
+    assert_string_equal(out.token, in.token);
+    assert_true(out.request_id == 42);
+    assert_memory_equal(out.payload, payload, sizeof(payload));
+    /* Everything it decoded lies in the arena's block. */
+    assert_true((uint8_t *)msg >= a.block && (uint8_t *)msg < a.block + a.cap);
+    assert_true((const uint8_t *)out.token >= a.block && (const uint8_t *)out.token < a.block + a.cap);
+    assert_null(a.big);
+    /* A malformed one fails and leaves nothing behind but the block. */
+    TR_ASSERT_STATUS(tr_envelope_decode_request_in(buf, n - 1, &a.pb, &msg, &out, &err), TROUPE_INVALID_ARGUMENT,
+                     &err);
+    tr_arena_fini(&a);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +355,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(missing_method),
         cmocka_unit_test(reply_roundtrip),
         cmocka_unit_test(reply_null_message),
+        cmocka_unit_test(reply_in_place),
+        cmocka_unit_test(decode_into_arena),
     };
     return TR_TEST_MAIN("unit.common.envelope", tests, argc, argv);
 }

@@ -42,6 +42,7 @@ typedef struct svc {
     int early_not_answered;
     atomic_int flaky_left;
     atomic_int flaky_calls;
+    char scratch_copy[64]; /* what h_scratch_defer copied out of its request */
 } svc;
 
 typedef struct fixture {
@@ -203,6 +204,41 @@ static void h_job(tr_rpc_call *call, void *user)
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
+/* h_scratch echoes a request decoded into the call's scratch memory. */
+static void h_scratch(tr_rpc_call *call, void *user)
+{
+    const Troupe__V1__PingRequest *req =
+        (const Troupe__V1__PingRequest *)tr_rpc_unpack_scratch(call, &troupe__v1__ping_request__descriptor);
+    Troupe__V1__PingReply rep = TROUPE__V1__PING_REPLY__INIT;
+
+    (void)user;
+    if (req == NULL) {
+        return; /* answered INVALID_ARGUMENT */
+    }
+    rep.data = req->data;
+    tr_rpc_reply(call, &rep.base);
+}
+
+/* h_scratch_defer copies its data out of the scratch request (which is gone
+ * once it returns) and defers: the test answers with that copy later. */
+static void h_scratch_defer(tr_rpc_call *call, void *user)
+{
+    svc *s = user;
+    const Troupe__V1__PingRequest *req =
+        (const Troupe__V1__PingRequest *)tr_rpc_unpack_scratch(call, &troupe__v1__ping_request__descriptor);
+
+    if (req == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->scratch_copy, sizeof(s->scratch_copy), "%.*s", (int)req->data.len, (const char *)req->data.data);
+    pthread_mutex_unlock(&s->mu);
+    tr_rpc_defer(call, on_expire, s);
+    enqueue(s, call);
+}
+
+#define M_SCRATCH "test.v1.Svc/Scratch"
+#define M_SCRATCH_DEFER "test.v1.Svc/ScratchDefer"
 #define M_USER "test.v1.Svc/UserOnly"
 #define M_JOB "test.v1.Svc/Job"
 #define M_ADMIN "test.v1.Svc/AdminOnly"
@@ -219,6 +255,8 @@ static const tr_rpc_method methods[] = {
     {M_USER, h_echo, TR_SCOPES_USER},
     {M_JOB, h_job, TR_SCOPES_WORKER_JOB},
     {M_ADMIN, h_echo, 0},
+    {M_SCRATCH, h_scratch, TR_SCOPES_ANY},
+    {M_SCRATCH_DEFER, h_scratch_defer, TR_SCOPES_ANY},
     {NULL, NULL, 0},
 };
 
@@ -608,6 +646,114 @@ static Troupe__V1__Reply *raw_exchange(nng_socket s, const uint8_t *buf, size_t 
     nng_msg_free(m);
     assert_non_null(r);
     return r;
+}
+
+/* raw_frame packs a PingRequest carrying data (len bytes) for method in an
+ * envelope with the given request id; the caller frees *buf. */
+static size_t raw_frame(const char *method, uint64_t id, const uint8_t *data, size_t len, uint8_t **buf)
+{
+    Troupe__V1__PingRequest req = TROUPE__V1__PING_REQUEST__INIT;
+    tr_envelope env = {.method = method, .request_id = id, .timeout_ms = 5000};
+    uint8_t *payload;
+    size_t n = 0;
+    tr_err err = {0};
+
+    req.data.data = (uint8_t *)data;
+    req.data.len = len;
+    payload = malloc(troupe__v1__ping_request__get_packed_size(&req) + 1);
+    env.payload = payload;
+    env.payload_len = troupe__v1__ping_request__pack(&req, payload);
+    TR_ASSERT_OK(tr_envelope_encode_request(&env, buf, &n, &err), &err);
+    free(payload);
+    return n;
+}
+
+/* scratch_requests: requests decoded into a call's scratch memory
+ * (tr_rpc_unpack_scratch), of sizes that fit the block, outgrow it and go
+ * far past what a reset keeps, on the same two contexts in turn: each echo
+ * is its own data under its own request id. A deferred one copies what it
+ * needs before its handler returns and is answered later, with its request
+ * id and method intact (the scratch memory was given back at the return;
+ * ASan reports any later use). */
+static void scratch_requests(void **state)
+{
+    static const size_t sizes[] = {0, 10, 3000, 20000, 200000, 10, 3000, 20000, 64, 0};
+    fixture *f = *state;
+    nng_socket raw;
+    Troupe__V1__Reply *r;
+    Troupe__V1__PingReply *pr;
+    tr_rpc_call *call;
+    nng_msg *m = NULL;
+    uint8_t *buf, *data;
+    size_t n;
+
+    start_server(f, (tr_rpc_server_opts){.contexts = 2});
+    assert_int_equal(nng_req0_open(&raw), 0);
+    assert_int_equal(nng_socket_set_ms(raw, NNG_OPT_RECVTIMEO, 5000), 0);
+    assert_int_equal(nng_dial(raw, f->url, NULL, 0), 0);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        data = malloc(sizes[i] + 1);
+        for (size_t k = 0; k < sizes[i]; k++) {
+            data[k] = (uint8_t)(k * 7 + i);
+        }
+        n = raw_frame(M_SCRATCH, 1000 + i, data, sizes[i], &buf);
+        r = raw_exchange(raw, buf, n);
+        assert_int_equal(r->code, TROUPE_OK);
+        assert_true(r->request_id == 1000 + i);
+        pr = troupe__v1__ping_reply__unpack(NULL, r->payload.len, r->payload.data);
+        assert_non_null(pr);
+        assert_int_equal(pr->data.len, sizes[i]);
+        if (sizes[i] > 0) {
+            assert_memory_equal(pr->data.data, data, sizes[i]);
+        }
+        troupe__v1__ping_reply__free_unpacked(pr, NULL);
+        troupe__v1__reply__free_unpacked(r, NULL);
+        free(buf);
+        free(data);
+    }
+
+    n = raw_frame(M_SCRATCH_DEFER, 4242, (const uint8_t *)"later", 5, &buf);
+    assert_int_equal(nng_msg_alloc(&m, 0), 0);
+    assert_int_equal(nng_msg_append(m, buf, n), 0);
+    assert_int_equal(nng_sendmsg(raw, m, 0), 0);
+    free(buf);
+    wait_queued(&f->s, 1);
+    call = dequeue(&f->s);
+    assert_non_null(call);
+    tr_sleep_ms(50); /* the handler has returned: its scratch memory is gone */
+    assert_string_equal(tr_rpc_call_method(call), M_SCRATCH_DEFER);
+    assert_true(tr_rpc_call_id(call) == 4242);
+    pthread_mutex_lock(&f->s.mu);
+    assert_string_equal(f->s.scratch_copy, "later");
+    pthread_mutex_unlock(&f->s.mu);
+    reply_data(call, "later");
+    tr_rpc_call_release(call);
+    assert_int_equal(nng_recvmsg(raw, &m, 0), 0);
+    r = troupe__v1__reply__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+    nng_msg_free(m);
+    assert_non_null(r);
+    assert_int_equal(r->code, TROUPE_OK);
+    assert_true(r->request_id == 4242);
+    pr = troupe__v1__ping_reply__unpack(NULL, r->payload.len, r->payload.data);
+    assert_non_null(pr);
+    assert_int_equal(pr->data.len, 5);
+    assert_memory_equal(pr->data.data, "later", 5);
+    troupe__v1__ping_reply__free_unpacked(pr, NULL);
+    troupe__v1__reply__free_unpacked(r, NULL);
+
+    /* A malformed payload is refused by the scratch decoder too. */
+    {
+        static const uint8_t bad[] = {0x0a, 0x09, 'x'}; /* data says 9 bytes, has 1 */
+        tr_envelope env = {.method = M_SCRATCH, .request_id = 9, .payload = bad, .payload_len = sizeof(bad)};
+        tr_err err = {0};
+        TR_ASSERT_OK(tr_envelope_encode_request(&env, &buf, &n, &err), &err);
+        r = raw_exchange(raw, buf, n);
+        assert_int_equal(r->code, TROUPE_INVALID_ARGUMENT);
+        TR_ASSERT_CONTAINS(r->message, "malformed");
+        troupe__v1__reply__free_unpacked(r, NULL);
+        free(buf);
+    }
+    nng_close(raw);
 }
 
 static void garbage_envelope(void **state)
@@ -1260,6 +1406,7 @@ int main(int argc, char **argv)
         T(wait_for_server),
         T(listen_in_use),
         T(stats),
+        T(scratch_requests),
     };
 #undef T
     return TR_TEST_MAIN("unit.common.rpc", tests, argc, argv);
