@@ -208,8 +208,13 @@ job_reason() { cli -o json job "$1" | jqr .reason; }
 has_reason() { [ "$(job_reason "$1")" = "$2" ]; }
 is_job_state() { [ "$(job_state "$1")" = "$2" ]; }
 # start_cluster: head + three agents of 4, 8 and 16 simulated GPUs.
+# Node liveness is not what its users test (the liveness tests start their own
+# head with a 1 s window): a DEAD window of 5 s (lease 3.75 s) rides out the
+# CPU stalls of a loaded CI machine. With 1 s, a second of headless Chromium
+# in the next test starved the head and all three agents were declared DEAD
+# (integration.http.prometheus); suite after suite had added --dead-after 50.
 start_cluster() {
-    start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 "$@"
+    start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 "$@"
     start_node na 4xH100:80GB --labels gpu=H100 --stop-grace-ms 1000
     start_node nb 8xH200:141GB --labels gpu=H200 --stop-grace-ms 1000
     start_node nc 16xH200:141GB --labels gpu=H200 --stop-grace-ms 1000

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The generation group outlives a restart of the policy group: policy (2
-# ranks, checkpoint every 10 steps, refit every 10, 60 steps) loses rank 1 to
-# SIGKILL after step 25; with max_restarts 1 the policy group restarts from
+# ranks, checkpoint every 10 steps, refit every 10, 200 steps) loses rank 1 to
+# SIGKILL after step 25 (200, not 60: a fast run finished all 60 steps before
+# the poll saw step 25, and there was no restart to test); with max_restarts 1 the policy group restarts from
 # its checkpoint in a new epoch, the generation worker's refit communicator
 # fails (a rank went away), it waits for the communicator's next epoch and
 # joins it, and takes the restarted policy's refits to the end: the job
-# SUCCEEDS with 1 restart, the generation worker's last refit (step 60,
+# SUCCEEDS with 1 restart, the generation worker's last refit (step 200,
 # final) holds exactly the restarted rank 0's weights, and its val_loss
 # equals the policy's.
 source "$(dirname "$0")/../lib.sh"
@@ -17,7 +18,7 @@ cat >"$T/train.yaml" <<YAML
 seed: 3
 device: cpu
 model: {layers: 2, width: 32, heads: 2, seq_len: 16}
-train: {steps: 60, micro_batch: 2, warmup_steps: 3}
+train: {steps: 200, micro_batch: 2, warmup_steps: 3}
 data: {path: $T/data.tok, val_fraction: 0.1}
 eval: {every: 10, batches: 2}
 checkpoint: {dir: $T/ckpt, every: 10}
@@ -43,17 +44,17 @@ logs, job, metrics = sys.argv[1], sys.argv[2], sys.argv[3]
 def last(worker):
     found = None
     for line in open(logs):
-        if line.startswith("[job%s-%s]" % (job, worker)) and "refit step=60 " in line:
+        if line.startswith("[job%s-%s]" % (job, worker)) and "refit step=200 " in line:
             found = dict(re.findall(r"(\w+)=(\S+)", line[line.index("refit step="):]))
     return found
 p, g = last("policy-0"), last("generation-0")
 if p is None or g is None:
-    sys.exit("no step-60 refit line: policy %s generation %s" % (p, g))
+    sys.exit("no step-200 refit line: policy %s generation %s" % (p, g))
 if p["params_fnv1a"] != g["params_fnv1a"] or g["final"] != "1":
-    sys.exit("step 60: generation %s, policy %s" % (g, p))
-val = [json.loads(l)["val_loss"] for l in open(metrics) if json.loads(l)["step"] == 60 and json.loads(l).get("val_loss") is not None]
+    sys.exit("step 200: generation %s, policy %s" % (g, p))
+val = [json.loads(l)["val_loss"] for l in open(metrics) if json.loads(l)["step"] == 200 and json.loads(l).get("val_loss") is not None]
 if not val or abs(float(g["val_loss"]) - val[-1]) > 1e-5 * abs(val[-1]):
-    sys.exit("step 60: generation val_loss %s, policy %s" % (g["val_loss"], val))
+    sys.exit("step 200: generation val_loss %s, policy %s" % (g["val_loss"], val))
 print("final refit after the restart: hash %s, val_loss %s (policy %.9g)" % (g["params_fnv1a"], g["val_loss"], val[-1]))
 PY
 pass "policy restarted once; the generation worker rejoined and took the final refit bit for bit"
