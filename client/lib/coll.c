@@ -869,18 +869,6 @@ void tr_coll_close(troupe_coll *c)
     release(c);
 }
 
-void tr_coll_abandon(troupe_coll *c)
-{
-    if (c->opened_left) {
-        nng_close(c->left);
-        c->opened_left = 0;
-    }
-    if (c->opened_right) {
-        nng_close(c->right);
-        c->opened_right = 0;
-    }
-}
-
 void tr_coll_set_owner(troupe_coll *c, troupe_worker_ctx *w)
 {
     c->owner = w;

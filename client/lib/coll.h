@@ -29,10 +29,6 @@ int tr_coll_allreduce(troupe_coll *c, void *buf, size_t count, troupe_dtype dtyp
 int tr_coll_broadcast(troupe_coll *c, void *buf, size_t bytes, uint32_t root, tr_err *e);
 int tr_coll_barrier(troupe_coll *c, tr_err *e);
 
-/* tr_coll_abandon closes the sockets without a goodbye, as a process that
- * dies does (for tests); close still frees. */
-void tr_coll_abandon(troupe_coll *c);
-
 /* tr_coll_set_owner / tr_coll_owner: the worker handle the collective was
  * opened from (worker_coll.c reports failures through it); NULL in unit
  * tests that run the transport without a head. */
