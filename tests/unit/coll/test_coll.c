@@ -7,6 +7,7 @@
  * asserts are for the main thread); the main thread checks. */
 #include "test_helpers.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -82,32 +83,6 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-/* run_world runs body on n ranks and waits for all of them. */
-static void run_world(world *wd, uint32_t n, uint32_t timeout_ms, body_fn body)
-{
-    pthread_t th[MAX_RANKS];
-    rank_arg args[MAX_RANKS];
-
-    wd->n = n;
-    wd->timeout_ms = timeout_ms;
-    wd->body = body;
-    memset(wd->res, 0, sizeof(wd->res));
-    tr_test_tmpdir(wd->dir, sizeof(wd->dir), "coll");
-    for (uint32_t i = 0; i < n; i++) {
-        args[i] = (rank_arg){wd, i};
-        assert_int_equal(pthread_create(&th[i], NULL, rank_main, &args[i]), 0);
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        pthread_join(th[i], NULL);
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        char p[300];
-        snprintf(p, sizeof(p), "%s/r%u.sock", wd->dir, i);
-        unlink(p);
-    }
-    rmdir(wd->dir);
-}
-
 /* A rank that dies is a process of its own (this program, argv[1] == CHILD):
  * it joins the ring, says so on stdout and waits to be SIGKILLed, so its
  * connections drop as a dead process's do, by the kernel. A thread could
@@ -136,7 +111,10 @@ static int child_main(char **argv)
 }
 
 /* run_world_dying runs body on every rank of n but `dying`, which joins the
- * ring in a child process and is SIGKILLed as soon as it has joined. */
+ * ring in a child process and is SIGKILLed as soon as it has joined (at
+ * most CHILD_JOIN_MS); dying >= n: no such rank, every rank a thread. */
+#define CHILD_JOIN_MS 30000
+
 static void run_world_dying(world *wd, uint32_t n, uint32_t timeout_ms, body_fn body, uint32_t dying,
                             const char *self)
 {
@@ -146,8 +124,9 @@ static void run_world_dying(world *wd, uint32_t n, uint32_t timeout_ms, body_fn 
     char rank_s[16], n_s[16], t_s[16], ready = 0;
     char *argv[] = {(char *)self, CHILD, wd->dir, rank_s, n_s, t_s, NULL};
     posix_spawn_file_actions_t fa;
-    int fds[2], status = 0;
-    pid_t pid;
+    int fds[2] = {-1, -1}, status = 0;
+    struct pollfd pfd;
+    pid_t pid = 0;
 
     wd->n = n;
     wd->timeout_ms = timeout_ms;
@@ -157,26 +136,31 @@ static void run_world_dying(world *wd, uint32_t n, uint32_t timeout_ms, body_fn 
     snprintf(rank_s, sizeof(rank_s), "%u", dying);
     snprintf(n_s, sizeof(n_s), "%u", n);
     snprintf(t_s, sizeof(t_s), "%u", timeout_ms);
-    assert_int_equal(pipe(fds), 0);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    assert_int_equal(posix_spawn(&pid, self, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
+    if (dying < n) {
+        assert_int_equal(pipe(fds), 0);
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+        posix_spawn_file_actions_addclose(&fa, fds[0]);
+        assert_int_equal(posix_spawn(&pid, self, &fa, NULL, argv, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+        close(fds[1]);
+    }
     child_wd = *wd;
     child_wd.body = NULL;
     for (uint32_t i = 0; i < n; i++) {
         args[i] = (rank_arg){i == dying ? &child_wd : wd, i};
         assert_int_equal(pthread_create(&th[i], NULL, rank_main, &args[i]), 0);
     }
-    /* joined once it wrote; EOF first means it failed (its stderr says why) */
-    if (read(fds[0], &ready, 1) != 1) {
-        ready = 0;
+    if (dying < n) {
+        /* joined once it wrote; EOF first means it failed (its stderr says why) */
+        pfd = (struct pollfd){.fd = fds[0], .events = POLLIN};
+        if (poll(&pfd, 1, CHILD_JOIN_MS) != 1 || read(fds[0], &ready, 1) != 1) {
+            ready = 0;
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        close(fds[0]);
     }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    close(fds[0]);
     for (uint32_t i = 0; i < n; i++) {
         pthread_join(th[i], NULL);
     }
@@ -186,9 +170,15 @@ static void run_world_dying(world *wd, uint32_t n, uint32_t timeout_ms, body_fn 
         unlink(p);
     }
     rmdir(wd->dir);
-    if (ready != 'r') {
-        fail_msg("the dying rank %u never joined the ring", dying);
+    if (dying < n && ready != 'r') {
+        fail_msg("the dying rank %u (a child process) did not join the ring within %d ms", dying, CHILD_JOIN_MS);
     }
+}
+
+/* run_world runs body on n ranks, each a thread, and waits for all of them. */
+static void run_world(world *wd, uint32_t n, uint32_t timeout_ms, body_fn body)
+{
+    run_world_dying(wd, n, timeout_ms, body, UINT32_MAX, NULL);
 }
 
 static void assert_all_ok(world *wd)
