@@ -31,6 +31,10 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"lease_ms", TR_CFG_INT, F(lease_ms), "0", 0, 6000000, 0,
      "agents kill their workers after this long without an answered heartbeat; at least 400 ms below the "
      "DEAD timeout (heartbeat_ms x dead_after); 0 = that timeout less a quarter (at least 2 heartbeats, 400 ms)"},
+    {"max_heartbeats_per_s", TR_CFG_INT, F(max_heartbeats_per_s), "10000", 0, 100000000, 0,
+     "heartbeats a second the head asks of all agents together: beyond heartbeat_ms x this many agents the "
+     "period told grows (at most to a quarter of the DEAD timeout and a third of the lease, which do not "
+     "change); 0 = always heartbeat_ms"},
     {"disconnect_ms", TR_CFG_INT, F(disconnect_ms), "1000", 0, 600000, 0,
      "an agent whose connection closed (its process died) and that did not reconnect within this is DEAD"},
     {"max_frame_bytes", TR_CFG_INT, F(max_frame_bytes), "4194304", 1024, 1073741824, 0,
@@ -329,6 +333,7 @@ int tr_head_start(tr_head *h, tr_err *err)
     h->live.dead_after = h->cfg.dead_after;
     h->live.lease_ms = h->cfg.lease_ms;
     h->live.disconnect_ms = h->cfg.disconnect_ms;
+    h->live.max_beats_per_s = h->cfg.max_heartbeats_per_s;
     if ((rv = tr_head_check_liveness(&h->cfg, err)) != TROUPE_OK) {
         return rv;
     }
@@ -398,10 +403,11 @@ int tr_head_start(tr_head *h, tr_err *err)
     }
     TR_LOG(TR_LOG_NOTICE,
            "troupe-head %s listening url=%s state_dir=%s auth=%s heartbeat_ms=%lld dead_ms=%lld lease_ms=%lld "
-           "disconnect_ms=%lld",
+           "disconnect_ms=%lld max_heartbeats_per_s=%lld",
            TROUPE_VERSION, h->cfg.listen, h->cfg.state_dir, (h->cfg.token && h->cfg.token[0]) ? "token" : "none",
            (long long)h->cfg.heartbeat_ms, (long long)(h->cfg.heartbeat_ms * h->cfg.dead_after),
-           (long long)tr_liveness_lease_ms(&h->live), (long long)h->cfg.disconnect_ms);
+           (long long)tr_liveness_lease_ms(&h->live), (long long)h->cfg.disconnect_ms,
+           (long long)h->cfg.max_heartbeats_per_s);
     return TROUPE_OK;
 fail:
     services_stop(h);

@@ -43,6 +43,7 @@ typedef struct tr_head_config {
     int64_t dead_after;
     int64_t lease_ms;      /* agents' lease (liveness.h); 0 = automatic */
     int64_t disconnect_ms; /* closed connection -> DEAD after this */
+    int64_t max_heartbeats_per_s; /* the period told grows beyond it (liveness.h); 0 = fixed */
     int64_t max_frame_bytes;
     int64_t contexts;
     int64_t max_connections; /* bounds before authentication (rpc.h) */
@@ -111,6 +112,10 @@ typedef struct tr_head_node {
     uint32_t pipe;            /* connection of the agent's last call; 0 = none known */
     int64_t dropped_mono;     /* tr_now_ms() when that connection closed; 0 = open */
     char instance[72];        /* the registered agent's instance id (memory only) */
+    /* Heartbeat periods told to the agent (tr_head_node_told): the latest,
+     * and the longer of the last two, by which its silence is judged (the
+     * agent may not have the latest reply yet). */
+    int64_t told_ms, judged_ms;
 } tr_head_node;
 
 /* tr_head_name_hash returns a 64-bit hash of a node name (FNV-1a). */
@@ -168,6 +173,7 @@ typedef struct tr_head {
      * node under h->mu (1.6 ms at 10,000 nodes, 20 times a second in the
      * bench, while every heartbeat waited for the lock). */
     uint32_t nodes_by_state[5];
+    int64_t period_logged_ms; /* the heartbeat period last logged (tr_head_heartbeat_period) */
     uint64_t node_gpus_live;
     int64_t started_ms; /* wall clock; changes on every start (agents notice) */
     struct tr_sched *sched;
@@ -322,6 +328,12 @@ void tr_head_list_nodes(tr_rpc_call *call, void *user);
 void tr_head_get_cluster(tr_rpc_call *call, void *user);
 int tr_head_nodes_recover(tr_head *h, tr_err *err);
 void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
+/* tr_head_heartbeat_period (h->mu held): the period to ask of agents now,
+ * from the number of ALIVE and SUSPECT nodes (tr_liveness_period_ms); a
+ * change is logged once. tr_head_node_told also records it as told to hn,
+ * whose silence is then judged by the longer of its last two periods. */
+int64_t tr_head_heartbeat_period(tr_head *h);
+int64_t tr_head_node_told(tr_head *h, tr_head_node *hn);
 void tr_head_nodes_free(tr_head *h);
 tr_head_node *tr_head_node_find(tr_head *h, uint64_t id);
 /* tr_head_node_transition moves a node to a state, commits and logs it, and

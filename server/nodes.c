@@ -167,6 +167,29 @@ static int nodes_append(tr_head *h, Troupe__V1__Node *n)
     return 0;
 }
 
+int64_t tr_head_heartbeat_period(tr_head *h)
+{
+    int64_t live = (int64_t)h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_ALIVE] +
+                   h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_SUSPECT];
+    int64_t p = tr_liveness_period_ms(&h->live, live);
+
+    if (p != h->period_logged_ms && h->period_logged_ms != 0) {
+        TR_LOG(TR_LOG_NOTICE, "heartbeat period now %lld ms (was %lld): %lld agents, at most %lld heartbeats/s",
+               (long long)p, (long long)h->period_logged_ms, (long long)live, (long long)h->live.max_beats_per_s);
+    }
+    h->period_logged_ms = p;
+    return p;
+}
+
+int64_t tr_head_node_told(tr_head *h, tr_head_node *hn)
+{
+    int64_t p = tr_head_heartbeat_period(h);
+
+    hn->judged_ms = hn->told_ms > p ? hn->told_ms : p;
+    hn->told_ms = p;
+    return p;
+}
+
 void tr_head_nodes_reap(tr_head *h)
 {
     int64_t now = tr_now_ms();
@@ -174,7 +197,7 @@ void tr_head_nodes_reap(tr_head *h)
     for (size_t i = 0; i < h->n_nodes; i++) {
         tr_head_node *hn = &h->nodes[i];
         int64_t silent = now - hn->seen_mono;
-        int next = tr_liveness_next(&h->live, (int)hn->n->state, silent);
+        int next = tr_liveness_next(&h->live, (int)hn->n->state, silent, hn->judged_ms);
         char reason[160];
 
         /* Silence only ever demotes: a node becomes ALIVE by a heartbeat or
@@ -184,7 +207,7 @@ void tr_head_nodes_reap(tr_head *h)
             continue;
         }
         snprintf(reason, sizeof(reason), "no heartbeat for %lld ms (period %lld ms)", (long long)silent,
-                 (long long)h->live.heartbeat_ms);
+                 (long long)(hn->judged_ms > h->live.heartbeat_ms ? hn->judged_ms : h->live.heartbeat_ms));
         tr_head_node_transition(h, hn, next, reason);
     }
 }
@@ -572,8 +595,10 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
 static void reply_registered(tr_head *h, tr_rpc_call *call, uint64_t node_id)
 {
     Troupe__V1__RegisterNodeReply rep = TROUPE__V1__REGISTER_NODE_REPLY__INIT;
+    tr_head_node *hn = tr_head_node_find(h, node_id);
+
     rep.node_id = node_id;
-    rep.heartbeat_ms = (uint32_t)h->cfg.heartbeat_ms;
+    rep.heartbeat_ms = (uint32_t)(hn != NULL ? tr_head_node_told(h, hn) : tr_head_heartbeat_period(h));
     rep.head_started_ms = h->started_ms;
     rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
     tr_rpc_reply(call, &rep.base);
@@ -627,6 +652,7 @@ void tr_head_heartbeat(tr_rpc_call *call, void *user)
         call, &troupe__v1__heartbeat_request__descriptor);
     Troupe__V1__HeartbeatReply rep = TROUPE__V1__HEARTBEAT_REPLY__INIT;
     tr_head_node *hn;
+    int64_t period;
 
     if (r == NULL) {
         return;
@@ -651,8 +677,9 @@ void tr_head_heartbeat(tr_rpc_call *call, void *user)
     if (hn->n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT && !hn->awaiting_register) {
         tr_head_node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_ALIVE, "heartbeat received again");
     }
+    period = tr_head_node_told(h, hn);
     pthread_mutex_unlock(&h->mu);
-    rep.heartbeat_ms = (uint32_t)h->cfg.heartbeat_ms;
+    rep.heartbeat_ms = (uint32_t)period;
     rep.head_started_ms = h->started_ms;
     rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
     tr_rpc_reply(call, &rep.base);
@@ -768,6 +795,8 @@ static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited)
     rep.nodes_dead = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_DEAD] +
                      h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_STATE_UNSPECIFIED];
     rep.gpus_total = (uint32_t)h->node_gpus_live;
+    rep.heartbeat_ms = (uint32_t)tr_head_heartbeat_period(h);
+    rep.dead_ms = (uint32_t)tr_liveness_dead_ms(&h->live);
     /* The scheduler's slot of a node is DEAD exactly when the node is gone
      * (jobs.c: sched_state), so this is the free GPUs of every node that is
      * not: what a lookup per ALIVE or SUSPECT node added up. */

@@ -63,6 +63,7 @@ typedef struct node {
     int conn;
     int64_t phase_us; /* offset of its heartbeats within the period */
     int64_t next_us;  /* when its next heartbeat is due */
+    int64_t period_us; /* atomic: the period the head told this node last, as an agent keeps it */
     nng_ctx hb_ctx, sync_ctx;
     nng_aio *hb_aio, *sync_aio;
     int hb_busy;      /* atomic: a heartbeat is in flight */
@@ -80,7 +81,7 @@ typedef struct sim {
     char token[512], admin[512];
     nng_socket *socks;
     node *nodes;
-    int64_t period_us;
+    int64_t period_us; /* atomic: the period the head told last (any node) */
     int stopping;
     /* counters (atomic) */
     uint64_t hb_sent, hb_ok, hb_err, hb_late, sync_sent, sync_ok, sync_err;
@@ -176,7 +177,9 @@ static int send_buf(nng_ctx ctx, nng_aio *aio, const uint8_t *buf, size_t len)
 
 /* reply_code unpacks a reply envelope; returns its code (-1 = unreadable)
  * and, for NodeSync, the version. */
-static int reply_code(nng_msg *m, uint64_t *version, char *why, size_t why_size)
+/* reply_code: the reply's status code; a NodeSync reply's version into
+ * *version, a HeartbeatReply's period into *period_ms (each when not NULL). */
+static int reply_code(nng_msg *m, uint64_t *version, uint32_t *period_ms, char *why, size_t why_size)
 {
     Troupe__V1__Reply *r = troupe__v1__reply__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
     int code = -1;
@@ -190,6 +193,12 @@ static int reply_code(nng_msg *m, uint64_t *version, char *why, size_t why_size)
             if (sr != NULL) {
                 *version = sr->version;
                 troupe__v1__node_sync_reply__free_unpacked(sr, NULL);
+            }
+        } else if (period_ms != NULL) {
+            Troupe__V1__HeartbeatReply *hr = troupe__v1__heartbeat_reply__unpack(NULL, r->payload.len, r->payload.data);
+            if (hr != NULL) {
+                *period_ms = hr->heartbeat_ms;
+                troupe__v1__heartbeat_reply__free_unpacked(hr, NULL);
             }
         }
         troupe__v1__reply__free_unpacked(r, NULL);
@@ -225,8 +234,13 @@ static void hb_cb(void *arg)
         note_error(s, "heartbeat", nng_strerror(rv));
     } else {
         nng_msg *m = nng_aio_get_msg(nd->hb_aio);
-        int code = reply_code(m, NULL, why, sizeof(why));
+        uint32_t period_ms = 0;
+        int code = reply_code(m, NULL, &period_ms, why, sizeof(why));
         nng_msg_free(m);
+        if (code == 0 && period_ms > 0) { /* agent.c follows the period of every reply */
+            __atomic_store_n(&nd->period_us, (int64_t)period_ms * 1000, __ATOMIC_RELAXED);
+            __atomic_store_n(&s->period_us, (int64_t)period_ms * 1000, __ATOMIC_RELAXED);
+        }
         if (code == 0) {
             __atomic_add_fetch(&s->hb_ok, 1, __ATOMIC_RELAXED);
             if (__atomic_load_n(&s->measuring, __ATOMIC_RELAXED)) {
@@ -285,7 +299,7 @@ static void sync_cb(void *arg)
     }
     if (rv == 0) {
         nng_msg *m = nng_aio_get_msg(nd->sync_aio);
-        int code = reply_code(m, &nd->version, why, sizeof(why));
+        int code = reply_code(m, &nd->version, NULL, why, sizeof(why));
         nng_msg_free(m);
         if (code == 0) {
             __atomic_add_fetch(&s->sync_ok, 1, __ATOMIC_RELAXED);
@@ -317,9 +331,10 @@ static void *ticker(void *arg)
             if (nd->next_us > now || __atomic_load_n(&nd->stopped, __ATOMIC_ACQUIRE)) {
                 continue;
             }
-            nd->next_us += s->period_us;
+            int64_t period = __atomic_load_n(&nd->period_us, __ATOMIC_RELAXED);
+            nd->next_us += period;
             if (nd->next_us <= now) { /* fell far behind (a stall): skip, do not burst */
-                nd->next_us = now + s->period_us;
+                nd->next_us = now + period;
             }
             if (__atomic_exchange_n(&nd->hb_busy, 1, __ATOMIC_ACQ_REL)) {
                 __atomic_add_fetch(&s->hb_late, 1, __ATOMIC_RELAXED);
@@ -345,7 +360,7 @@ static int start_node(sim *s, node *nd, int64_t period_us)
     if (encode_heartbeat(s, nd) != 0) {
         return -1;
     }
-    s->period_us = period_us; /* the same for every node: the head's */
+    __atomic_store_n(&nd->period_us, period_us, __ATOMIC_RELAXED); /* then each reply's */
     nd->next_us = now_us() + (int64_t)((double)period_us * (double)(nd - s->nodes) / s->o.nodes);
     sync_send(nd);
     __atomic_store_n(&nd->stopped, 0, __ATOMIC_RELEASE);

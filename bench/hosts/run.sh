@@ -2,8 +2,12 @@
 # bench/hosts/run.sh BUILD_DIR [OUT.json] [NODES] [EXTRA BENCH ARGS...]
 #
 # Many hosts (issue 10): NODES (default 10,000) simulated agents, each on its
-# own connection, heartbeating at the head's DEFAULT period (500 ms) with a
-# NodeSync long poll always open, against one troupe-head with default
+# own connection, heartbeating at the period the head asks for with its
+# default settings (500 ms up to 5,000 agents; beyond, longer so that all
+# send at most max_heartbeats_per_s = 10,000 a second: 1 s at 10,000; each
+# simulated agent follows every reply's period, as troupe-node does; pass
+# HEAD_ARGS="--max-heartbeats-per-s 0" for 500 ms regardless) with a NodeSync
+# long poll always open, against one troupe-head with default
 # settings and auth on (one minted node credential for all agents, as the
 # Slurm script does; the admin credential for `troupe status`). Measures head
 # CPU (/proc/PID/stat) and RSS, `troupe status` p50/p99, heartbeat RTT, then
@@ -28,7 +32,8 @@ ulimit -n "$(ulimit -Hn)"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/admin.tok"
 port=$((20000 + RANDOM % 12000))
 URL=tcp://127.0.0.1:$port
-"$HEAD_BIN" --listen "$URL" --state-dir "$T/state" --token-file "$T/admin.tok" >"$T/head.log" 2>&1 &
+# shellcheck disable=SC2086 # HEAD_ARGS: more head flags, split on purpose
+"$HEAD_BIN" --listen "$URL" --state-dir "$T/state" --token-file "$T/admin.tok" ${HEAD_ARGS:-} >"$T/head.log" 2>&1 &
 HEAD_PID=$!
 for i in $(seq 100); do
     "$CLI" --head "$URL" --token-file "$T/admin.tok" status >/dev/null 2>&1 && break

@@ -182,11 +182,13 @@ int tr_cli_cmd_status(tr_cli *cli, int argc, char **argv)
         printf("{\"head\":");
         tr_json_str(stdout, troupe_client_url(cli->client));
         printf(",\"version\":\"%s\",\"started_ms\":%lld,\"requests_served\":%llu,"
-               "\"nodes\":{\"alive\":%u,\"suspect\":%u,\"dead\":%u,\"left\":%u},\"gpus\":{\"total\":%u,\"free\":%u},"
+               "\"nodes\":{\"alive\":%u,\"suspect\":%u,\"dead\":%u,\"left\":%u,\"heartbeat_ms\":%u,\"dead_ms\":%u},"
+               "\"gpus\":{\"total\":%u,\"free\":%u},"
                "\"jobs\":{\"pending\":%u,\"running\":%u,\"succeeded\":%u,\"failed\":%u,\"stopped\":%u,"
                "\"unsaved\":%u}",
                cl.head_version, (long long)cl.head_started_ms, (unsigned long long)cl.requests_served,
-               cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.gpus_total, cl.gpus_free, cl.jobs_pending,
+               cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.heartbeat_ms, cl.dead_ms, cl.gpus_total,
+               cl.gpus_free, cl.jobs_pending,
                cl.jobs_running, cl.jobs_succeeded, cl.jobs_failed, cl.jobs_stopped, cl.jobs_unsaved);
         printf(",\"http\":");
         tr_json_str(stdout, cl.http_url);
@@ -205,8 +207,8 @@ int tr_cli_cmd_status(tr_cli *cli, int argc, char **argv)
         tr_cli_time(started, sizeof(started), cl.head_started_ms);
         printf("head      %s (troupe-head %s, up since %s, %llu requests)\n", troupe_client_url(cli->client),
                cl.head_version, started, (unsigned long long)cl.requests_served);
-        printf("nodes     %u alive, %u suspect, %u dead, %u left\n", cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead,
-               cl.nodes_left);
+        printf("nodes     %u alive, %u suspect, %u dead, %u left; heartbeat every %u ms, DEAD after %u ms silent\n",
+               cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.heartbeat_ms, cl.dead_ms);
         printf("http      %s\n", cl.http_url[0] ? cl.http_url : "off");
         printf("gpus      %u total, %u free\n", cl.gpus_total, cl.gpus_free);
         printf("jobs      %u pending, %u running, %u succeeded, %u failed, %u stopped", cl.jobs_pending,

@@ -327,6 +327,8 @@ TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *ou
     out->frames_oversized = rep->frames_oversized;
     out->frame_limit_bytes = rep->frame_limit_bytes;
     out->jobs_unsaved = rep->jobs_unsaved;
+    out->heartbeat_ms = rep->heartbeat_ms;
+    out->dead_ms = rep->dead_ms;
     troupe__v1__get_cluster_reply__free_unpacked(rep, NULL);
     return tr_client_finish(err, &e, TROUPE_OK);
 }

@@ -175,6 +175,10 @@ typedef struct troupe_cluster {
     /* Job counts above are of saved states. While the store cannot write, a
      * job whose latest change is not on disk is counted here instead. */
     uint32_t jobs_unsaved;
+    /* Liveness: the heartbeat period agents are told now (it grows with the
+     * cluster beyond the head's max_heartbeats_per_s) and the DEAD timeout,
+     * which does not. */
+    uint32_t heartbeat_ms, dead_ms;
 } troupe_cluster;
 
 /* troupe_get_cluster fills *out with the cluster totals. Idempotent. */

@@ -82,6 +82,7 @@ typedef struct core_snap {
     uint32_t gpus, gpus_free;
     uint32_t jobs[6]; /* by JobState */
     uint32_t pending_groups;
+    int64_t heartbeat_ms, dead_ms; /* the period told now, the DEAD timeout */
     uint64_t store_failed_writes, store_unsaved;
     int store_failing;
     int64_t started_ms;
@@ -212,6 +213,8 @@ static void snap_core(tr_head *h, core_snap *cs)
             cs->pending_groups += (uint32_t)j->spec->n_groups;
         }
     }
+    cs->heartbeat_ms = tr_head_heartbeat_period(h);
+    cs->dead_ms = tr_liveness_dead_ms(&h->live);
     cs->store_failing = h->store_failing;
     cs->store_failed_writes = h->store_failed_writes;
     cs->store_unsaved = tr_head_store_unsaved(h);
@@ -251,6 +254,11 @@ static void write_core(FILE *out, const core_snap *cs)
     for (int s = 1; s < 5; s++) {
         fprintf(out, "troupe_nodes{state=\"%s\"} %u\n", node_states[s], cs->nodes[s]);
     }
+    family(out, "troupe_heartbeat_period_seconds", "gauge",
+           "Heartbeat period the agents are told now (grows beyond max_heartbeats_per_s).");
+    fprintf(out, "troupe_heartbeat_period_seconds %.3f\n", (double)cs->heartbeat_ms / 1000.0);
+    family(out, "troupe_node_dead_timeout_seconds", "gauge", "Silence after which a node is DEAD.");
+    fprintf(out, "troupe_node_dead_timeout_seconds %.3f\n", (double)cs->dead_ms / 1000.0);
     family(out, "troupe_gpus", "gauge", "GPUs of alive and suspect nodes.");
     fprintf(out, "troupe_gpus %u\n", cs->gpus);
     family(out, "troupe_gpus_allocated", "gauge", "GPUs held by placed workers.");

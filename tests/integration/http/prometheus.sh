@@ -32,6 +32,11 @@ free=$(cli -o json status | jqr .gpus.free)
 [ "$(m 'troupe_jobs\{state="running"\}')" = 1 ] || fail "jobs: $(grep troupe_jobs "$T/metrics.txt")"
 [ "$(m troupe_pending_groups)" = 0 ] || fail "pending groups: $(m troupe_pending_groups)"
 pass "nodes 3 alive, 28 GPUs of which 4 allocated (= troupe status), 1 job running, 0 pending groups"
+# start_cluster: 100 ms heartbeats, DEAD after 50 (5 s); 3 agents are far below
+# max_heartbeats_per_s, so the period told is heartbeat_ms.
+[ "$(m troupe_heartbeat_period_seconds)" = 0.100 ] && [ "$(m troupe_node_dead_timeout_seconds)" = 5.000 ] ||
+    fail "liveness gauges: $(grep -E '^troupe_(heartbeat|node_dead)' "$T/metrics.txt")"
+[ "$(cli -o json status | jqr .nodes.heartbeat_ms)" = 100 ] || fail "status heartbeat_ms: $(cli -o json status)"
 
 rep=$(m 'troupe_rpc_requests_total\{method="troupe.v1.Head/ReportMetrics",code="OK"\}')
 [ -n "$rep" ] && [ "$rep" -gt 0 ] || fail "no ReportMetrics count: $(grep ReportMetrics "$T/metrics.txt" | head -3)"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The heartbeat period grows with the cluster (issue 10, "Many hosts"): with
+# more agents than max_heartbeats_per_s allows at heartbeat_ms, the head tells
+# them a longer period, the agents follow it (the head's Heartbeat count per
+# second falls to the bound), nobody is suspected for beating at the period it
+# was told, and a silent agent is still DEAD after the same DEAD timeout in
+# milliseconds. When nodes go, the period comes back down.
+# Here: 100 ms, DEAD after 20 (2 s), at most 15 heartbeats/s: 1 agent beats
+# every 100 ms, 3 every 200 ms (3 x 5/s = 15/s), 2 every 150 ms.
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/nodes_lib.bash"
+HTTP=127.0.0.1:$(free_port)
+start_head --heartbeat-ms 100 --suspect-after 2 --dead-after 20 --max-heartbeats-per-s 15 --http "$HTTP"
+period() { cli -o json status | jqr .nodes.heartbeat_ms; }
+has_period() { [ "$(period)" = "$1" ]; }
+beats() { curl -s "http://$HTTP/metrics" | awk '/^troupe_rpc_requests_total\{method="troupe.v1.Head\/Heartbeat",code="OK"\}/ {print $2}'; }
+
+start_node na 1xH100:80GB
+wait_for 10 "na ALIVE" nodes_alive 1
+has_period 100 || fail "1 agent: period $(period), want 100 ($(cli -o json status))"
+[ "$(cli -o json status | jqr .nodes.dead_ms)" = 2000 ] || fail "dead_ms: $(cli -o json status)"
+cli status | grep -q "heartbeat every 100 ms, DEAD after 2000 ms silent" || fail "status table: $(cli status)"
+pass "1 agent: told 100 ms (DEAD after 2000 ms), shown by troupe status"
+
+start_node nb 1xH100:80GB
+start_node nc 1xH100:80GB
+wait_for 10 "na, nb, nc ALIVE" nodes_alive 3
+wait_for 5 "the period to become 200 ms" has_period 200
+grep -q "heartbeat period now 200 ms (was [0-9]*): 3 agents, at most 15 heartbeats/s" "$T/head.log" ||
+    fail "no log line for the new period: $(grep 'heartbeat period' "$T/head.log")"
+# Every agent has had a reply with the new period after a second; then count.
+sleep 1.5
+mark=$(head_log_mark)
+b0=$(beats); t0=$(ms_now)
+sleep 4
+b1=$(beats); t1=$(ms_now)
+[ -n "$b0" ] && [ -n "$b1" ] || fail "no Heartbeat count on /metrics"
+rate=$(( (b1 - b0) * 1000 * 10 / (t1 - t0) )) # tenths of a heartbeat per second
+# 3 agents x 5/s = 15/s; at the old 100 ms it would be 30/s.
+[ "$rate" -le 190 ] || fail "3 agents sent $((rate / 10)).$((rate % 10)) heartbeats/s; told 200 ms they send 15/s (30/s at 100 ms)"
+[ "$rate" -ge 90 ] || fail "3 agents sent only $((rate / 10)).$((rate % 10)) heartbeats/s (want about 15)"
+if tail -c +$((mark + 1)) "$T/head.log" | grep -q "to=SUSPECT"; then
+    fail "a node beating at its told period was suspected: $(grep to=SUSPECT "$T/head.log")"
+fi
+pass "3 agents: told 200 ms, they sent $((rate / 10)).$((rate % 10)) heartbeats/s (bound 15), none suspected"
+
+# A silent agent (frozen): DEAD after 2 s of silence, as at 100 ms, not 20 x 200 ms.
+t0=$(ms_now)
+kill -STOP "$NODE_PID_nc"
+wait_for 10 "nc DEAD" is_state nc DEAD
+dead_ms=$(( $(ms_now) - t0 ))
+kill -CONT "$NODE_PID_nc"
+[ "$dead_ms" -le 3500 ] || fail "a frozen agent told 200 ms was DEAD after $dead_ms ms; the DEAD timeout is 2000 ms"
+[ "$dead_ms" -ge 1500 ] || fail "a frozen agent was DEAD after only $dead_ms ms (timeout 2000 ms, last heartbeat at most 200 ms before)"
+grep -E "to=DEAD reason=\"no heartbeat for 2[0-9]{3} ms \(period 200 ms\)\"" "$T/head.log" | grep -q "name=nc" ||
+    fail "DEAD reason: $(grep to=DEAD "$T/head.log")"
+pass "a frozen agent told 200 ms was DEAD in $dead_ms ms (DEAD timeout 2000 ms)"
+
+# nc comes back as a new node (DEAD is final): 3 live again, then stopping
+# two brings the period back to 100 ms. Between, 2 live: 150 ms.
+wait_for 10 "nc registered again" bash -c "[ \"\$('$CLI_BIN' -o json nodes | jq '[.nodes[] | select(.name==\"nc\" and .state==\"ALIVE\")] | length')\" = 1 ]"
+wait_for 5 "the period back at 200 ms" has_period 200
+kill -TERM "$NODE_PID_nc"
+wait_for 10 "nc LEFT" is_state nc LEFT
+wait_for 5 "the period to become 150 ms with 2 agents" has_period 150
+kill -TERM "$NODE_PID_nb"
+wait_for 10 "nb LEFT" is_state nb LEFT
+wait_for 5 "the period back to 100 ms with 1 agent" has_period 100
+pass "the period follows the live agents: 200 -> 150 -> 100 ms"
