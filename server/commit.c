@@ -41,6 +41,7 @@
 
 /* Test hook (head.h): NULL - always, outside unit tests - is calloc. */
 void *(*tr_commit_calloc_hook)(size_t n, size_t size);
+void (*tr_commit_write_hook)(void);
 
 static void *commit_calloc(size_t n, size_t size)
 {
@@ -53,6 +54,7 @@ typedef struct tr_commit_waiter {
     uint64_t arg;
     void (*drop)(void *); /* frees arg (a pointer) whatever happens; may be NULL */
     int resend;           /* its caller re-sends: answer at once if not saved */
+    int settle;           /* a reader: fn runs after the next batch, saved or not (tr_head_after_batch) */
     struct tr_commit_waiter *next;
 } tr_commit_waiter;
 
@@ -250,7 +252,7 @@ int tr_head_wait_saved(tr_head *h, uint64_t seq, int64_t ms)
 }
 
 static void park_waiter(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg, void (*drop)(void *),
-                        int resend)
+                        int resend, int settle)
 {
     tr_commit_waiter *w = calloc(1, sizeof(*w));
     if (w == NULL) {
@@ -265,6 +267,7 @@ static void park_waiter(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t
     w->arg = arg;
     w->drop = drop;
     w->resend = resend;
+    w->settle = settle;
     *h->waiters_tail = w;
     h->waiters_tail = &w->next;
     tr_rpc_defer(call, on_waiter_expire, h);
@@ -273,18 +276,64 @@ static void park_waiter(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t
 
 void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
 {
-    park_waiter(h, call, fn, arg, NULL, 0);
+    park_waiter(h, call, fn, arg, NULL, 0, 0);
 }
 
 void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
                                 void (*drop)(void *))
 {
-    park_waiter(h, call, fn, arg, drop, 0);
+    park_waiter(h, call, fn, arg, drop, 0, 0);
 }
 
 void tr_head_after_commit_or_resend(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg)
 {
-    park_waiter(h, call, fn, arg, NULL, 1);
+    park_waiter(h, call, fn, arg, NULL, 1, 0);
+}
+
+void tr_head_after_batch(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg, void (*drop)(void *))
+{
+    park_waiter(h, call, fn, arg, drop, 0, 1);
+}
+
+size_t tr_head_commit_waiters(const tr_head *h)
+{
+    size_t n = 0;
+    for (const tr_commit_waiter *w = h->waiters; w != NULL; w = w->next) {
+        n++;
+    }
+    return n;
+}
+
+/* settle_readers runs the readers' fn after a failed batch (store_failing is
+ * set by then, so they answer as the store stands). They are taken off the
+ * list first: an fn may park its call again. */
+static void settle_readers(tr_head *h)
+{
+    tr_commit_waiter *mine = NULL, **tail = &mine;
+
+    for (tr_commit_waiter **pp = &h->waiters; *pp != NULL;) {
+        tr_commit_waiter *w = *pp;
+        if (!w->settle) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        if (h->waiters_tail == &w->next) {
+            h->waiters_tail = pp;
+        }
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
+    while (mine != NULL) {
+        tr_commit_waiter *w = mine;
+        mine = w->next;
+        if (!tr_rpc_call_answered(w->call)) {
+            w->fn(h, w->call, w->arg);
+        }
+        tr_rpc_call_release(w->call);
+        waiter_free(w);
+    }
 }
 
 /* pack_job returns 0 when packed, 1 when the job is gone (nothing to
@@ -433,6 +482,12 @@ static void requeue(tr_head *h, batch *b, const tr_err *err)
         }
     }
     h->ids_dirty |= b->ids;
+    /* Whatever the batch carried, a write must still succeed: what waits for
+     * saved_seq to pass it (a node's assignment version, wait_saved) and the
+     * failing state itself end only then. A batch of a nudge alone left
+     * nothing pending, so the writer slept, the head refused new work and
+     * nothing came to retry (found by integration.runtime.profile_unsaved). */
+    h->commit_nudge = 1;
     for (size_t i = 0; i < b->n_deleted; i++) {
         tr_head_forget_job(h, b->deleted[i]);
     }
@@ -653,6 +708,9 @@ static void *committer_main(void *arg)
         rv = take(h, &b, &err);
         if (rv == TROUPE_OK) {
             pthread_mutex_unlock(&h->mu);
+            if (tr_commit_write_hook != NULL) {
+                tr_commit_write_hook();
+            }
             rv = write_batch(h, &b, &err);
             pthread_mutex_lock(&h->mu);
         }
@@ -666,6 +724,7 @@ static void *committer_main(void *arg)
         } else {
             requeue(h, &b, &err);
             store_failed(h, &err);
+            settle_readers(h);
             backoff = backoff ? (backoff * 2 > 2000 ? 2000 : backoff * 2) : 100;
             backoff_wait(h, tr_now_ms() + backoff);
         }

@@ -224,6 +224,15 @@ void tr_head_job_changed(tr_head *h, struct tr_head_job *hj)
     }
 }
 
+void tr_head_job_saved(tr_head *h, struct tr_head_job *hj)
+{
+    for (size_t i = 0; i < h->n_svc; i++) {
+        if (h->svc[i]->job_saved != NULL && h->svc_state[i] != NULL) {
+            h->svc[i]->job_saved(h, hj, h->svc_state[i]);
+        }
+    }
+}
+
 void tr_head_list_fields(tr_head *h, struct tr_head_job *hj, Troupe__V1__Job *copy, int on)
 {
     for (size_t i = 0; i < h->n_svc; i++) {

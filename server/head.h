@@ -144,6 +144,9 @@ typedef struct tr_head_service {
     void (*stop)(struct tr_head *h, void *state);
     /* job_changed: a job's record changed (state, workers, attempts). */
     void (*job_changed)(struct tr_head *h, struct tr_head_job *hj, void *state);
+    /* job_saved: every change of the job made so far is on disk (commit.c,
+     * through tr_jobs_job_saved): what may only show saved state answers. */
+    void (*job_saved)(struct tr_head *h, struct tr_head_job *hj, void *state);
     /* decorate: on = 1 before a job message is packed for a reply, to set
      * transient fields; on = 0 right after, to clear them. */
     void (*decorate)(struct tr_head *h, struct tr_head_job *hj, int on, void *state);
@@ -237,6 +240,9 @@ enum { TR_ID_NODES = 0, TR_ID_JOBS = 1 };
  * writer makes the allocations of taking a batch (the record array, each
  * packed record) through it, under h->mu, so a test can make them fail. */
 extern void *(*tr_commit_calloc_hook)(size_t n, size_t size);
+/* tr_commit_write_hook (unit tests only; NULL otherwise): called by the
+ * writer with a batch taken, h->mu released, right before it is written. */
+extern void (*tr_commit_write_hook)(void);
 
 /* Group commit (commit.c); all under h->mu except start/stop. */
 int tr_head_commit_start(tr_head *h, tr_err *err);
@@ -272,6 +278,15 @@ size_t tr_head_store_unsaved(const tr_head *h);
  * the change cannot be written, the call is answered UNAVAILABLE at once
  * (the change stays in memory and is retried) instead of being held. */
 void tr_head_after_commit_or_resend(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg);
+/* tr_head_after_batch: for calls that only read (GetCluster, GetJob,
+ * ListJobs) and wait for the batch in flight to show saved state: fn runs
+ * after the next batch whether it was saved or not; after a failed one
+ * store_failing is set and fn answers as the store stands (a reader parked
+ * with tr_head_after_commit waited for a write that may never come, to its
+ * call's deadline). drop as for tr_head_after_commit_owned; may be NULL. */
+void tr_head_after_batch(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg, void (*drop)(void *));
+/* tr_head_commit_waiters: calls parked for the next batch (h->mu held). */
+size_t tr_head_commit_waiters(const tr_head *h);
 void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
                                 void (*drop)(void *));
 
@@ -280,6 +295,7 @@ void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, 
 int tr_head_add_service(tr_head *h, const tr_head_service *s, tr_err *err);
 /* tr_head_job_changed / tr_head_decorate call the services' hooks (h->mu). */
 void tr_head_job_changed(tr_head *h, struct tr_head_job *hj);
+void tr_head_job_saved(tr_head *h, struct tr_head_job *hj);
 void tr_head_decorate(tr_head *h, struct tr_head_job *hj, int on);
 void tr_head_list_fields(tr_head *h, struct tr_head_job *hj, Troupe__V1__Job *copy, int on);
 void tr_head_job_deleted(tr_head *h, uint64_t job_id);

@@ -138,7 +138,7 @@ static int answer_list(tr_head *h, tr_rpc_call *call, Troupe__V1__ListJobsReques
                            "troupe job ID shows a saved job, or list again once the store writes",
                            (unsigned long long)unsaved, h->cfg.state_dir, h->store_error);
     } else if (unsaved != 0 && !waited) {
-        tr_head_after_commit_owned(h, call, list_after_save, (uint64_t)(uintptr_t)req, list_req_free);
+        tr_head_after_batch(h, call, list_after_save, (uint64_t)(uintptr_t)req, list_req_free);
         parked = 1;
     } else {
         tr_rpc_reply(call, &rep.base); /* packed under h->mu: the copies borrow live records */

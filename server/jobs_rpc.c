@@ -182,6 +182,7 @@ void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all)
 void tr_jobs_job_saved(tr_head *h, tr_head_job *hj)
 {
     tr_jobs_answer_job_waiters(h, hj, 0);
+    tr_head_job_saved(h, hj);
     if (hj->log_waiters != NULL && tr_jobs_is_settled(hj)) {
         tr_jobs_answer_log_waiters(h, hj, 0); /* its end is on disk now: followers are done */
     }
@@ -205,7 +206,7 @@ static void reply_job_saved(tr_head *h, tr_rpc_call *call, uint64_t id)
                            "job %llu has changes the head could not save yet (state store in %s: %s)",
                            (unsigned long long)id, h->cfg.state_dir, h->store_error);
     } else {
-        tr_head_after_commit(h, call, reply_job_saved, id);
+        tr_head_after_batch(h, call, reply_job_saved, id, NULL);
     }
 }
 

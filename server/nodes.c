@@ -785,7 +785,7 @@ static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited)
 
     rep.jobs_unsaved = count_jobs(h, &rep);
     if (rep.jobs_unsaved > 0 && !waited && !h->store_failing) {
-        tr_head_after_commit(h, call, cluster_after_save, 0);
+        tr_head_after_batch(h, call, cluster_after_save, 0, NULL);
         return 0;
     }
     /* Kept as nodes change (nodes_count), not walked: see head.h. */

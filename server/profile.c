@@ -6,7 +6,13 @@
  * worker's control thread waits here with the version it has; a change (or
  * the job stopping, or the worker's attempt being superseded) answers every
  * waiter of the job at once, and a waiter whose time is up is answered with
- * the setting as it is, so the worker polls again. Everything under h->mu. */
+ * the setting as it is, so the worker polls again. Everything under h->mu.
+ *
+ * A worker is told only what is on disk (tr_jobs_saved), as GetJob is: a
+ * setting or a stop the head could still lose in a crash, or cannot write
+ * while its disk is full, is not acted on. A waiter of a job with unsaved
+ * changes is answered once they are saved (job_saved), or UNAVAILABLE near
+ * its call's deadline (the worker asks again). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +31,8 @@ typedef struct ctl_wait {
     uint64_t after_version;
     char worker[128];
     uint32_t attempt;
-    int64_t until;
+    int64_t until; /* answer with the setting as it is from then */
+    int64_t last;  /* the call's deadline less a margin: UNAVAILABLE from then while unsaved */
     struct ctl_wait *next;
 } ctl_wait;
 
@@ -82,37 +89,55 @@ static void reply_control(tr_rpc_call *call, const tr_head_job *hj, int stop)
     tr_rpc_reply(call, &rep.base);
 }
 
-/* answer_job answers the waiters of job hj that have news, or all with force;
- * a job gone from the head answers its waiters NOT_FOUND. */
-static void answer_job(profile_svc *s, uint64_t job_id, int force, int64_t now)
+/* due: whether waiter w of job hj (NULL: gone) is to be answered now. */
+static int due(const ctl_wait *w, const tr_head_job *hj, int saved, int64_t now)
+{
+    if (hj == NULL) {
+        return 1;
+    }
+    if (!saved) {
+        return now >= w->last;
+    }
+    return now >= w->until || must_stop(hj, w->worker, w->attempt) || version_of(hj) != w->after_version;
+}
+
+/* answer_job answers the waiters of job job_id that have news or whose time
+ * is up; a job gone from the head answers its waiters NOT_FOUND, one with
+ * changes not on disk only those at their call's end (UNAVAILABLE). */
+static void answer_job(profile_svc *s, uint64_t job_id, int64_t now)
 {
     tr_head_job *hj = tr_jobs_find(s->h, job_id);
+    int saved = hj != NULL && tr_jobs_saved(s->h, hj);
 
     for (ctl_wait **pp = &s->waiters; *pp != NULL;) {
         ctl_wait *w = *pp;
-        int stop = hj != NULL && must_stop(hj, w->worker, w->attempt);
-        if (w->job_id != job_id ||
-            (hj != NULL && !force && !stop && now < w->until && version_of(hj) == w->after_version)) {
+        if (w->job_id != job_id || !due(w, hj, saved, now)) {
             pp = &w->next;
             continue;
         }
         *pp = w->next;
         if (hj == NULL) {
             tr_rpc_reply_error(w->call, TROUPE_NOT_FOUND, "no job %llu", (unsigned long long)job_id);
+        } else if (!saved) {
+            tr_rpc_reply_error(w->call, TROUPE_UNAVAILABLE,
+                               "job %llu has changes the head has not saved yet%s%s; ask again",
+                               (unsigned long long)job_id, s->h->store_failing ? " (state store: " : "",
+                               s->h->store_failing ? s->h->store_error : "");
         } else {
-            reply_control(w->call, hj, stop);
+            reply_control(w->call, hj, must_stop(hj, w->worker, w->attempt));
         }
         tr_rpc_call_release(w->call);
         free(w);
     }
 }
 
+/* job_changed and job_saved: a change is answered once it is on disk. */
 static void job_changed(tr_head *h, tr_head_job *hj, void *state)
 {
     profile_svc *s = state;
     (void)h;
     if (s->waiters != NULL) {
-        answer_job(s, hj->j->id, 0, tr_now_ms());
+        answer_job(s, hj->j->id, tr_now_ms());
     }
 }
 
@@ -141,13 +166,17 @@ static void *timer_main(void *arg)
         int64_t now = tr_now_ms(), next = INT64_MAX;
         struct timespec ts;
         for (ctl_wait *w = s->waiters; w != NULL;) {
-            uint64_t job = w->job_id;
-            if (w->until <= now) {
-                answer_job(s, job, 0, now); /* answers every due waiter of that job */
-                w = s->waiters;             /* the list changed */
+            tr_head_job *hj = tr_jobs_find(s->h, w->job_id);
+            int64_t at;
+            if (due(w, hj, hj != NULL && tr_jobs_saved(s->h, hj), now)) {
+                answer_job(s, w->job_id, now); /* answers w and every other due waiter of its job */
+                w = s->waiters;                /* the list changed */
                 continue;
             }
-            next = w->until < next ? w->until : next;
+            /* Past `until`, a waiter of an unsaved job waits for the save
+             * (job_saved answers it) until `last`. */
+            at = w->until > now ? w->until : w->last;
+            next = at < next ? at : next;
             w = w->next;
         }
         s->next_until = next;
@@ -186,8 +215,8 @@ static void worker_control(tr_rpc_call *call, void *user)
         tr_rpc_reply_error(call, TROUPE_PERMISSION_DENIED,
                            "worker %s is not part of job %llu: a worker's calls are scoped to its own job",
                            from->worker, (unsigned long long)from->job_id);
-    } else if (must_stop(hj, from->worker, from->attempt) || version_of(hj) != req->after_version ||
-               req->wait_ms == 0) {
+    } else if (tr_jobs_saved(s->h, hj) && (must_stop(hj, from->worker, from->attempt) ||
+                                            version_of(hj) != req->after_version || req->wait_ms == 0)) {
         reply_control(call, hj, must_stop(hj, from->worker, from->attempt));
     } else if ((w = calloc(1, sizeof(*w))) == NULL) {
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
@@ -200,6 +229,7 @@ static void worker_control(tr_rpc_call *call, void *user)
         w->attempt = from->attempt;
         w->until = tr_now_ms() + req->wait_ms;
         w->until = w->until < rpc ? w->until : rpc;
+        w->last = rpc > w->until ? rpc : w->until;
         w->next = s->waiters;
         s->waiters = w;
         tr_rpc_defer(call, on_call_expire, s);
@@ -390,4 +420,5 @@ const tr_head_service tr_profile_service = {
     .start = svc_start,
     .stop = svc_stop,
     .job_changed = job_changed,
+    .job_saved = job_changed,
 };

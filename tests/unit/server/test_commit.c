@@ -6,16 +6,32 @@
  * dropped and its job marked clean, yet the submit was answered OK: the job
  * never reached the disk. Now the batch is retried and the submit is
  * answered only once the job is on disk - checked by reading the store
- * through a second connection the moment the reply arrives. */
+ * through a second connection the moment the reply arrives.
+ *
+ * nudge_only_recovers: a batch that carried nothing but a nudge (a node's
+ * assignment version to get on disk) fails on a full disk; once the disk has
+ * room the head must leave the failing state by itself. Before, the failed
+ * batch left nothing pending, the writer slept, and the head refused new
+ * work for good.
+ *
+ * readers_answered_on_failure: `troupe status` and `troupe job` made while a
+ * job's change is being written wait for that batch to show saved state. If
+ * the write fails they must be answered at once, as the store stands
+ * (status with the failing store and the job counted unsaved; the job
+ * UNAVAILABLE), not at their deadline: status is how a user sees a full disk.
+ * The writer is held (tr_commit_write_hook) between taking the batch and
+ * writing it, so both readers are parked behind it every time. */
 #include <pthread.h>
 #include <unistd.h>
 
 #include "head.h"
+#include "jobs.h"
 #include "head_fixture.h"
 #include "rpc.h"
 #include "store.h"
 #include "test_helpers.h"
 #include "troupe/client.h"
+#include "util.h"
 
 static int calls, fail_from, fail_count;
 
@@ -117,6 +133,214 @@ static void take_fails(void **state)
     submit_with_failures(1, 2);
 }
 
+/* until_state waits (deadline 5 s, h->mu held) for h->store_failing == want
+ * and, when it is 0, for saved_seq to reach seq. */
+static int until_state(tr_head *h, int want, uint64_t seq)
+{
+    for (int i = 0; i < 500; i++) {
+        if (h->store_failing == want && (want || h->saved_seq >= seq)) {
+            return 1;
+        }
+        pthread_mutex_unlock(&h->mu);
+        usleep(10000);
+        pthread_mutex_lock(&h->mu);
+    }
+    return 0;
+}
+
+static void nudge_only_recovers(void **state)
+{
+    char dir[256], url[300], full[300];
+    tr_head h;
+    uint64_t seq;
+    FILE *f;
+
+    (void)state;
+    tr_test_tmpdir(full, sizeof(full), "commit-full");
+    strncat(full, "/full", sizeof(full) - strlen(full) - 1);
+    setenv("TROUPE_TEST_STORE_FULL_IF", full, 1);
+    head_start(&h, dir, sizeof(dir), url, sizeof(url));
+    unsetenv("TROUPE_TEST_STORE_FULL_IF");
+    /* No node, no job: nothing else changes that would make the writer
+     * retry (a silent node turning SUSPECT after 1 s did, and hid the bug). */
+    pthread_mutex_lock(&h.mu);
+    assert_true(until_state(&h, 0, h.taken_seq)); /* the start is on disk */
+    assert_non_null(f = fopen(full, "w"));
+    fclose(f);
+    seq = tr_head_change_seq(&h);
+    tr_head_commit_nudge(&h);
+    if (!until_state(&h, 1, 0)) {
+        fail_msg("the nudge's batch did not fail on the full disk");
+    }
+    assert_int_equal(unlink(full), 0);
+    if (!until_state(&h, 0, seq)) {
+        fail_msg("5 s after the disk had room the head still could not write: store_failing=%d saved_seq=%llu, "
+                 "waiting for %llu (nothing was pending, so nothing retried)",
+                 h.store_failing, (unsigned long long)h.saved_seq, (unsigned long long)seq);
+    }
+    pthread_mutex_unlock(&h.mu);
+    tr_head_stop(&h);
+    tr_cfg_free(tr_head_config_table, &h.cfg);
+}
+
+static pthread_mutex_t hook_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hook_cv = PTHREAD_COND_INITIALIZER;
+static int hook_in, hook_go;
+
+/* hold_write: the writer, batch taken, waits until the test lets it go. */
+static void hold_write(void)
+{
+    pthread_mutex_lock(&hook_mu);
+    hook_in = 1;
+    pthread_cond_broadcast(&hook_cv);
+    while (!hook_go) {
+        pthread_cond_wait(&hook_cv, &hook_mu);
+    }
+    pthread_mutex_unlock(&hook_mu);
+}
+
+typedef struct reader {
+    const char *url;
+    uint64_t job_id; /* 0: GetCluster, else GetJob of it */
+    troupe_status rv;
+    troupe_cluster cl;
+    char msg[512];
+    int64_t ms;
+} reader;
+
+/* read_main: GetCluster through libtroupe; GetJob as one raw call (libtroupe
+ * retries UNAVAILABLE within its deadline, which would hide when the head
+ * answered). */
+static void *read_main(void *arg)
+{
+    reader *r = arg;
+    troupe_client_opts co = {.head_url = r->url, .timeout_ms = 8000};
+    troupe_client *c = NULL;
+    troupe_error terr = {0};
+    int64_t t0 = tr_now_ms();
+
+    if (r->job_id == 0) {
+        r->rv = troupe_client_open(&c, &co, &terr);
+        if (r->rv == TROUPE_OK) {
+            r->rv = troupe_get_cluster(c, &r->cl, &terr);
+        }
+        snprintf(r->msg, sizeof(r->msg), "%s", terr.message);
+        troupe_client_close(c);
+    } else {
+        Troupe__V1__GetJobRequest req = TROUPE__V1__GET_JOB_REQUEST__INIT;
+        tr_rpc_client_opts o = {.url = r->url};
+        tr_rpc_client *rc = NULL;
+        ProtobufCMessage *rep = NULL;
+        tr_err err = {0};
+        req.job_id = r->job_id;
+        r->rv = tr_rpc_client_open(&o, &rc, &err);
+        if (r->rv == TROUPE_OK) {
+            r->rv = tr_rpc_client_call(rc, "troupe.v1.Head/GetJob", &req.base, &troupe__v1__get_job_reply__descriptor,
+                                       &rep, 8000, 0, &err);
+            tr_rpc_client_close(rc);
+        }
+        if (rep != NULL) {
+            protobuf_c_message_free_unpacked(rep, NULL);
+        }
+        snprintf(r->msg, sizeof(r->msg), "%s", err.msg);
+    }
+    r->ms = tr_now_ms() - t0;
+    return NULL;
+}
+
+static void readers_answered_on_failure(void **state)
+{
+    static const char yaml[] = "name: j\ncluster: {nodes: [1]}\n"
+                               "groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sleep, '60']}]\n";
+    char dir[256], url[300], full[300];
+    tr_head h;
+    troupe_client_opts co = {0};
+    troupe_client *c = NULL;
+    troupe_error terr;
+    tr_rpc_client *agent;
+    uint64_t id = 0;
+    reader rd[2];
+    pthread_t th[2];
+    FILE *f;
+
+    (void)state;
+    tr_test_tmpdir(full, sizeof(full), "commit-read");
+    strncat(full, "/full", sizeof(full) - strlen(full) - 1);
+    setenv("TROUPE_TEST_STORE_FULL_IF", full, 1);
+    head_start(&h, dir, sizeof(dir), url, sizeof(url));
+    unsetenv("TROUPE_TEST_STORE_FULL_IF");
+    agent = tr_fixture_register_node(url);
+    co.head_url = url;
+    co.timeout_ms = 8000;
+    assert_int_equal(troupe_client_open(&c, &co, &terr), TROUPE_OK);
+    if (troupe_submit_yaml(c, yaml, sizeof(yaml) - 1, "j.yaml", NULL, &id, &terr) != TROUPE_OK) {
+        fail_msg("submit: %s: %s", troupe_strerror(terr.code), terr.message);
+    }
+
+    /* The job changes; the writer takes the batch and is held before writing. */
+    hook_in = hook_go = 0;
+    pthread_mutex_lock(&h.mu);
+    assert_non_null(f = fopen(full, "w"));
+    fclose(f);
+    tr_commit_write_hook = hold_write;
+    tr_jobs_touch(&h, tr_jobs_find(&h, id));
+    pthread_mutex_unlock(&h.mu);
+    pthread_mutex_lock(&hook_mu);
+    for (int i = 0; i < 500 && !hook_in; i++) {
+        struct timespec ts;
+        tr_abstime_in(&ts, 10);
+        pthread_cond_timedwait(&hook_cv, &hook_mu, &ts);
+    }
+    pthread_mutex_unlock(&hook_mu);
+    assert_true(hook_in); /* within 5 s */
+
+    /* Both readers park behind the batch in flight (the job is not saved). */
+    for (int i = 0; i < 2; i++) {
+        rd[i] = (reader){.url = url, .job_id = i ? id : 0};
+        pthread_create(&th[i], NULL, read_main, &rd[i]);
+    }
+    for (int i = 0, parked = 0; parked < 2; i++) {
+        if (i == 500) {
+            fail_msg("the readers did not park behind the batch in flight within 5 s (%d parked)", parked);
+        }
+        usleep(10000);
+        pthread_mutex_lock(&h.mu);
+        parked = (int)tr_head_commit_waiters(&h);
+        pthread_mutex_unlock(&h.mu);
+    }
+
+    /* The write fails (full disk): both are answered now, not at 8 s. */
+    pthread_mutex_lock(&hook_mu);
+    hook_go = 1;
+    pthread_cond_broadcast(&hook_cv);
+    pthread_mutex_unlock(&hook_mu);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+    }
+    tr_commit_write_hook = NULL;
+    if (rd[0].rv != TROUPE_OK || rd[0].ms > 2000 || !rd[0].cl.store_failing || rd[0].cl.jobs_unsaved != 1) {
+        fail_msg("troupe status behind a failed write: %s after %lld ms (store_failing %d, jobs_unsaved %u): %s",
+                 troupe_strerror(rd[0].rv), (long long)rd[0].ms, rd[0].cl.store_failing, rd[0].cl.jobs_unsaved,
+                 rd[0].msg);
+    }
+    if (rd[1].rv != TROUPE_UNAVAILABLE || rd[1].ms > 2000 || strstr(rd[1].msg, "could not save yet") == NULL) {
+        fail_msg("troupe job behind a failed write: %s after %lld ms: %s", troupe_strerror(rd[1].rv),
+                 (long long)rd[1].ms, rd[1].msg);
+    }
+
+    /* Room again: the change is saved and the job shows. */
+    assert_int_equal(unlink(full), 0);
+    pthread_mutex_lock(&h.mu);
+    if (!until_state(&h, 0, h.taken_seq)) {
+        fail_msg("the head did not write again within 5 s of the disk having room");
+    }
+    pthread_mutex_unlock(&h.mu);
+    troupe_client_close(c);
+    tr_rpc_client_close(agent);
+    tr_head_stop(&h);
+    tr_cfg_free(tr_head_config_table, &h.cfg);
+}
+
 /* Every allocation for a while: several retries, then it goes through. */
 static void many_fail(void **state)
 {
@@ -130,6 +354,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(pack_fails),
         cmocka_unit_test(take_fails),
         cmocka_unit_test(many_fail),
+        cmocka_unit_test(nudge_only_recovers),
+        cmocka_unit_test(readers_answered_on_failure),
     };
     return TR_TEST_MAIN("unit.server.commit", tests, argc, argv);
 }

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A profile change the head has not saved is not acted on (issue 8's promise,
+# "a client is only ever told saved state", for the workers' WorkerControl
+# long poll): `troupe profile` is accepted, then its write fails (an injected
+# full disk, TROUPE_TEST_STORE_FULL_IF). While the store cannot write, no
+# worker profiles; once it writes again the change is saved, acknowledged,
+# and the workers profile the steps asked for. Before, the waiting workers
+# were answered from memory at once and profiled a change the head could
+# still lose.
+source "$(dirname "$0")/../lib.sh"
+: "${RT_WORKER:?}"
+export TROUPE_TEST_STORE_FULL_IF=$T/full
+start_cluster
+cat >"$T/job.yaml" <<YAML
+name: unsaved
+cluster: {nodes: [4]}
+groups:
+  - {name: g, workers: 2, resources: {gpu: 1}, command: [$RT_WORKER, run]}
+env: {RT_STEPS: "600", RT_STEP_MS: "50"}
+YAML
+id=$(submit "$T/job.yaml")
+wait_for 20 "job $id RUNNING" is_job_state "$id" RUNNING
+sleep 1 # the workers' control polls are open
+profiled() { logs_grep "$id" "rt: profile step"; }
+! profiled || fail "a worker profiled before any setting: $(cli logs "$id" | grep 'profile step')"
+
+# The change must be accepted and then fail to save: its own write has to be
+# the first to fail. Another write (the job's own changes) can come first and
+# make the head refuse the change up front; then the store is let recover
+# and the test tries again.
+accepted=0
+for try in 1 2 3 4 5 6 7 8 9 10; do
+    touch "$T/full"
+    cli profile "$id" --next 3 --workers '*' >"$T/profile.out" 2>&1 &
+    prof_pid=$!
+    wait_for 10 "the head to find its store failing" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = false ]"
+    sleep 0.3
+    if ! grep -q RESOURCE_EXHAUSTED "$T/profile.out"; then
+        accepted=1
+        break
+    fi
+    wait "$prof_pid" 2>/dev/null || true
+    rm -f "$T/full"
+    wait_for 15 "the store to write again" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = true ]"
+done
+[ $accepted = 1 ] || fail "in 10 tries troupe profile was always refused before its own write failed: $(cat "$T/profile.out")"
+echo "accepted at try $try"
+sleep 2 # 40 steps at 50 ms: with the old head both workers had profiled by now
+if profiled; then
+    fail "a worker profiled a change the head has not saved: $(cli logs "$id" | grep 'profile step')"
+fi
+kill -0 "$prof_pid" 2>/dev/null || fail "troupe profile returned before the change was saved: $(cat "$T/profile.out")"
+pass "while the store cannot write: troupe profile waits, no worker profiles"
+
+rm -f "$T/full"
+wait_for 15 "the store to write again" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = true ]"
+rc=0; wait "$prof_pid" || rc=$?
+[ "$rc" = 0 ] && grep -q "profile setting version 1" "$T/profile.out" || fail "troupe profile after the store recovered: rc=$rc $(cat "$T/profile.out")"
+n_prof() { [ "$(cli logs "$id" | grep -c "rt: profile step")" -ge 6 ]; }
+wait_for 15 "both workers to profile 3 steps once saved" n_prof
+pass "once saved: acknowledged (version 1), and both workers profiled 3 steps"
+cli stop "$id" >/dev/null
