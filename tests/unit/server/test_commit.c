@@ -133,6 +133,26 @@ static void take_fails(void **state)
     submit_with_failures(1, 2);
 }
 
+/* head_start_failpoint: a head whose commits fail while the file named in
+ * full (a path in a fresh directory, not created) exists (store.h's
+ * TROUPE_TEST_STORE_FULL_IF, read when the store opens). Buffers of 256,
+ * 300 and 300 bytes. */
+static void head_start_failpoint(tr_head *h, char *dir, char *url, char *full)
+{
+    tr_test_tmpdir(full, 300, "commit-full");
+    strncat(full, "/full", 300 - strlen(full) - 1);
+    setenv("TROUPE_TEST_STORE_FULL_IF", full, 1);
+    head_start(h, dir, 256, url, 300);
+    unsetenv("TROUPE_TEST_STORE_FULL_IF");
+}
+
+static void touch_file(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
 /* until_state waits (deadline 5 s, h->mu held) for h->store_failing == want
  * and, when it is 0, for saved_seq to reach seq. */
 static int until_state(tr_head *h, int want, uint64_t seq)
@@ -153,20 +173,14 @@ static void nudge_only_recovers(void **state)
     char dir[256], url[300], full[300];
     tr_head h;
     uint64_t seq;
-    FILE *f;
 
     (void)state;
-    tr_test_tmpdir(full, sizeof(full), "commit-full");
-    strncat(full, "/full", sizeof(full) - strlen(full) - 1);
-    setenv("TROUPE_TEST_STORE_FULL_IF", full, 1);
-    head_start(&h, dir, sizeof(dir), url, sizeof(url));
-    unsetenv("TROUPE_TEST_STORE_FULL_IF");
+    head_start_failpoint(&h, dir, url, full);
     /* No node, no job: nothing else changes that would make the writer
      * retry (a silent node turning SUSPECT after 1 s did, and hid the bug). */
     pthread_mutex_lock(&h.mu);
     assert_true(until_state(&h, 0, h.taken_seq)); /* the start is on disk */
-    assert_non_null(f = fopen(full, "w"));
-    fclose(f);
+    touch_file(full);
     seq = tr_head_change_seq(&h);
     tr_head_commit_nudge(&h);
     if (!until_state(&h, 1, 0)) {
@@ -261,14 +275,9 @@ static void readers_answered_on_failure(void **state)
     uint64_t id = 0;
     reader rd[2];
     pthread_t th[2];
-    FILE *f;
 
     (void)state;
-    tr_test_tmpdir(full, sizeof(full), "commit-read");
-    strncat(full, "/full", sizeof(full) - strlen(full) - 1);
-    setenv("TROUPE_TEST_STORE_FULL_IF", full, 1);
-    head_start(&h, dir, sizeof(dir), url, sizeof(url));
-    unsetenv("TROUPE_TEST_STORE_FULL_IF");
+    head_start_failpoint(&h, dir, url, full);
     agent = tr_fixture_register_node(url);
     co.head_url = url;
     co.timeout_ms = 8000;
@@ -280,8 +289,7 @@ static void readers_answered_on_failure(void **state)
     /* The job changes; the writer takes the batch and is held before writing. */
     hook_in = hook_go = 0;
     pthread_mutex_lock(&h.mu);
-    assert_non_null(f = fopen(full, "w"));
-    fclose(f);
+    touch_file(full);
     tr_commit_write_hook = hold_write;
     tr_jobs_touch(&h, tr_jobs_find(&h, id));
     pthread_mutex_unlock(&h.mu);
