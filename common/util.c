@@ -1,6 +1,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -93,4 +95,79 @@ int tr_mkdir_p(const char *path)
         return -1;
     }
     return 0;
+}
+
+/* A bounded run: the runner and the caller each hold a reference; the last
+ * one out frees it. */
+typedef struct bounded {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void (*fn)(void *);
+    void *arg;
+    int done, refs;
+} bounded;
+
+static void bounded_drop(bounded *b)
+{
+    int last;
+
+    pthread_mutex_lock(&b->mu);
+    last = --b->refs == 0;
+    pthread_mutex_unlock(&b->mu);
+    if (last) {
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+    }
+}
+
+static void *bounded_main(void *arg)
+{
+    bounded *b = arg;
+
+    b->fn(b->arg);
+    pthread_mutex_lock(&b->mu);
+    b->done = 1;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    bounded_drop(b);
+    return NULL;
+}
+
+int tr_run_bounded(void (*fn)(void *), void *arg, int64_t ms)
+{
+    bounded *b = calloc(1, sizeof(*b));
+    int64_t deadline = tr_now_ms() + ms;
+    pthread_attr_t attr;
+    pthread_t t;
+    int rv, done;
+
+    if (b == NULL || pthread_attr_init(&attr) != 0) {
+        free(b);
+        return -1;
+    }
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->fn = fn;
+    b->arg = arg;
+    b->refs = 2;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rv = pthread_create(&t, &attr, bounded_main, b);
+    pthread_attr_destroy(&attr);
+    if (rv != 0) {
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+        return -1;
+    }
+    pthread_mutex_lock(&b->mu);
+    while (!b->done && tr_now_ms() < deadline) {
+        struct timespec ts;
+        tr_abstime_in(&ts, deadline - tr_now_ms());
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    }
+    done = b->done;
+    pthread_mutex_unlock(&b->mu);
+    bounded_drop(b);
+    return done;
 }

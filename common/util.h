@@ -30,4 +30,13 @@ size_t tr_strlcpy(char *dst, const char *src, size_t size);
  * -1 with errno set otherwise. */
 int tr_mkdir_p(const char *path);
 
+/* tr_run_bounded runs fn(arg) on a thread of its own and waits for it at
+ * most ms: for steps that must not hang their caller but may, in a library
+ * we cannot fix (nng 1.5.2's nng_close: nng#648, nng#1543). fn owns arg: the
+ * caller must not touch it after the call. Returns 1 when fn returned in
+ * time (everything it freed is freed), 0 when the caller goes on without it
+ * (the thread stays until fn returns, at worst until the process exits), -1
+ * when no thread could be started (fn has not run). */
+int tr_run_bounded(void (*fn)(void *), void *arg, int64_t ms);
+
 #endif

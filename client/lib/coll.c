@@ -722,42 +722,6 @@ static void close_pipes(troupe_coll *c)
 /* release closes the sockets and frees. Its own thread: see tr_coll_close. */
 static void release(troupe_coll *c);
 
-/* A release thread and tr_coll_close share this hand-off; the last of the
- * two to let go of it frees it (the caller may stop waiting first). */
-typedef struct release_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    troupe_coll *c;
-    int done, refs;
-} release_wait;
-
-static void release_wait_drop(release_wait *rw)
-{
-    int last;
-
-    pthread_mutex_lock(&rw->mu);
-    last = --rw->refs == 0;
-    pthread_mutex_unlock(&rw->mu);
-    if (last) {
-        pthread_cond_destroy(&rw->cv);
-        pthread_mutex_destroy(&rw->mu);
-        free(rw);
-    }
-}
-
-static void *release_main(void *arg)
-{
-    release_wait *rw = arg;
-
-    release(rw->c);
-    pthread_mutex_lock(&rw->mu);
-    rw->done = 1;
-    pthread_cond_signal(&rw->cv);
-    pthread_mutex_unlock(&rw->mu);
-    release_wait_drop(rw);
-    return NULL;
-}
-
 static void release(troupe_coll *c)
 {
 
@@ -776,6 +740,12 @@ static void release(troupe_coll *c)
     free(c);
 }
 
+/* release_fn: release, as tr_run_bounded calls it. */
+static void release_fn(void *arg)
+{
+    release(arg);
+}
+
 /* release_bounded runs release on its own thread and waits for it up to
  * TR_COLL_RELEASE_WAIT_MS: in the normal case everything is freed before
  * close returns (so nothing is left in flight when the process exits); in
@@ -791,41 +761,12 @@ static void release(troupe_coll *c)
 static atomic_int nng_wedged;
 static int release_bounded(troupe_coll *c)
 {
-    pthread_t t;
-    pthread_attr_t attr;
-    release_wait *rw = calloc(1, sizeof(*rw));
-    int64_t deadline = tr_now_ms() + TR_COLL_RELEASE_WAIT_MS;
-    struct timespec ts;
-    int rv;
+    int rv = tr_run_bounded(release_fn, c, TR_COLL_RELEASE_WAIT_MS);
 
-    if (rw == NULL || pthread_attr_init(&attr) != 0) {
-        free(rw);
-        return -1;
-    }
-    pthread_mutex_init(&rw->mu, NULL);
-    pthread_cond_init(&rw->cv, NULL);
-    rw->c = c;
-    rw->refs = 2;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rv = pthread_create(&t, &attr, release_main, rw);
-    pthread_attr_destroy(&attr);
-    if (rv != 0) {
-        pthread_cond_destroy(&rw->cv);
-        pthread_mutex_destroy(&rw->mu);
-        free(rw);
-        return -1;
-    }
-    pthread_mutex_lock(&rw->mu);
-    while (!rw->done && tr_now_ms() < deadline) {
-        tr_abstime_in(&ts, deadline - tr_now_ms());
-        pthread_cond_timedwait(&rw->cv, &rw->mu, &ts);
-    }
-    if (!rw->done || getenv("TROUPE_TEST_NNG_WEDGED") != NULL) {
+    if (rv == 0 || (rv > 0 && getenv("TROUPE_TEST_NNG_WEDGED") != NULL)) {
         atomic_store(&nng_wedged, 1);
     }
-    pthread_mutex_unlock(&rw->mu);
-    release_wait_drop(rw);
-    return 0;
+    return rv < 0 ? -1 : 0;
 }
 
 int tr_coll_nng_wedged(void)

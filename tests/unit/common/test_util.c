@@ -3,6 +3,9 @@
 #include "test_helpers.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -162,6 +165,57 @@ static void clocks(void **state)
     tr_sleep_ms(0);
 }
 
+/* A run of tr_run_bounded: fn waits until `go` (when hold) and frees it. */
+typedef struct run {
+    atomic_int go, ran;
+} run;
+
+static atomic_int freed;
+
+static void run_fn(void *arg)
+{
+    run *r = arg;
+    while (!atomic_load(&r->go)) {
+        tr_sleep_ms(5);
+    }
+    atomic_store(&r->ran, 1);
+    free(r); /* fn owns arg */
+    atomic_fetch_add(&freed, 1);
+}
+
+/* A step that returns in time is waited for: it ran and freed before the
+ * call returned. */
+static void run_bounded_in_time(void **state)
+{
+    run *r = calloc(1, sizeof(*r));
+    (void)state;
+    atomic_store(&r->go, 1);
+    atomic_store(&freed, 0);
+    assert_int_equal(tr_run_bounded(run_fn, r, 5000), 1);
+    assert_int_equal(atomic_load(&freed), 1);
+}
+
+/* A step that hangs does not hang its caller: back after the bound with 0,
+ * and the step still finishes on its own thread when it can. */
+static void run_bounded_hangs(void **state)
+{
+    run *r = calloc(1, sizeof(*r));
+    int64_t t0 = tr_now_ms(), took;
+    (void)state;
+    atomic_store(&freed, 0);
+    assert_int_equal(tr_run_bounded(run_fn, r, 100), 0);
+    took = tr_now_ms() - t0;
+    if (took < 100 || took > 3000) {
+        fail_msg("tr_run_bounded returned after %lld ms for a bound of 100", (long long)took);
+    }
+    assert_int_equal(atomic_load(&freed), 0);
+    atomic_store(&r->go, 1); /* r is still alive: the step owns it until it returns */
+    for (int i = 0; i < 500 && atomic_load(&freed) == 0; i++) {
+        tr_sleep_ms(10);
+    }
+    assert_int_equal(atomic_load(&freed), 1);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -173,6 +227,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(mkdir_p_existing_file_fails),
         cmocka_unit_test(mkdir_p_too_long),
         cmocka_unit_test(clocks),
+        cmocka_unit_test(run_bounded_in_time),
+        cmocka_unit_test(run_bounded_hangs),
     };
     return TR_TEST_MAIN("unit.common.util", tests, argc, argv);
 }
