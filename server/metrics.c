@@ -1387,6 +1387,7 @@ static void svc_free(metrics_svc *s)
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     metrics_svc *s = calloc(1, sizeof(*s));
+    tr_rq_opts qo = {0};
     int rv;
 
     if (s == NULL) {
@@ -1403,7 +1404,8 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the metrics follower");
         goto out;
     }
-    rv = tr_rq_open(&s->q, &metrics_queue, s, err); /* last: its writer may run at once */
+    qo.nice = (int)h->cfg.ingest_nice;
+    rv = tr_rq_open(&s->q, &metrics_queue, &qo, s, err); /* last: its writer may run at once */
 out:
     if (rv != TROUPE_OK) {
         svc_free(s);

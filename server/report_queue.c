@@ -19,15 +19,21 @@
  * an expired call as soon as on_expire returns, at server stop), so it waits
  * until every round taken so far is answered. Lock order: h->mu, then q->mu
  * (job_deleted queues under h->mu). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "report_queue.h"
 
 struct tr_rq {
     const tr_rq_ops *ops;
     void *arg;
+    int nice; /* tr_rq_opts.nice: each thread raises its own nice by this at its start */
     pthread_mutex_t mu;
     pthread_cond_t cv;   /* for the writer: something queued, or stop */
     pthread_cond_t acv;  /* for the answerer: a round in its slot, or stop */
@@ -107,6 +113,39 @@ static void answer_round(tr_rq *q, tr_rq_item *round, int rv, const tr_err *err)
     }
 }
 
+/* lower_priority raises the calling thread's nice by q->nice (capped at 19):
+ * the queue's threads do throughput work with a ~100 ms budget, and on a
+ * head short of CPU (2 cores, 100,000 points/s) they would otherwise take it
+ * from the RPC threads that answer Ping, status and submit. Linux keeps a
+ * nice per thread: getpriority(PRIO_PROCESS, 0) reads the caller's,
+ * setpriority with its thread id sets its alone (the process and its other
+ * threads keep theirs), and an unprivileged process may always raise it.
+ * A failure costs a warning, never the queue. */
+static void lower_priority(const tr_rq *q, const char *thread)
+{
+    if (q->nice == 0) {
+        return;
+    }
+#ifdef __linux__
+    int cur, want;
+    errno = 0;
+    cur = getpriority(PRIO_PROCESS, 0);
+    if (cur == -1 && errno != 0) {
+        TR_LOG(TR_LOG_WARNING, "%s %s: cannot read its nice (%s); it runs at the process's", q->ops->name, thread,
+               strerror(errno));
+        return;
+    }
+    want = cur + q->nice > 19 ? 19 : cur + q->nice;
+    if (setpriority(PRIO_PROCESS, (id_t)gettid(), want) != 0) {
+        TR_LOG(TR_LOG_WARNING, "%s %s: cannot set nice %d (%s); it runs at %d", q->ops->name, thread, want,
+               strerror(errno), cur);
+    }
+#else
+    TR_LOG(TR_LOG_WARNING, "%s %s: ingest_nice needs Linux (a nice per thread); it runs at the process's",
+           q->ops->name, thread);
+#endif
+}
+
 /* wait_slot (q->mu held) waits until the answerer's slot is free. */
 static void wait_slot(tr_rq *q)
 {
@@ -119,6 +158,7 @@ static void *answerer_main(void *arg)
 {
     tr_rq *q = arg;
 
+    lower_priority(q, "answerer");
     pthread_mutex_lock(&q->mu);
     for (;;) {
         tr_rq_item *round;
@@ -150,6 +190,7 @@ static void *writer_main(void *arg)
 {
     tr_rq *q = arg;
 
+    lower_priority(q, "writer");
     pthread_mutex_lock(&q->mu);
     for (;;) {
         tr_rq_item *round;
@@ -328,7 +369,7 @@ out:
     return rv;
 }
 
-int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, void *arg, tr_err *err)
+int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, const tr_rq_opts *opts, void *arg, tr_err *err)
 {
     tr_rq *q = calloc(1, sizeof(*q));
     int rv = TROUPE_OK;
@@ -339,6 +380,7 @@ int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, void *arg, tr_err *err)
     }
     q->ops = ops;
     q->arg = arg;
+    q->nice = opts != NULL ? opts->nice : 0;
     q->tail = &q->head;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);

@@ -92,13 +92,26 @@ typedef struct tr_rq_ops {
     void (*deleted)(void *arg, const tr_ids *ids);
 } tr_rq_ops;
 
+/* tr_rq_opts: how the head runs a queue (its config), as opposed to what
+ * the service does with it (tr_rq_ops). Zeroed is the default. */
+typedef struct tr_rq_opts {
+    /* nice: added to the nice of the writer and the answerer (Linux: a
+     * thread's own nice, set by each thread on itself; capped at 19), so
+     * that throughput work with a ~100 ms budget yields the CPU to the
+     * latency-critical RPC threads (Ping, status, submit). 0 = they run at
+     * the process's nice; 1-19. A failure to set it is logged (warning)
+     * and the thread runs on at the process's nice. */
+    int nice;
+} tr_rq_opts;
+
 /* tr_rq_open starts the writer and answerer threads for a service: ops (borrowed, must
- * outlive the queue, usually a static const table) and arg (passed to every
- * callback). On success *out owns the queue: close it with tr_rq_close.
+ * outlive the queue, usually a static const table), opts (read during the
+ * call; NULL = defaults) and arg (passed to every callback). On success *out
+ * owns the queue: close it with tr_rq_close.
  * RESOURCE_EXHAUSTED ("cannot start the NAME writer") otherwise; *out is
  * then NULL. Call it once the service's store is open and loaded (write may
  * run as soon as a call is queued), from the service's start. */
-int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, void *arg, tr_err *err);
+int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, const tr_rq_opts *opts, void *arg, tr_err *err);
 
 /* tr_rq_close lets the writer finish what is queued (deletions included)
  * and the answerer answer it, joins both and frees q; NULL is a no-op. Call it after the RPC server

@@ -861,6 +861,7 @@ static void svc_free(trace_svc *s)
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     trace_svc *s = calloc(1, sizeof(*s));
+    tr_rq_opts qo = {0};
     int rv;
 
     if (s == NULL) {
@@ -869,7 +870,8 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
     s->h = h;
     rv = db_open(s, err);
     if (rv == TROUPE_OK) {
-        rv = tr_rq_open(&s->q, &trace_queue, s, err); /* after the load: its writer may run at once */
+        qo.nice = (int)h->cfg.ingest_nice;
+        rv = tr_rq_open(&s->q, &trace_queue, &qo, s, err); /* after the load: its writer may run at once */
     }
     if (rv != TROUPE_OK) {
         svc_free(s);

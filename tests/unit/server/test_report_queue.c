@@ -9,9 +9,11 @@
  * expires is never written, a failed write answers the whole round with its
  * status, deletions run after the round taken with them is answered and
  * before close returns, and the writer writes the next round while the last
- * one is answered but never runs more than one round ahead. Every wait has a
- * deadline (WAIT_MS). */
+ * one is answered but never runs more than one round ahead, and both threads
+ * run at the nice the options ask for. Every wait has a deadline (WAIT_MS). */
+#include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "report_queue.h"
@@ -47,7 +49,10 @@ typedef struct fixture {
     int answered_early;          /* answers of an item its round had not written */
     char events[MAX_EVENTS][32]; /* "w3" written report 3, "a3" answered, "d7" deleted job 7 */
     size_t n_events;
+    int write_nice, answer_nice; /* the nice write and answer last ran at (their threads'); NO_NICE before */
 } fixture;
+
+#define NO_NICE (-100)
 
 static fixture fx;
 
@@ -76,6 +81,7 @@ static int test_write(void *arg, tr_rq_item *round, tr_err *err)
     (void)arg;
     tr_abstime_in(&until, WAIT_MS);
     pthread_mutex_lock(&fx.mu);
+    fx.write_nice = getpriority(PRIO_PROCESS, 0); /* Linux: the calling thread's */
     fx.in_write = 1;
     pthread_cond_broadcast(&fx.cv);
     while (fx.hold && rc == 0) {
@@ -103,6 +109,7 @@ static void test_answer(void *arg, tr_rq_item *it, int rv, const tr_err *err)
     (void)arg;
     tr_abstime_in(&until, WAIT_MS);
     pthread_mutex_lock(&fx.mu);
+    fx.answer_nice = getpriority(PRIO_PROCESS, 0);
     fx.in_answer = 1;
     pthread_cond_broadcast(&fx.cv);
     while (fx.hold_answer && rc == 0) {
@@ -169,24 +176,30 @@ static const tr_rpc_method methods[] = {
 
 /* ---- the fixture ----------------------------------------------------------------- */
 
-static void fx_start(void)
+static void fx_start_opts(const tr_rq_opts *opts)
 {
     tr_rpc_server_opts so = {0};
     tr_rpc_client_opts co = {0};
     tr_err err;
 
     memset(&fx, 0, sizeof(fx));
+    fx.write_nice = fx.answer_nice = NO_NICE;
     pthread_mutex_init(&fx.mu, NULL);
     pthread_cond_init(&fx.cv, NULL);
     tr_test_tmpdir(fx.dir, sizeof(fx.dir), "rq");
     snprintf(fx.url, sizeof(fx.url), "ipc://%s/rq.ipc", fx.dir);
-    TR_ASSERT_OK(tr_rq_open(&fx.q, &test_ops, NULL, &err), &err);
+    TR_ASSERT_OK(tr_rq_open(&fx.q, &test_ops, opts, NULL, &err), &err);
     so.url = fx.url;
     so.methods = methods;
     so.user = fx.q;
     TR_ASSERT_OK(tr_rpc_server_start(&so, &fx.srv, &err), &err);
     co.url = fx.url;
     TR_ASSERT_OK(tr_rpc_client_open(&co, &fx.cli, &err), &err);
+}
+
+static void fx_start(void)
+{
+    fx_start_opts(NULL);
 }
 
 /* fx_stop: in the services' order - the server first (deferred calls answered
@@ -573,6 +586,43 @@ static void pipelined(void **state)
     fx_stop();
 }
 
+/* nice_is runs one report through a queue opened with opts.nice = add and
+ * checks the nice its write and answer ran at. */
+static void nice_is(int add, int want)
+{
+    client_call a;
+
+    fx_start_opts(&(tr_rq_opts){.nice = add});
+    send_call(&a, 1, 1, 20000, 0);
+    expect_ok(&a);
+    pthread_mutex_lock(&fx.mu);
+    assert_int_equal(fx.write_nice, want);
+    assert_int_equal(fx.answer_nice, want);
+    pthread_mutex_unlock(&fx.mu);
+    fx_stop();
+}
+
+/* opts.nice raises the writer's and the answerer's own nice by that much
+ * (capped at 19) and no other thread's; 0 leaves them at the process's. */
+static void thread_nice(void **state)
+{
+    int base;
+
+    (void)state;
+    errno = 0;
+    base = getpriority(PRIO_PROCESS, 0);
+    assert_int_equal(errno, 0);
+    if (base + 3 > 19) {
+        print_message("the test runs at nice %d: no room to raise its threads' nice by 3\n", base);
+        skip();
+    }
+    nice_is(3, base + 3);
+    assert_int_equal(getpriority(PRIO_PROCESS, 0), base); /* this thread kept its own */
+    nice_is(0, base);
+    nice_is(19, 19);
+    assert_int_equal(getpriority(PRIO_PROCESS, 0), base);
+}
+
 /* tr_ids: a set, zeroed is empty, fini empties it. */
 static void ids(void **state)
 {
@@ -598,7 +648,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(answer_after_write), cmocka_unit_test(bound),     cmocka_unit_test(expiry),
         cmocka_unit_test(failed_round),       cmocka_unit_test(deletions), cmocka_unit_test(pipelined),
-        cmocka_unit_test(ids),
+        cmocka_unit_test(thread_nice),        cmocka_unit_test(ids),
     };
     return TR_TEST_MAIN("unit.server.report_queue", tests, argc, argv);
 }
