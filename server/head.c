@@ -88,9 +88,10 @@ const tr_cfg_desc tr_head_config_table[] = {
      "finished jobs older than this many days are deleted; 0 = kept regardless of age"},
     {"metrics_keep", TR_CFG_INT, F(metrics_keep), "1000000", 1, 1000000000, 0,
      "metric points kept per job (troupe metrics); past it the oldest are deleted"},
-    {"ingest_nice", TR_CFG_INT, F(ingest_nice), "10", 0, 19, 0,
+    {"ingest_nice", TR_CFG_INT, F(ingest_nice), "0", 0, 19, 0,
      "nice added to the threads that write and acknowledge metrics and traces (Linux), so that they yield "
-     "the CPU to the RPC path (Ping, status, submit); 0 = the head's own"},
+     "the CPU to the RPC path (Ping, status, submit); 0 = the head's own. On a head short of CPU, 19 keeps "
+     "RPC latency near idle but delays metric acks and troupe metrics -f by ~100 ms"},
     {"health_stall_min_ms", TR_CFG_INT, F(health_stall_min_ms), "60000", 100, 604800000, 0,
      "a RUNNING job whose ranks reported no step for max(this, health_stall_factor x the group's median step "
      "time) is STALLED (a job's health.stall_after replaces both)"},

@@ -100,7 +100,10 @@ typedef struct tr_rq_opts {
      * that throughput work with a ~100 ms budget yields the CPU to the
      * latency-critical RPC threads (Ping, status, submit). 0 = they run at
      * the process's nice; 1-19. A failure to set it is logged (warning)
-     * and the thread runs on at the process's nice. */
+     * and the thread runs on at the process's nice. The cost: a niced
+     * answerer acknowledges only when the CPU is free, and the writer waits
+     * for it (one round ahead at most), so on a saturated head acks and
+     * followers wait longer (docs/notes/2026-11-27/ping.md). */
     int nice;
 } tr_rq_opts;
 
