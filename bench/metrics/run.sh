@@ -10,6 +10,9 @@
 # WORKERS is a comma list (default 1000), one fresh head per size; SECS of
 # load per size (default 30); NAMES 10 and HZ 10 by default. HEAD_ARGS: more
 # troupe-head flags (e.g. "--sync-full false" to see what the fsyncs cost).
+# HEAD_CPUS: pin the head alone to these CPUs (taskset -c), e.g. HEAD_CPUS=0,1
+# with the script itself under taskset -c 2-5, so that the simulated workers
+# do not share the head's cores (as on a real cluster).
 set -eu
 if [ $# -lt 1 ] || [ ! -d "$1" ]; then
     echo "usage: $0 BUILD_DIR [OUT_DIR] [WORKERS] [SECS] [NAMES] [HZ]" >&2
@@ -29,7 +32,7 @@ for w in $(echo "$sizes" | tr , ' '); do
     state=$(mktemp -d /tmp/metrics-bench.XXXXXX)
     port=$((20000 + ($$ + w) % 10000))
     # A long heartbeat: the bench registers simulated nodes itself, without agents.
-    "$build/server/troupe-head" --listen "tcp://127.0.0.1:$port" --state-dir "$state" --heartbeat-ms 600000 \
+    ${HEAD_CPUS:+taskset -c "$HEAD_CPUS"} "$build/server/troupe-head" --listen "tcp://127.0.0.1:$port" --state-dir "$state" --heartbeat-ms 600000 \
         --http off --log-level warning ${HEAD_ARGS:-} >"$state/head.log" 2>&1 &
     head_pid=$!
     trap 'kill $head_pid 2>/dev/null; wait $head_pid 2>/dev/null; rm -rf "$state"' EXIT
