@@ -32,8 +32,11 @@ ulimit -n "$(ulimit -Hn)"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/admin.tok"
 port=$((20000 + RANDOM % 12000))
 URL=tcp://127.0.0.1:$port
+# HEAD_CPUS: pin the head alone to these CPUs (taskset -c), e.g. HEAD_CPUS=0,1
+# with this script under taskset -c 2-5: the simulated agents then do not
+# share the head's cores, as on a real cluster.
 # shellcheck disable=SC2086 # HEAD_ARGS: more head flags, split on purpose
-"$HEAD_BIN" --listen "$URL" --state-dir "$T/state" --token-file "$T/admin.tok" ${HEAD_ARGS:-} >"$T/head.log" 2>&1 &
+${HEAD_CPUS:+taskset -c "$HEAD_CPUS"} "$HEAD_BIN" --listen "$URL" --state-dir "$T/state" --token-file "$T/admin.tok" ${HEAD_ARGS:-} >"$T/head.log" 2>&1 &
 HEAD_PID=$!
 for i in $(seq 100); do
     "$CLI" --head "$URL" --token-file "$T/admin.tok" status >/dev/null 2>&1 && break
