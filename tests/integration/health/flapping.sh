@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A rank that flaps around the straggler threshold (slow for 12 steps, fast
-# for 12, ...) is named while it is slow and not while it is fast, but said
+# A rank that flaps around the straggler threshold (slow for 24 steps, fast
+# for 24, ...; with 12 the fast spell, 12 x 30 ms less the 3-step window,
+# was shorter than a `troupe job` poll under load and the test failed now
+# and then waiting for "no longer named") is named while it is slow and not while it is fast, but said
 # in the history once a minute at most: one STRAGGLER event for several
 # flaps, so the job's history and the event table do not fill up.
 source "$(dirname "$0")/../lib.sh"
@@ -10,7 +12,7 @@ cat >"$T/a.yaml" <<YAML
 name: flap
 cluster: {nodes: [4]}
 groups: [{name: policy, workers: 3, resources: {gpu: 1}, command: [$HL_WORKER]}]
-env: {HL_STEP_MS: "30", HL_SLOW_RANK: "2", HL_SLOW_MS: "120", HL_FLAP: "12"}
+env: {HL_STEP_MS: "30", HL_SLOW_RANK: "2", HL_SLOW_MS: "120", HL_FLAP: "24"}
 health: {straggler_window: 3}
 YAML
 id=$(submit "$T/a.yaml")
