@@ -41,6 +41,7 @@
 
 #include "err.h"
 #include "rpc.h"
+#include "util.h"
 #include "troupe/status.h"
 #include "troupe/v1/troupe.pb-c.h"
 
@@ -86,6 +87,7 @@ typedef struct sim {
     /* counters (atomic) */
     uint64_t hb_sent, hb_ok, hb_err, hb_late, sync_sent, sync_ok, sync_err;
     char first_error[256];
+    int close_hung; /* connection closes that had not returned after 2 s */
     /* heartbeat RTTs of the measure window */
     int measuring;
     float *rtt_ms;
@@ -93,6 +95,12 @@ typedef struct sim {
 } sim;
 
 static int setup_node(sim *s, int i);
+
+/* close_sock: nng_close, as tr_run_bounded calls it. */
+static void close_sock(void *arg)
+{
+    nng_close(*(nng_socket *)arg);
+}
 
 static int64_t now_us(void)
 {
@@ -776,8 +784,10 @@ static double deaths(sim *s, int k, int first, int closed, double *first_ms)
     for (int j = 0; j < k; j++) {
         node *nd = &s->nodes[(first + j * stride) % s->o.nodes];
         __atomic_store_n(&nd->stopped, 1, __ATOMIC_RELEASE);
-        if (closed) {
-            nng_close(s->socks[nd->conn]);
+        /* nng 1.5.2's nng_close can hang for good (nng#1543; it stopped one
+         * run of this bench here): bounded, and counted when it did not end. */
+        if (closed && tr_run_bounded(close_sock, &s->socks[nd->conn], 2000) == 0) {
+            s->close_hung++;
         }
     }
     while (now_us() - t0 < 60 * 1000000LL) {
@@ -927,6 +937,10 @@ int main(int argc, char **argv)
     if (s.first_error[0]) {
         printf("first error: %s\n", s.first_error);
     }
+    if (s.close_hung > 0) { /* those agents were silent, not closed: the closed figure is not the disconnect path's */
+        printf("%d of the %d connection closes had not returned after 2 s (nng_close, nng#1543)\n", s.close_hung,
+               s.o.kill);
+    }
     if (s.o.json != NULL) {
         FILE *f = fopen(s.o.json, "w");
         if (f == NULL) {
@@ -942,13 +956,13 @@ int main(int argc, char **argv)
                 ",\"heartbeat_errors\":%" PRIu64 ",\"nodesync_answered\":%" PRIu64 ",\"nodesync_errors\":%" PRIu64
                 ",\"nodes_alive\":%u,\"nodes_suspect\":%u,\"nodes_dead\":%u,\"kill\":%d,"
                 "\"silent_deaths_detected_ms\":%.0f,\"silent_first_dead_ms\":%.0f,"
-                "\"closed_deaths_detected_ms\":%.0f,\"closed_first_dead_ms\":%.0f,"
+                "\"closed_deaths_detected_ms\":%.0f,\"closed_first_dead_ms\":%.0f,\"closes_hung\":%d,"
                 "\"loadavg1_start\":%.2f,\"loadavg1_end\":%.2f,\"first_error\":\"%s\"}\n",
                 s.o.label, s.o.nodes, s.o.conns, GPUS, (long long)(s.period_us / 1000), reg_s, w.seconds,
                 w.cpu_cores, w.sim_cpu_cores, w.rss_mb_max, w.st_ok, w.st_failed, w.st_p50, w.st_p99, w.st_max,
                 (double)w.hb_ok / w.seconds, w.hb_p50, w.hb_p99, w.hb_max, w.hb_late, w.hb_err, w.sync_ok,
                 w.sync_err, w.alive, w.suspect, w.dead, s.o.kill, silent_ms, silent_first, closed_ms,
-                closed_first, w.load_start, w.load_end, json_safe(s.first_error));
+                closed_first, s.close_hung, w.load_start, w.load_end, json_safe(s.first_error));
         fclose(f);
     }
     /* Exit without closing 20,000 contexts one by one: the process ends. */
