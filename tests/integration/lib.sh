@@ -58,6 +58,9 @@ cleanup() {
     if [ $rc -ne 0 ]; then
         echo "---- test failed (rc=$rc); logs from $T ----"
         for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 40 "$f"; }; done
+        # The workers' own output (a sanitizer's report from a worker that
+        # aborted is only there).
+        for f in "$T"/node-*/logs/*.log; do [ -s "$f" ] && { echo "== $f"; tail -n 60 "$f"; }; done
     fi
     rm -rf "$T"
     exit $rc
