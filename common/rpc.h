@@ -284,12 +284,14 @@ int tr_rpc_client_open(const tr_rpc_client_opts *opts, tr_rpc_client **out, tr_e
 int tr_rpc_client_explain(tr_rpc_client *c, tr_err *err);
 
 /* tr_rpc_client_close closes the client; NULL is a no-op. No call may be in
- * flight on it. */
+ * flight on it. Never hangs: nng's close is waited for at most 3 s (nng
+ * 1.5.2 can hang there for good), then left to a thread of its own. */
 void tr_rpc_client_close(tr_rpc_client *c);
 
 /* tr_rpc_client_shutdown closes the socket so that calls in flight on other
  * threads return at once (UNAVAILABLE/CANCELLED); the handle must still be
- * freed with tr_rpc_client_close after those threads are done with it. */
+ * freed with tr_rpc_client_close after those threads are done with it.
+ * Bounded like tr_rpc_client_close. */
 void tr_rpc_client_shutdown(tr_rpc_client *c);
 
 /* tr_rpc_client_call sends req to method and waits up to timeout_ms for the

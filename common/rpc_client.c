@@ -197,10 +197,35 @@ fail:
     return rv;
 }
 
+/* TR_RPC_CLOSE_WAIT_MS: how long a close waits for nng. nng 1.5.2's
+ * nng_close of a REQ socket can hang for good after a request timed out on
+ * one of its contexts (nng#648, nng#1543): a CLI whose submit reached its
+ * deadline while the head's disk was full then never exited
+ * (integration.jobs.store_failpoint under ASan). A close that takes longer
+ * leaves the socket to its thread and returns; it is logged. */
+#define TR_RPC_CLOSE_WAIT_MS 3000
+
+/* close_socket: nng_close of a socket id the caller gave away (freed here). */
+static void close_socket(void *arg)
+{
+    nng_close(*(nng_socket *)arg);
+    free(arg);
+}
+
 void tr_rpc_client_shutdown(tr_rpc_client *c)
 {
-    if (c != NULL) {
+    nng_socket *s;
+
+    if (c == NULL) {
+        return;
+    }
+    if ((s = malloc(sizeof(*s))) == NULL) {
         nng_close(c->sock);
+        return;
+    }
+    *s = c->sock;
+    if (tr_run_bounded(close_socket, s, TR_RPC_CLOSE_WAIT_MS) < 0) {
+        close_socket(s);
     }
 }
 
@@ -216,14 +241,6 @@ static void client_free(void *arg)
     free(c->token);
     free(c);
 }
-
-/* TR_RPC_CLOSE_WAIT_MS: how long a close waits for nng. nng 1.5.2's
- * nng_close of a REQ socket can hang for good after a request timed out on
- * one of its contexts (nng#648, nng#1543): a CLI whose submit reached its
- * deadline while the head's disk was full then never exited
- * (integration.jobs.store_failpoint under ASan). A close that takes longer
- * leaves the socket to its thread and returns; it is logged. */
-#define TR_RPC_CLOSE_WAIT_MS 3000
 
 void tr_rpc_client_close(tr_rpc_client *c)
 {
