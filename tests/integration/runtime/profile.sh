@@ -15,17 +15,20 @@ groups:
   - {name: policy, workers: 2, resources: {gpu: 1}, command: [$RT_WORKER, run]}
   - {name: generation, workers: 2, resources: {gpu: 1}, command: [$RT_WORKER, run]}
 profile: {steps: "2:4", workers: "*policy-0"}
-env: {RT_STEPS: "70", RT_STEP_MS: "100", TROUPE_CUDART: "$FAKE_CUDART"}
+env: {RT_STEPS: "90", RT_STEP_MS: "100", TROUPE_CUDART: "$FAKE_CUDART"}
 YAML
 id=$(submit "$T/job.yaml")
 at_step() { logs_grep "$id" "\[job$id-$1\] rt: profile step $2 "; }
 wait_for 20 "policy-0 to profile step 3 (spec)" at_step policy-0 3
-out=$(cli profile "$id" --steps 20:23 --workers generation)
+# Steps 30:33: a worker hears of a setting once it is on disk (as the CLI
+# does), so under load the change may take a while to arrive; 20:23 left
+# the workers 1.5 s, and they were once past step 20 when it came.
+out=$(cli profile "$id" --steps 30:33 --workers generation)
 grep -q "profile setting version 1" <<<"$out" || fail "troupe profile: $out"
-cli -o json job "$id" | jq -e '.profile.version==1 and .profile.steps=="20:23" and .profile.workers=="generation" and .profile.spec.steps=="2:4"' >/dev/null \
+cli -o json job "$id" | jq -e '.profile.version==1 and .profile.steps=="30:33" and .profile.workers=="generation" and .profile.spec.steps=="2:4"' >/dev/null \
     || fail "troupe job -o json: $(cli -o json job "$id" | jq -c .profile)"
-cli job "$id" | grep -q "^profile   steps 20:23 on generation (troupe profile, version 1)" || fail "troupe job: $(cli job "$id")"
-wait_for 20 "generation-1 to profile step 22" at_step generation-1 22
+cli job "$id" | grep -q "^profile   steps 30:33 on generation (troupe profile, version 1)" || fail "troupe job: $(cli job "$id")"
+wait_for 20 "generation-1 to profile step 32" at_step generation-1 32
 out=$(cli profile "$id" --next 3 --align 10 --workers '*policy-1')
 grep -q "version 2" <<<"$out" || fail "troupe profile --next: $out"
 wait_for 30 "the job to end" is_job_state "$id" SUCCEEDED
@@ -34,7 +37,7 @@ got=$(grep -o "\[job$id-[a-z]*-[0-9]\] rt: profile step [0-9]*" "$T/logs" | sed 
 p1=$(grep -o "\[job$id-policy-1\] rt: profile step [0-9]*" "$T/logs" | awk '{print $NF}' | tr '\n' ' ')
 read -r a b c rest <<<"$p1"
 [ -n "$a" ] && [ $((a % 10)) = 0 ] && [ "$b" = $((a + 1)) ] && [ "$c" = $((a + 2)) ] && [ -z "$rest" ] || fail "policy-1 steps: '$p1' (all: $got)"
-want="job$id-generation-0 20;job$id-generation-0 21;job$id-generation-0 22;job$id-generation-1 20;job$id-generation-1 21;job$id-generation-1 22;job$id-policy-0 2;job$id-policy-0 3;job$id-policy-1 $a;job$id-policy-1 $b;job$id-policy-1 $c;"
+want="job$id-generation-0 30;job$id-generation-0 31;job$id-generation-0 32;job$id-generation-1 30;job$id-generation-1 31;job$id-generation-1 32;job$id-policy-0 2;job$id-policy-0 3;job$id-policy-1 $a;job$id-policy-1 $b;job$id-policy-1 $c;"
 [ "$got" = "$want" ] || fail "profiled steps: got $got want $want"
 pass "profiled exactly: $got"
 for w in policy-0 generation-0 generation-1 policy-1; do
