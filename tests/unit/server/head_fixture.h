@@ -1,11 +1,42 @@
-/* head_fixture.h - for unit tests that run a real head in-process: register a
- * node of 4 GPUs over RPC (no agent behind it). */
+/* head_fixture.h - for unit tests that run a real head in-process: configure
+ * and start one on an ipc:// socket in a fresh state dir, register a node of
+ * 4 GPUs over RPC (no agent behind it). */
 #ifndef TR_TEST_HEAD_FIXTURE_H
 #define TR_TEST_HEAD_FIXTURE_H
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "head.h"
 #include "rpc.h"
 #include "test_helpers.h"
 #include "troupe/v1/troupe.pb-c.h"
+
+/* tr_fixture_head_config gives h the head's defaults, listening on
+ * ipc://DIR/head.ipc with its state in DIR, a fresh directory (dir and url
+ * are filled; tag names it). Change h->cfg, then tr_head_start. */
+static inline void tr_fixture_head_config(tr_head *h, char *dir, size_t size, char *url, size_t url_size,
+                                          const char *tag)
+{
+    tr_err err;
+    tr_test_tmpdir(dir, size, tag);
+    snprintf(url, url_size, "ipc://%s/head.ipc", dir);
+    memset(h, 0, sizeof(*h));
+    TR_ASSERT_OK(tr_cfg_defaults(tr_head_config_table, &h->cfg, &err), &err);
+    free(h->cfg.listen);
+    free(h->cfg.state_dir);
+    h->cfg.listen = strdup(url);
+    h->cfg.state_dir = strdup(dir);
+}
+
+/* tr_fixture_head_start: tr_fixture_head_config with the defaults, started. */
+static inline void tr_fixture_head_start(tr_head *h, char *dir, size_t size, char *url, size_t url_size,
+                                         const char *tag)
+{
+    tr_err err;
+    tr_fixture_head_config(h, dir, size, url, url_size, tag);
+    TR_ASSERT_OK(tr_head_start(h, &err), &err);
+}
 
 /* tr_fixture_register_node registers n1 and returns its connection: keep it
  * open like a live agent (a closed one makes the node SUSPECT, one more change

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "head.h"
+#include "head_fixture.h"
 #include "rpc.h"
 #include "test_helpers.h"
 
@@ -23,14 +24,7 @@ typedef struct pinger {
 static void head_start(tr_head *h, char *dir, size_t size, char *url, size_t url_size)
 {
     tr_err err;
-    tr_test_tmpdir(dir, size, "auth");
-    snprintf(url, url_size, "ipc://%s/head.ipc", dir);
-    memset(h, 0, sizeof(*h));
-    TR_ASSERT_OK(tr_cfg_defaults(tr_head_config_table, &h->cfg, &err), &err);
-    free(h->cfg.listen);
-    free(h->cfg.state_dir);
-    h->cfg.listen = strdup(url);
-    h->cfg.state_dir = strdup(dir);
+    tr_fixture_head_config(h, dir, size, url, url_size, "auth");
     h->cfg.token = strdup(ADMIN);
     TR_ASSERT_OK(tr_head_start(h, &err), &err);
 }

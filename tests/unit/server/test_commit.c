@@ -42,20 +42,6 @@ static void *failing_calloc(size_t n, size_t size)
     return (c >= fail_from && c < fail_from + fail_count) ? NULL : calloc(n, size);
 }
 
-static void head_start(tr_head *h, char *dir, size_t size, char *url, size_t url_size)
-{
-    tr_err err;
-    tr_test_tmpdir(dir, size, "commit");
-    snprintf(url, url_size, "ipc://%s/head.ipc", dir);
-    memset(h, 0, sizeof(*h));
-    TR_ASSERT_OK(tr_cfg_defaults(tr_head_config_table, &h->cfg, &err), &err);
-    free(h->cfg.listen);
-    free(h->cfg.state_dir);
-    h->cfg.listen = strdup(url);
-    h->cfg.state_dir = strdup(dir);
-    TR_ASSERT_OK(tr_head_start(h, &err), &err);
-}
-
 typedef struct found {
     uint64_t id;
     int seen;
@@ -86,7 +72,7 @@ static void submit_with_failures(int from, int count)
     found f = {0};
     tr_err err;
 
-    head_start(&h, dir, sizeof(dir), url, sizeof(url));
+    tr_fixture_head_start(&h, dir, sizeof(dir), url, sizeof(url), "commit");
     agent = tr_fixture_register_node(url);
     pthread_mutex_lock(&h.mu);
     calls = 0;
@@ -142,7 +128,7 @@ static void head_start_failpoint(tr_head *h, char *dir, char *url, char *full)
     tr_test_tmpdir(full, 300, "commit-full");
     strncat(full, "/full", 300 - strlen(full) - 1);
     setenv("TROUPE_TEST_STORE_FULL_IF", full, 1);
-    head_start(h, dir, 256, url, 300);
+    tr_fixture_head_start(h, dir, 256, url, 300, "commit");
     unsetenv("TROUPE_TEST_STORE_FULL_IF");
 }
 

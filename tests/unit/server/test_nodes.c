@@ -23,20 +23,6 @@ typedef struct beat {
     const char *src; /* NodeStats.gpu_source; NULL = no NodeStats */
 } beat;
 
-static void head_start(tr_head *h, char *dir, size_t size, char *url, size_t url_size)
-{
-    tr_err err;
-    tr_test_tmpdir(dir, size, "nodes");
-    snprintf(url, url_size, "ipc://%s/head.ipc", dir);
-    memset(h, 0, sizeof(*h));
-    TR_ASSERT_OK(tr_cfg_defaults(tr_head_config_table, &h->cfg, &err), &err);
-    free(h->cfg.listen);
-    free(h->cfg.state_dir);
-    h->cfg.listen = strdup(url);
-    h->cfg.state_dir = strdup(dir);
-    TR_ASSERT_OK(tr_head_start(h, &err), &err);
-}
-
 static void heartbeat(tr_rpc_client *c, uint64_t node_id, beat b)
 {
     Troupe__V1__HeartbeatRequest req = TROUPE__V1__HEARTBEAT_REQUEST__INIT;
@@ -108,7 +94,7 @@ static void figures_in_place(void **state)
     uint64_t id;
 
     (void)state;
-    head_start(&h, dir, sizeof(dir), url, sizeof(url));
+    tr_fixture_head_start(&h, dir, sizeof(dir), url, sizeof(url), "nodes");
     agent = tr_fixture_register_node(url);
     pthread_mutex_lock(&h.mu);
     assert_int_equal(h.n_nodes, 1);
@@ -263,7 +249,7 @@ static void cluster_counts(void **state)
     tr_err err;
 
     (void)state;
-    head_start(&h, dir, sizeof(dir), url, sizeof(url));
+    tr_fixture_head_start(&h, dir, sizeof(dir), url, sizeof(url), "nodes");
     n1 = register_as(url, &c1, "n1", 4, 0);
     n2 = register_as(url, &c2, "n2", 2, 0);
     (void)register_as(url, &c3, "n3", 0, 0);

@@ -69,14 +69,7 @@ static void keep_days_deletes_old(void **state)
     tr_err err;
 
     (void)state;
-    tr_test_tmpdir(dir, sizeof(dir), "retention");
-    snprintf(url, sizeof(url), "ipc://%s/head.ipc", dir);
-    memset(&h, 0, sizeof(h));
-    TR_ASSERT_OK(tr_cfg_defaults(tr_head_config_table, &h.cfg, &err), &err);
-    free(h.cfg.listen);
-    free(h.cfg.state_dir);
-    h.cfg.listen = strdup(url);
-    h.cfg.state_dir = strdup(dir);
+    tr_fixture_head_config(&h, dir, sizeof(dir), url, sizeof(url), "retention");
     h.cfg.keep_days = 30;
     TR_ASSERT_OK(tr_head_start(&h, &err), &err);
     tr_rpc_client *agent = tr_fixture_register_node(url);
