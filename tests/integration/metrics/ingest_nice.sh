@@ -28,3 +28,10 @@ others=$(thread_nices | grep -cx -- "$base" || true)
 main=$(sed 's/^.*) //' /proc/"$HEAD_PID"/stat | awk '{print $17}')
 [ "$main" = "$base" ] || fail "the head's main thread is at nice $main, not $base"
 pass "--ingest-nice 7: 4 report threads at nice $want, the other $((total - 4)) at $base"
+
+# Out of range or not a number: refused at start, naming the setting.
+for bad in -1 20 high; do
+    rc=0; out=$("$HEAD_BIN" --listen "tcp://127.0.0.1:$(free_port)" --state-dir "$T/bad" --ingest-nice "$bad" 2>&1) || rc=$?
+    [ $rc = 2 ] && grep -q "ingest_nice" <<<"$out" || fail "--ingest-nice $bad: rc=$rc $out"
+done
+pass "a bad --ingest-nice exits 2 naming the setting: $out"

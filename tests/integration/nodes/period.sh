@@ -4,13 +4,21 @@
 # them a longer period, the agents follow it (the head's Heartbeat count per
 # second falls to the bound), nobody is suspected for beating at the period it
 # was told, and a silent agent is still DEAD after the same DEAD timeout in
-# milliseconds. When nodes go, the period comes back down.
+# milliseconds. When nodes go, the period comes back down. A head restarted
+# (kill -9, then SIGTERM) tells the re-registered agents the same period and
+# declares none of them DEAD. A bad bound is refused at start.
 # Here: 100 ms, DEAD after 20 (2 s), at most 15 heartbeats/s: 1 agent beats
 # every 100 ms, 3 every 200 ms (3 x 5/s = 15/s), 2 every 150 ms.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
 HTTP=127.0.0.1:$(free_port)
-start_head --heartbeat-ms 100 --suspect-after 2 --dead-after 20 --max-heartbeats-per-s 15 --http "$HTTP"
+for bad in -1 100000001 lots; do
+    rc=0; out=$("$HEAD_BIN" --listen "tcp://127.0.0.1:$(free_port)" --state-dir "$T/bad" --max-heartbeats-per-s "$bad" 2>&1) || rc=$?
+    [ $rc = 2 ] && grep -q "max_heartbeats_per_s" <<<"$out" || fail "--max-heartbeats-per-s $bad: rc=$rc $out"
+done
+pass "a bad --max-heartbeats-per-s exits 2 naming the setting: $out"
+HEAD_FLAGS=(--heartbeat-ms 100 --suspect-after 2 --dead-after 20 --max-heartbeats-per-s 15 --http "$HTTP")
+start_head "${HEAD_FLAGS[@]}"
 period() { cli -o json status | jqr .nodes.heartbeat_ms; }
 has_period() { [ "$(period)" = "$1" ]; }
 beats() { curl -s "http://$HTTP/metrics" | awk '/^troupe_rpc_requests_total\{method="troupe.v1.Head\/Heartbeat",code="OK"\}/ {print $2}'; }
@@ -60,6 +68,20 @@ pass "a frozen agent told 200 ms was DEAD in $dead_ms ms (DEAD timeout 2000 ms)"
 # two brings the period back to 100 ms. Between, 2 live: 150 ms.
 wait_for 10 "nc registered again" bash -c "[ \"\$('$CLI_BIN' -o json nodes | jq '[.nodes[] | select(.name==\"nc\" and .state==\"ALIVE\")] | length')\" = 1 ]"
 wait_for 5 "the period back at 200 ms" has_period 200
+
+# A head restart, by kill -9 and by SIGTERM: the agents register again with
+# their ids, are told 200 ms again, and none is declared DEAD.
+for sig in KILL TERM; do
+    mark=$(head_log_mark)
+    kill -"$sig" "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+    start_head "${HEAD_FLAGS[@]}"
+    wait_for 10 "na, nb, nc registered again after SIG$sig" reregistered "$mark" na nb nc
+    wait_for 5 "the period at 200 ms after SIG$sig" has_period 200
+    if tail -c +$((mark + 1)) "$T/head.log" | grep -E "name=(na|nb|nc) .*to=DEAD"; then
+        fail "a node was declared DEAD across a head restart (SIG$sig)"
+    fi
+done
+pass "after a head restart (kill -9, SIGTERM): all 3 back with their ids, told 200 ms, none DEAD"
 kill -TERM "$NODE_PID_nc"
 wait_for 10 "nc LEFT" is_state nc LEFT
 wait_for 5 "the period to become 150 ms with 2 agents" has_period 150
