@@ -288,11 +288,16 @@ int tr_rpc_client_explain(tr_rpc_client *c, tr_err *err);
  * 1.5.2 can hang there for good), then left to a thread of its own. */
 void tr_rpc_client_close(tr_rpc_client *c);
 
-/* tr_rpc_client_shutdown closes the socket so that calls in flight on other
- * threads return at once (UNAVAILABLE/CANCELLED); the handle must still be
- * freed with tr_rpc_client_close after those threads are done with it.
- * Bounded like tr_rpc_client_close. */
+/* tr_rpc_client_shutdown makes calls in flight on other threads return at
+ * once with CANCELLED and refuses new ones (CANCELLED); it never blocks. The
+ * socket stays open until tr_rpc_client_close, which the owner calls after
+ * those threads are done with the client. */
 void tr_rpc_client_shutdown(tr_rpc_client *c);
+
+/* tr_rpc_client_cancel makes the calls to method (every call with NULL) in
+ * flight on other threads return at once with CANCELLED; calls made after
+ * it returns go ahead. */
+void tr_rpc_client_cancel(tr_rpc_client *c, const char *method);
 
 /* tr_rpc_client_call sends req to method and waits up to timeout_ms for the
  * reply. On OK, *reply (when reply_desc is not NULL) is a message the caller

@@ -27,7 +27,9 @@
 typedef struct slot {
     nng_ctx ctx;
     nng_aio *aio;
-    struct slot *next;
+    const char *method; /* while busy: the call's method (the caller's string) */
+    int cancelled;      /* while busy: tr_rpc_client_cancel named this call */
+    struct slot *next, *prev; /* on idle (next only) or on busy */
 } slot;
 
 struct tr_rpc_client {
@@ -35,8 +37,10 @@ struct tr_rpc_client {
     char *url;
     char *token;
     atomic_uint_least64_t next_id;
-    pthread_mutex_t mu; /* guards idle */
+    pthread_mutex_t mu; /* guards idle, busy and shut */
     slot *idle;
+    slot *busy; /* slots of calls in flight, so that shutdown can cancel them */
+    int shut;   /* tr_rpc_client_shutdown ran: new calls are refused */
     tr_rpc_tls tls; /* owned copies, for tr_rpc_client_explain */
 };
 
@@ -205,28 +209,40 @@ fail:
  * leaves the socket to its thread and returns; it is logged. */
 #define TR_RPC_CLOSE_WAIT_MS 3000
 
-/* close_socket: nng_close of a socket id the caller gave away (freed here). */
-static void close_socket(void *arg)
-{
-    nng_close(*(nng_socket *)arg);
-    free(arg);
-}
-
+/* Why shutdown cancels rather than closes the socket: a call in flight on
+ * another thread then ends with nng_ctx_close on its context while nng_close
+ * tears the socket down, and nng 1.5.2 lets the two race (nni_ctx_rele wakes
+ * the closer before it destroys the context, whose fini then locks the freed
+ * protocol mutex): a worker aborted with "panic: pthread_mutex_unlock:
+ * Invalid argument" at exit (integration.runtime.trace_restart under ASan).
+ * Cancelling the calls' aios ends them as fast, and the socket is closed
+ * once, by tr_rpc_client_close, after every caller is done. */
 void tr_rpc_client_shutdown(tr_rpc_client *c)
 {
-    nng_socket *s;
-
     if (c == NULL) {
         return;
     }
-    if ((s = malloc(sizeof(*s))) == NULL) {
-        nng_close(c->sock);
+    pthread_mutex_lock(&c->mu);
+    c->shut = 1;
+    for (slot *sl = c->busy; sl != NULL; sl = sl->next) {
+        nng_aio_cancel(sl->aio);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tr_rpc_client_cancel(tr_rpc_client *c, const char *method)
+{
+    if (c == NULL) {
         return;
     }
-    *s = c->sock;
-    if (tr_run_bounded(close_socket, s, TR_RPC_CLOSE_WAIT_MS) < 0) {
-        close_socket(s);
+    pthread_mutex_lock(&c->mu);
+    for (slot *sl = c->busy; sl != NULL; sl = sl->next) {
+        if (method == NULL || strcmp(sl->method, method) == 0) {
+            sl->cancelled = 1; /* for the step it has not begun yet */
+            nng_aio_cancel(sl->aio);
+        }
     }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* client_free closes the socket and frees the client (tr_run_bounded's fn). */
@@ -270,57 +286,92 @@ void tr_rpc_client_close(tr_rpc_client *c)
     }
 }
 
-/* slot_get takes an idle context or opens one. */
-static int slot_get(tr_rpc_client *c, slot **out, tr_err *err)
+/* slot_get takes an idle context or opens one, and lists it as busy with
+ * method's call. */
+static int slot_get(tr_rpc_client *c, const char *method, slot **out, tr_err *err)
 {
     slot *sl;
     int rv;
 
     pthread_mutex_lock(&c->mu);
+    if (c->shut) {
+        pthread_mutex_unlock(&c->mu);
+        return tr_err_set(err, TROUPE_CANCELLED, "the connection to %s is shutting down", c->url);
+    }
     sl = c->idle;
     if (sl != NULL) {
         c->idle = sl->next;
     }
     pthread_mutex_unlock(&c->mu);
-    if (sl != NULL) {
-        *out = sl;
-        return TROUPE_OK;
+    if (sl == NULL) {
+        if ((sl = calloc(1, sizeof(*sl))) == NULL) {
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        if ((rv = nng_ctx_open(&sl->ctx, c->sock)) != 0) {
+            free(sl);
+            return tr_rpc_from_nng(rv, "open context", err);
+        }
+        if ((rv = nng_aio_alloc(&sl->aio, NULL, NULL)) != 0) {
+            nng_ctx_close(sl->ctx);
+            free(sl);
+            return tr_rpc_from_nng(rv, "alloc aio", err);
+        }
     }
-    if ((sl = calloc(1, sizeof(*sl))) == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    pthread_mutex_lock(&c->mu);
+    sl->method = method;
+    sl->cancelled = 0;
+    sl->prev = NULL;
+    sl->next = c->busy;
+    if (c->busy != NULL) {
+        c->busy->prev = sl;
     }
-    if ((rv = nng_ctx_open(&sl->ctx, c->sock)) != 0) {
-        free(sl);
-        return tr_rpc_from_nng(rv, "open context", err);
-    }
-    if ((rv = nng_aio_alloc(&sl->aio, NULL, NULL)) != 0) {
-        nng_ctx_close(sl->ctx);
-        free(sl);
-        return tr_rpc_from_nng(rv, "alloc aio", err);
-    }
+    c->busy = sl;
+    pthread_mutex_unlock(&c->mu);
     *out = sl;
     return TROUPE_OK;
+}
+
+/* started: the operation just begun on sl's aio ends at once if shutdown
+ * or a cancel came first (they cancel what has begun; this catches what
+ * began after they looked). */
+static void started(tr_rpc_client *c, slot *sl)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->shut || sl->cancelled) {
+        nng_aio_cancel(sl->aio);
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* slot_put keeps a slot whose exchange completed; one that failed may still
  * hold a request in nng, so it is closed instead. */
 static void slot_put(tr_rpc_client *c, slot *sl, int ok)
 {
+    pthread_mutex_lock(&c->mu);
+    if (sl->prev != NULL) {
+        sl->prev->next = sl->next;
+    } else {
+        c->busy = sl->next;
+    }
+    if (sl->next != NULL) {
+        sl->next->prev = sl->prev;
+    }
+    if (ok) {
+        sl->next = c->idle;
+        c->idle = sl;
+    }
+    pthread_mutex_unlock(&c->mu);
     if (!ok) {
         nng_aio_free(sl->aio);
         nng_ctx_close(sl->ctx);
         free(sl);
-        return;
     }
-    pthread_mutex_lock(&c->mu);
-    sl->next = c->idle;
-    c->idle = sl;
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* exchange sends one framed request on an idle context and waits for the
  * reply frame until deadline. */
-static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadline, tr_err *err)
+static int exchange(tr_rpc_client *c, const char *method, nng_msg *req, nng_msg **rep, int64_t deadline,
+                    tr_err *err)
 {
     slot *sl = NULL;
     int64_t left = deadline - tr_now_ms();
@@ -331,13 +382,14 @@ static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadl
         nng_msg_free(req);
         return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "deadline exceeded before sending to %s", c->url);
     }
-    if ((rv = slot_get(c, &sl, err)) != TROUPE_OK) {
+    if ((rv = slot_get(c, method, &sl, err)) != TROUPE_OK) {
         nng_msg_free(req);
         return rv;
     }
     nng_aio_set_timeout(sl->aio, (nng_duration)left);
     nng_aio_set_msg(sl->aio, req);
     nng_ctx_send(sl->ctx, sl->aio);
+    started(c, sl);
     nng_aio_wait(sl->aio);
     if ((rv = nng_aio_result(sl->aio)) != 0) {
         nng_msg_free(req);
@@ -346,6 +398,7 @@ static int exchange(tr_rpc_client *c, nng_msg *req, nng_msg **rep, int64_t deadl
     left = deadline - tr_now_ms();
     nng_aio_set_timeout(sl->aio, (nng_duration)(left > 0 ? left : 1));
     nng_ctx_recv(sl->ctx, sl->aio);
+    started(c, sl);
     nng_aio_wait(sl->aio);
     if ((rv = nng_aio_result(sl->aio)) != 0) {
         goto nng_fail;
@@ -388,7 +441,7 @@ static int attempt(tr_rpc_client *c, const char *method, const uint8_t *payload,
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     free(buf);
-    if ((rv = exchange(c, req, &rep, deadline, err)) != TROUPE_OK) {
+    if ((rv = exchange(c, method, req, &rep, deadline, err)) != TROUPE_OK) {
         return rv;
     }
     r = troupe__v1__reply__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));

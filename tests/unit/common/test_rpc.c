@@ -38,6 +38,7 @@ typedef struct svc {
     int qlen;
     int expired;         /* on_expire calls */
     int unblock;         /* releases M_BLOCK handlers */
+    int blocking;        /* M_BLOCK handlers that started */
     int second_reply_rv; /* what M_TWICE's second reply returned */
     int early_not_answered;
     atomic_int flaky_left;
@@ -149,6 +150,7 @@ static void h_block(tr_rpc_call *call, void *user)
     int64_t until = tr_now_ms() + 10000;
 
     pthread_mutex_lock(&s->mu);
+    s->blocking++;
     while (!s->unblock && tr_now_ms() < until) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -1175,6 +1177,89 @@ static void *many_main(void *arg)
 
 /* Many threads call at once, half through one shared client (calls on one
  * handle are thread-safe), half with a client each; every reply matches. */
+/* shutdown_cancels_calls: tr_rpc_client_shutdown ends the calls other
+ * threads have in flight at once with CANCELLED (not at their 20 s deadline)
+ * and refuses new ones, without closing the socket under them: closing it
+ * raced the callers' own context close in nng 1.5.2 and aborted a worker at
+ * exit ("panic: pthread_mutex_unlock"). Repeated, as the race was. */
+static void shutdown_cancels_calls(void **state)
+{
+    fixture *f = *state;
+    enum { ROUNDS = 20, CALLS = 3 };
+    char out[16];
+    tr_err err = {0};
+
+    start_server(f, (tr_rpc_server_opts){0});
+    for (int r = 0; r < ROUNDS; r++) {
+        job j[CALLS];
+        tr_rpc_client *c = open_client(f, NULL);
+
+        for (int i = 0; i < CALLS; i++) {
+            j[i] = (job){.cli = c, .method = M_DEFER, .data = "x", .timeout_ms = 20000};
+            job_start(&j[i]);
+        }
+        wait_queued(&f->s, CALLS);
+        tr_rpc_client_shutdown(c);
+        for (int i = 0; i < CALLS; i++) {
+            job_join(&j[i]);
+            if (j[i].rv != TROUPE_CANCELLED || j[i].elapsed_ms > 5000) {
+                fail_msg("round %d call %d: %s after %lld ms (%s); want CANCELLED at once", r, i,
+                         troupe_strerror(j[i].rv), (long long)j[i].elapsed_ms, j[i].err.msg);
+            }
+        }
+        TR_ASSERT_FAILS(call_data(c, M_ECHO, "late", 2000, TR_RPC_IDEMPOTENT, out, sizeof(out), &err),
+                        TROUPE_CANCELLED, &err, "shutting down");
+        tr_rpc_client_close(c);
+        /* The server answers the abandoned calls; nothing is waiting. */
+        for (tr_rpc_call *call; (call = dequeue(&f->s)) != NULL;) {
+            reply_data(call, "late");
+            tr_rpc_call_release(call);
+        }
+    }
+}
+
+/* cancel_one_method: tr_rpc_client_cancel ends the calls of the method it
+ * names at once (CANCELLED), leaves another method's call in flight alone,
+ * and the client goes on serving calls made after it. */
+static void cancel_one_method(void **state)
+{
+    fixture *f = *state;
+    job poll, other;
+    char out[16];
+    tr_err err = {0};
+    int64_t until = tr_now_ms() + 5000;
+
+    start_server(f, (tr_rpc_server_opts){0});
+    f->cli = open_client(f, NULL);
+    poll = (job){.cli = f->cli, .method = M_DEFER, .data = "x", .timeout_ms = 20000};
+    other = (job){.cli = f->cli, .method = M_BLOCK, .data = "x", .timeout_ms = 20000};
+    job_start(&poll);
+    job_start(&other);
+    wait_queued(&f->s, 1);
+    pthread_mutex_lock(&f->s.mu);
+    while (f->s.blocking == 0 && tr_now_ms() < until) {
+        pthread_mutex_unlock(&f->s.mu);
+        tr_sleep_ms(2);
+        pthread_mutex_lock(&f->s.mu);
+    }
+    pthread_mutex_unlock(&f->s.mu);
+    tr_rpc_client_cancel(f->cli, M_DEFER);
+    job_join(&poll);
+    if (poll.rv != TROUPE_CANCELLED || poll.elapsed_ms > 5000) {
+        fail_msg("cancelled call: %s after %lld ms (%s)", troupe_strerror(poll.rv), (long long)poll.elapsed_ms,
+                 poll.err.msg);
+    }
+    TR_ASSERT_OK(call_data(f->cli, M_ECHO, "after", 2000, 0, out, sizeof(out), &err), &err);
+    assert_string_equal(out, "after");
+    pthread_mutex_lock(&f->s.mu);
+    f->s.unblock = 1;
+    pthread_cond_broadcast(&f->s.cv);
+    pthread_mutex_unlock(&f->s.mu);
+    job_join(&other);
+    TR_ASSERT_OK(other.rv, &other.err);
+    assert_string_equal(other.out, "unblocked");
+}
+
 static void concurrent_clients(void **state)
 {
     enum { THREADS = 8, CALLS = 50 };
@@ -1400,6 +1485,8 @@ int main(int argc, char **argv)
         T(double_reply),
         T(stop_with_deferred),
         T(concurrent_clients),
+        T(shutdown_cancels_calls),
+        T(cancel_one_method),
         T(deferred_answered_before_return),
         T(sweeper_idle_while_ref_held),
         T(open_unreachable),
