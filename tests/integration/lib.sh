@@ -50,7 +50,13 @@ cleanup() {
     while left=$(worker_pids) && [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
     if [ -n "$left" ]; then
         echo "FAIL: worker processes outlived their agents (leaked):" >&2
-        for p in $left; do echo "  pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" >&2; done
+        for p in $left; do
+            echo "  pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" >&2
+            # Where it is stuck: its state, parent, tracer, signals, and the
+            # kernel function it sleeps in.
+            echo "    $(grep -E '^(State|PPid|TracerPid|SigPnd|ShdPnd|SigBlk|SigIgn):' /proc/$p/status 2>/dev/null |
+                tr -s '\t\n' '  ') wchan $(cat /proc/$p/wchan 2>/dev/null)" >&2
+        done
         for p in $left; do kill -9 "$p" 2>/dev/null || true; done
         [ $rc -ne 0 ] || rc=1
     fi

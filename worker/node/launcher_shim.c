@@ -239,5 +239,10 @@ int tr_launcher_exec_worker(int argc, char **argv)
     if (child == 0) {
         run_command(argv + 4, cmd);
     }
-    return supervise(child, &waitset, lease);
+    /* _exit, not return: once the command has ended the shim must end too
+     * (the launcher reports the worker over, its GPUs free, only then), and
+     * nothing at exit is ours to run. A sanitizer build's leak check at exit
+     * would otherwise run here after every worker, with the agent's death
+     * signal blocked: an agent killed meanwhile left the shim behind. */
+    _exit(supervise(child, &waitset, lease));
 }
