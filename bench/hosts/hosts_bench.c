@@ -46,7 +46,7 @@
 #include "troupe/v1/troupe.pb-c.h"
 
 #define GPUS 8
-#define SYNC_WAIT_MS 5000u /* worker/node/sync.c POLL_MS */
+#define SYNC_WAIT_MS 50000u /* worker/node/sync.c POLL_MS */
 #define MAX_SAMPLES (4u << 20)
 
 typedef struct opts {

@@ -29,7 +29,12 @@
 
 #define LOG_BATCH (256u * 1024u)
 #define REPORT_LOG_MAX (1024u * 1024u)
-#define POLL_MS 5000u
+/* How long one NodeSync long poll waits (the head caps it at 60 s). Long,
+ * because at 10,000 agents the polls were a sixth of the head's calls at 5 s:
+ * an idle poll costs the head a call per POLL_MS per agent. A poll that is
+ * stale (the agent registered again as a new node) is cancelled by
+ * tr_node_workers_step rather than waited out. */
+#define POLL_MS 50000u
 
 typedef struct tr_pending_log {
     uint64_t job_id;
@@ -517,6 +522,7 @@ void tr_node_workers_step(tr_node_agent *a)
     uint64_t node_id = tr_node_id(a);
     size_t running = tr_node_running_workers(a);
     int64_t every;
+    int renewed;
 
     pthread_mutex_lock(&a->id_mu);
     a->running_now = running;
@@ -534,8 +540,17 @@ void tr_node_workers_step(tr_node_agent *a)
         }
         a->need_report = 1;
     }
+    renewed = a->sync_node_id != node_id;
     a->sync_node_id = node_id;
     pthread_mutex_unlock(&a->mu);
+    if (renewed) {
+        /* The sync thread's poll asks about the old node and would hold the
+         * new node's first work back until the head lets it go (up to
+         * POLL_MS after a silent cut): end it so that it asks again. Only the
+         * sync thread has a NodeSync in flight here: reports are sent from
+         * this thread, below. */
+        tr_rpc_client_cancel(a->rpc, "troupe.v1.Head/NodeSync");
+    }
     apply(a);
     if (tr_launcher_poll(a->launcher) > 0) {
         a->need_report = 1;

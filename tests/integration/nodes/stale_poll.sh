@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# An agent's NodeSync long poll waits up to 50 s at the head. An idle agent
+# cut off silently goes DEAD; its poll stays parked at the head under the old
+# node id (no assignment of that node changes, so nothing answers it). When
+# the cut heals and the agent registers again as a new node, it cancels that
+# stale poll and asks again under the new id: work placed on the new node
+# starts at once, not when the old poll times out.
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/nodes_lib.bash"
+# DEAD after 10 x 200 ms = 2 s.
+start_head --heartbeat-ms 200 --suspect-after 3 --dead-after 10
+start_proxy
+"$NODE_BIN" --head "$PROXY" --name na --fake-gpus 4xH100:80GB --state-dir "$T/node-na" --stop-grace-ms 1000 \
+    >>"$T/node-na.log" 2>&1 &
+PIDS+=("$!")
+wait_for 10 "na ALIVE" nodes_alive 1
+na_id=$(node_id na)
+sleep 0.5 # the agent's poll is parked at the head
+
+kill -USR1 "$PROXY_PID"
+wait_for 10 "na DEAD" bash -c "'$CLI_BIN' -o json nodes | jq -e '.nodes[] | select(.id==$na_id) | .state == \"DEAD\"'"
+kill -USR2 "$PROXY_PID"
+wait_for 15 "na back as a new node" bash -c \
+    "[ \"\$('$CLI_BIN' -o json nodes | jq -r '[.nodes[] | select(.name==\"na\" and .state==\"ALIVE\")] | last | .id // 0')\" -gt $na_id ]"
+pass "na came back as node $(node_id na) (was $na_id)"
+
+cat >"$T/j.yaml" <<YAML
+name: after-heal
+cluster: {nodes: [4]}
+groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sh, -c, 'echo started; sleep 30']}]
+YAML
+t0=$(ms_now)
+job=$(submit "$T/j.yaml")
+wait_for 15 "job $job's worker started on the new node" logs_grep "$job" "started"
+took=$(( $(ms_now) - t0 ))
+[ "$took" -le 8000 ] || fail "the worker started $took ms after submit: the stale poll held the new node's work back"
+pass "worker on the new node started $took ms after submit (a stale poll would hold it up to 50 s)"
