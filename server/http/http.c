@@ -25,10 +25,8 @@
  * itself. Keep-alive clients (browsers, Prometheus) just reconnect. */
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +40,7 @@
 
 #include "auth.h"
 #include "http.h"
+#include "http_socks.h"
 #include "log.h"
 #include "rpc.h"
 #include "util.h"
@@ -575,105 +574,81 @@ static conn_seen *conn_track(tr_http *x, ino_t ino, int64_t now)
     return &x->conns[x->n_conns++];
 }
 
-/* http_conn: fd is a connected TCP socket whose local end is the HTTP
- * address (not the listener); fills its inode and idle time. */
-static int http_conn(tr_http *x, int fd, ino_t *ino, uint32_t *idle_ms)
-{
-    struct stat st;
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    struct tcp_info ti;
-    socklen_t tlen = sizeof(ti);
-    int acc = 0;
-    socklen_t alen = sizeof(acc);
-    uint16_t port;
-
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
-        return 0;
-    }
-    if (ss.ss_family == AF_INET) {
-        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    } else {
-        return 0;
-    }
-    /* sa_port sits at the same place in nng's IPv4 and IPv6 addresses */
-    if (port != ntohs(x->addr.s_in.sa_port) ||
-        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) != 0 || acc ||
-        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) != 0) {
-        return 0;
-    }
-    *ino = st.st_ino;
-    *idle_ms = ti.tcpi_last_data_recv;
-    return 1;
-}
-
-/* guard_close shuts fd down if it is still the socket ino (nng may have
+/* guard_close shuts the socket down if fd still holds it (nng may have
  * closed it and the number been reused since the scan looked). */
-static void guard_close(int fd, ino_t ino, const char *why, uint32_t idle_ms)
+static void guard_close(const tr_http_sock *sk, const char *why)
 {
     struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_ino == ino) {
-        shutdown(fd, SHUT_RDWR);
-        TR_LOG(TR_LOG_INFO, "http: closed a connection %s (idle %u ms)", why, idle_ms);
+    if (sk->fd >= 0 && fstat(sk->fd, &st) == 0 && st.st_ino == sk->ino) {
+        shutdown(sk->fd, SHUT_RDWR);
+        TR_LOG(TR_LOG_INFO, "http: closed a connection %s (idle %u ms)", why, sk->idle_ms);
     }
 }
-
-typedef struct live_conn {
-    int fd;
-    ino_t ino;
-    uint32_t idle_ms;
-} live_conn;
 
 static int by_idle_desc(const void *a, const void *b)
 {
-    uint32_t x = ((const live_conn *)a)->idle_ms, y = ((const live_conn *)b)->idle_ms;
+    uint32_t x = ((const tr_http_sock *)a)->idle_ms, y = ((const tr_http_sock *)b)->idle_ms;
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* guard_scan closes the connections idle past http_idle_ms, open past
+ * http_max_conn_ms, and the most idle beyond http_max_conns. The
+ * connections come from http_socks (the kernel's socket diagnostics);
+ * descriptors are looked up only for the ones to close. */
 static void guard_scan(tr_http *x)
 {
     const tr_head_config *c = &x->h->cfg;
     int64_t now = tr_now_ms();
-    live_conn live[1024];
-    size_t n_live = 0, kept = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
+    tr_http_sock *sk = NULL;
+    size_t n = 0, n_close = 0, n_live = 0, kept = 0;
+    const char **why;
 
-    if (d == NULL) {
+    if (tr_http_socks_list(&x->addr, 0, &sk, &n) < 0) {
+        return; /* looked again in a second */
+    }
+    if (n == 0 || (why = calloc(n, sizeof(*why))) == NULL) {
+        x->n_conns = n == 0 ? 0 : x->n_conns; /* none open: forget them all */
+        free(sk);
         return;
     }
     for (size_t i = 0; i < x->n_conns; i++) {
         x->conns[i].seen = 0;
     }
-    while ((e = readdir(d)) != NULL) {
-        int fd = atoi(e->d_name);
-        ino_t ino;
-        uint32_t idle;
-        conn_seen *cs;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) || !http_conn(x, fd, &ino, &idle)) {
-            continue;
-        }
-        if ((cs = conn_track(x, ino, now)) == NULL) {
-            continue;
-        }
-        if (idle > (uint32_t)c->http_idle_ms) {
+    /* Those past a time bound first; the rest are live, in front. */
+    for (size_t i = 0; i < n; i++) {
+        conn_seen *cs = conn_track(x, sk[i].ino, now);
+        if (sk[i].idle_ms > (uint32_t)c->http_idle_ms) {
             x->closed_idle++;
-            guard_close(fd, ino, "idle too long", idle);
-        } else if (now - cs->first_ms > c->http_max_conn_ms) {
+            why[i] = "idle too long";
+        } else if (cs != NULL && now - cs->first_ms > c->http_max_conn_ms) {
             x->closed_old++;
-            guard_close(fd, ino, "open too long", idle);
-        } else if (n_live < sizeof(live) / sizeof(live[0])) {
-            live[n_live++] = (live_conn){fd, ino, idle};
+            why[i] = "open too long";
+        } else {
+            tr_http_sock t = sk[n_live];
+            const char *tw = why[n_live];
+            sk[n_live] = sk[i];
+            why[n_live] = NULL;
+            sk[i] = t;
+            why[i] = tw;
+            n_live++;
         }
     }
-    closedir(d);
     if (n_live > (size_t)c->http_max_conns) { /* the most idle go first */
-        qsort(live, n_live, sizeof(live[0]), by_idle_desc);
+        qsort(sk, n_live, sizeof(sk[0]), by_idle_desc);
         for (size_t i = 0; i < n_live - (size_t)c->http_max_conns; i++) {
             x->closed_excess++;
-            guard_close(live[i].fd, live[i].ino, "over http_max_conns", live[i].idle_ms);
+            why[i] = "over http_max_conns";
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        n_close += why[i] != NULL;
+    }
+    if (n_close > 0) {
+        tr_http_socks_find_fds(sk, n);
+        for (size_t i = 0; i < n; i++) {
+            if (why[i] != NULL) {
+                guard_close(&sk[i], why[i]);
+            }
         }
     }
     for (size_t i = 0; i < x->n_conns; i++) { /* forget closed ones */
@@ -682,6 +657,8 @@ static void guard_scan(tr_http *x)
         }
     }
     x->n_conns = kept;
+    free(why);
+    free(sk);
 }
 
 static void *guard_main(void *arg)

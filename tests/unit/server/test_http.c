@@ -1,11 +1,21 @@
 /* test_http.c - unit.server.http: the pure parts of the head's HTTP side
- * (server/http): query strings, the http setting's forms, and the compiled-in
- * dashboard (every asset there, nothing fetched from elsewhere). */
+ * (server/http): query strings, the http setting's forms, the compiled-in
+ * dashboard (every asset there, nothing fetched from elsewhere), and the
+ * connection guard's view of the HTTP port (http_socks) over real loopback
+ * sockets. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "test_helpers.h"
 
 #include "http.h"
+#include "http_socks.h"
 
 static void query_get(void **state)
 {
@@ -112,12 +122,118 @@ static void assets(void **state)
     assert_null(asset("/nope"));
 }
 
+/* listen_on: a listening loopback TCP socket on a free port. */
+static int listen_on(struct sockaddr_in *sa)
+{
+    socklen_t len = sizeof(*sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)sa, sizeof(*sa)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)sa, &len), 0);
+    return fd;
+}
+
+static int dial(const struct sockaddr_in *sa)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (const struct sockaddr *)sa, sizeof(*sa)), 0);
+    return fd;
+}
+
+static ino_t ino_of(int fd)
+{
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    return st.st_ino;
+}
+
+/* check_socks: list has exactly the accepted sockets acc[0..n) (inodes),
+ * with their descriptors once looked up. */
+static void check_socks(tr_http_sock *list, size_t got, const int *acc, size_t n, const char *how)
+{
+    if (got != n) {
+        fail_msg("%s: %zu sockets listed, want the %zu accepted ones", how, got, n);
+    }
+    tr_http_socks_find_fds(list, got);
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < got && list[j].ino != ino_of(acc[i])) {
+            j++;
+        }
+        if (j == got) {
+            fail_msg("%s: accepted socket %zu (fd %d) not listed", how, i, acc[i]);
+        }
+        assert_int_equal(list[j].fd, acc[i]);
+        assert_true(list[j].idle_ms < 60000);
+    }
+}
+
+/* socks_listed: sock_diag and the /proc walk both find exactly the HTTP
+ * port's accepted connections: not its listener, not the clients' ends
+ * (whose remote port is the HTTP port), not another port's connection;
+ * with the wildcard address as with the bound one. The guard closes by
+ * what these return. */
+static void socks_listed(void **state)
+{
+    struct sockaddr_in sa, other_sa;
+    int lfd = listen_on(&sa), other = listen_on(&other_sa);
+    int cli[3], acc[3], ocli, oacc, nl;
+    nng_sockaddr addr = {0};
+    tr_http_sock *list = NULL;
+    size_t n = 0;
+
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        cli[i] = dial(&sa);
+        acc[i] = accept(lfd, NULL, NULL);
+        assert_true(acc[i] >= 0);
+    }
+    ocli = dial(&other_sa);
+    oacc = accept(other, NULL, NULL);
+    assert_int_equal(write(cli[0], "GET / HTTP/1.1\r\n", 16), 16);
+    addr.s_in.sa_family = NNG_AF_INET;
+    addr.s_in.sa_port = sa.sin_port;
+    addr.s_in.sa_addr = sa.sin_addr.s_addr;
+
+    assert_int_equal(tr_http_socks_list(&addr, TR_HTTP_SOCKS_PROC, &list, &n), TR_HTTP_SOCKS_PROC);
+    check_socks(list, n, acc, 3, "/proc/self/fd");
+    free(list);
+    nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0) {
+        print_message("sock_diag unavailable here (%s): only the /proc walk was checked\n", strerror(errno));
+    } else {
+        close(nl);
+        assert_int_equal(tr_http_socks_list(&addr, TR_HTTP_SOCKS_DIAG, &list, &n), TR_HTTP_SOCKS_DIAG);
+        check_socks(list, n, acc, 3, "sock_diag");
+        free(list);
+        addr.s_in.sa_addr = 0; /* the wildcard: any local address on the port */
+        assert_int_equal(tr_http_socks_list(&addr, 0, &list, &n), TR_HTTP_SOCKS_DIAG);
+        check_socks(list, n, acc, 3, "sock_diag, wildcard");
+        free(list);
+    }
+    for (int i = 0; i < 3; i++) {
+        close(cli[i]);
+        close(acc[i]);
+    }
+    close(ocli);
+    close(oacc);
+    close(other);
+    close(lfd);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(query_get),
         cmocka_unit_test(check_address),
         cmocka_unit_test(assets),
+        cmocka_unit_test(socks_listed),
     };
     return TR_TEST_MAIN("unit.server.http", tests, argc, argv);
 }
