@@ -70,6 +70,7 @@ typedef struct node {
     int hb_busy;      /* atomic: a heartbeat is in flight */
     int hb_phase;     /* 0 = sending, 1 = receiving (the aio callback's state) */
     int sync_phase;
+    int sync_answers; /* NodeSync replies so far */
     int64_t hb_sent_us;
     uint64_t version; /* assignment version, from the last NodeSync reply */
     int stopped;      /* atomic: killed by the bench */
@@ -265,7 +266,19 @@ static void hb_cb(void *arg)
     __atomic_store_n(&nd->hb_busy, 0, __ATOMIC_RELEASE);
 }
 
-static void sync_send(node *nd)
+/* first_wait: the wait of a node's first poll that the head holds (the one
+ * after the reply that caught its version up), a part of SYNC_WAIT_MS spread
+ * over the nodes by index, so that the polls end and start again at the
+ * steady rate of agents that have run a while (nodes / SYNC_WAIT_MS a
+ * second), not all at once, after the measuring window. */
+static uint32_t first_wait(const node *nd)
+{
+    double phase = (double)(nd - nd->s->nodes) / nd->s->o.nodes;
+    return 1 + (uint32_t)((SYNC_WAIT_MS - 1) * phase);
+}
+
+/* sync_send starts a long poll waiting wait_ms at the head. */
+static void sync_send(node *nd, uint32_t wait_ms)
 {
     Troupe__V1__NodeSyncRequest req = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
     uint8_t *buf = NULL;
@@ -273,13 +286,13 @@ static void sync_send(node *nd)
 
     req.node_id = nd->id;
     req.version = nd->version;
-    req.wait_ms = SYNC_WAIT_MS;
-    if (envelope(nd->s, "troupe.v1.Head/NodeSync", &req.base, SYNC_WAIT_MS + 3000, &buf, &len) != 0) {
+    req.wait_ms = wait_ms;
+    if (envelope(nd->s, "troupe.v1.Head/NodeSync", &req.base, wait_ms + 3000, &buf, &len) != 0) {
         note_error(nd->s, "NodeSync", "cannot encode");
         return;
     }
     nd->sync_phase = 0;
-    nng_aio_set_timeout(nd->sync_aio, SYNC_WAIT_MS + 3000);
+    nng_aio_set_timeout(nd->sync_aio, (nng_duration)(wait_ms + 3000));
     __atomic_add_fetch(&nd->s->sync_sent, 1, __ATOMIC_RELAXED);
     if (send_buf(nd->sync_ctx, nd->sync_aio, buf, len) != 0) {
         note_error(nd->s, "NodeSync", "out of memory");
@@ -311,6 +324,7 @@ static void sync_cb(void *arg)
         nng_msg_free(m);
         if (code == 0) {
             __atomic_add_fetch(&s->sync_ok, 1, __ATOMIC_RELAXED);
+            nd->sync_answers++;
         } else {
             __atomic_add_fetch(&s->sync_err, 1, __ATOMIC_RELAXED);
             note_error(s, "NodeSync", why);
@@ -324,7 +338,7 @@ static void sync_cb(void *arg)
     }
     if (!__atomic_load_n(&nd->stopped, __ATOMIC_ACQUIRE) && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE) &&
         rv != NNG_ECLOSED && rv != NNG_ECANCELED) {
-        sync_send(nd);
+        sync_send(nd, nd->sync_answers == 1 ? first_wait(nd) : SYNC_WAIT_MS);
     }
 }
 
@@ -370,7 +384,7 @@ static int start_node(sim *s, node *nd, int64_t period_us)
     }
     __atomic_store_n(&nd->period_us, period_us, __ATOMIC_RELAXED); /* then each reply's */
     nd->next_us = now_us() + (int64_t)((double)period_us * (double)(nd - s->nodes) / s->o.nodes);
-    sync_send(nd);
+    sync_send(nd, SYNC_WAIT_MS);
     __atomic_store_n(&nd->stopped, 0, __ATOMIC_RELEASE);
     return 0;
 }
