@@ -3,7 +3,8 @@
 # (and its connection closed, unread), headers past nng's buffer close the
 # connection, and clients that send half a request and wait (slowloris) or
 # send a body too slowly are cut off after http_idle_ms, without slowing
-# anyone else: /healthz and RPC answer while 60 of them hang on.
+# anyone else: /healthz and RPC answer while 60 of them hang on. Past
+# http_max_conns the most idle go; past http_max_conn_ms any goes.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hlib.bash"
 
@@ -93,3 +94,39 @@ left=$(awk '/^alive/ {print $2}' "$T/many.out")
 grep -q "http: closed a connection over http_max_conns" "$T/head2.log" || fail "not logged"
 [ "$(curl -s -m 2 "http://127.0.0.1:$H2/healthz")" = ok ] || fail "head 2 not healthy"
 pass "30 trickling connections with http_max_conns 10: $left left, the rest closed and logged; head healthy"
+
+# A connection open past http_max_conn_ms goes even while it keeps sending:
+# a third head with 2 s, 3 clients trickling a byte every 300 ms for 8 s.
+P3=$(free_port); H3=$(free_port)
+"$HEAD_BIN" --listen "tcp://127.0.0.1:$P3" --state-dir "$T/s3" --http "127.0.0.1:$H3" --http-max-conn-ms 2000 \
+    --http-idle-ms 60000 >>"$T/head3.log" 2>&1 &
+PIDS+=("$!")
+wait_for 10 "head 3 serving HTTP" bash -c "[ \"\$(curl -s -m 2 http://127.0.0.1:$H3/healthz)\" = ok ]"
+python3 - "$H3" >"$T/old.out" 2>&1 <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+t0 = time.time(); closed = {}
+while time.time() - t0 < 8 and len(closed) < 3:
+    for i, c in enumerate(conns):
+        if i in closed: continue
+        try:
+            c.sendall(b"G")
+            c.settimeout(0.001)
+            if c.recv(1) == b"": closed[i] = time.time() - t0
+        except socket.timeout: pass
+        except OSError: closed[i] = time.time() - t0
+    time.sleep(0.3)
+print("closed", len(closed), "after", " ".join("%.1f" % closed[i] for i in sorted(closed)), flush=True)
+PY
+OLD=$!
+PIDS+=("$OLD")
+wait_for 20 "the old connections' fate" grep -q "^closed" "$T/old.out"
+read -r _ n _ times <"$T/old.out"
+[ "$n" = 3 ] ||
+    fail "only $n of 3 connections that kept sending were closed past http_max_conn_ms 2000 ($(cat "$T/old.out"))"
+for t in $times; do
+    awk -v t="$t" 'BEGIN { exit !(t >= 1.9 && t < 7) }' || fail "a connection closed after $t s (http_max_conn_ms 2 s): $times"
+done
+grep -q "http: closed a connection open too long" "$T/head3.log" || fail "not logged"
+pass "3 connections that kept sending were closed at $times s (http_max_conn_ms 2000), logged"
