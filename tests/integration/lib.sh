@@ -165,10 +165,12 @@ start_head() {
     wait_for 10 "troupe-head to answer on $HEAD" "$CLI_BIN" status
 }
 
-# start_node NAME SPEC [args...]: a node agent with simulated GPUs.
+# start_node NAME SPEC [args...]: a node agent with simulated GPUs, talking to
+# $HEAD, or to $NODE_HEAD where set (NODE_HEAD=$PROXY start_node ...: through
+# the cuttable proxy).
 start_node() {
     local name=$1 spec=$2; shift 2
-    "$NODE_BIN" --head "$HEAD" --name "$name" --fake-gpus "$spec" --state-dir "$T/node-$name" "$@" \
+    "$NODE_BIN" --head "${NODE_HEAD:-$HEAD}" --name "$name" --fake-gpus "$spec" --state-dir "$T/node-$name" "$@" \
         >>"$T/node-$name.log" 2>&1 &
     local pid=$!
     PIDS+=("$pid")

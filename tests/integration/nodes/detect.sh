@@ -12,10 +12,7 @@ start_head # no liveness flags: the defaults are what is measured
 grep -q "lease_ms=3000" "$T/head.log" || fail "the head's defaults changed (want a 3000 ms lease): $(grep listening "$T/head.log")"
 start_node na 1xH100:80GB --labels role=a
 start_proxy
-"$NODE_BIN" --head "$PROXY" --name nb --fake-gpus 1xH100:80GB --labels role=b --state-dir "$T/node-nb" \
-    >>"$T/node-nb.log" 2>&1 &
-NODE_PID_nb=$!
-PIDS+=("$NODE_PID_nb")
+NODE_HEAD=$PROXY start_node nb 1xH100:80GB --labels role=b
 wait_for 10 "na and nb ALIVE" nodes_alive 2
 job_yaml() { # NAME COMMAND CLUSTER
     printf 'name: %s\ncluster: %s\ngroups: [{name: g, workers: 1, resources: {gpu: 1}, command: %s}]\n' "$1" "$3" "$2"

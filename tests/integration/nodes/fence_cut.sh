@@ -9,10 +9,7 @@ source "$(dirname "$0")/nodes_lib.bash"
 # DEAD after 10 x 200 ms = 2 s; the agents' lease is 1.5 s.
 start_head --heartbeat-ms 200 --suspect-after 3 --dead-after 10
 start_proxy
-"$NODE_BIN" --head "$PROXY" --name na --fake-gpus 4xH100:80GB --state-dir "$T/node-na" --stop-grace-ms 1000 \
-    >>"$T/node-na.log" 2>&1 &
-NODE_PID_na=$!
-PIDS+=("$NODE_PID_na")
+NODE_HEAD=$PROXY start_node na 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "na ALIVE" nodes_alive 1
 grep -q "lease_ms=1500" "$T/head.log" || fail "head does not grant a 1500 ms lease: $(grep listening "$T/head.log")"
 mkdir -p "$T/pids"

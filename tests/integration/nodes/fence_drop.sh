@@ -15,10 +15,7 @@ source "$(dirname "$0")/nodes_lib.bash"
 # scheduler that ignored fenced workers passed).
 start_head --heartbeat-ms 200 --suspect-after 3 --dead-after 40 --disconnect-ms 300
 start_proxy
-"$NODE_BIN" --head "$PROXY" --name na --fake-gpus 4xH100:80GB --state-dir "$T/node-na" --stop-grace-ms 3000 \
-    >>"$T/node-na.log" 2>&1 &
-NODE_PID_na=$!
-PIDS+=("$NODE_PID_na")
+NODE_HEAD=$PROXY start_node na 4xH100:80GB --stop-grace-ms 3000
 start_node nc 4xH100:80GB --stop-grace-ms 1000 --labels role=hold
 wait_for 10 "na, nc ALIVE" nodes_alive 2
 job_yaml() { # NAME COMMAND [CLUSTER]

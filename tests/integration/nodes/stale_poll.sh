@@ -10,9 +10,7 @@ source "$(dirname "$0")/nodes_lib.bash"
 # DEAD after 10 x 200 ms = 2 s.
 start_head --heartbeat-ms 200 --suspect-after 3 --dead-after 10
 start_proxy
-"$NODE_BIN" --head "$PROXY" --name na --fake-gpus 4xH100:80GB --state-dir "$T/node-na" --stop-grace-ms 1000 \
-    >>"$T/node-na.log" 2>&1 &
-PIDS+=("$!")
+NODE_HEAD=$PROXY start_node na 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "na ALIVE" nodes_alive 1
 na_id=$(node_id na)
 sleep 0.5 # the agent's poll is parked at the head
