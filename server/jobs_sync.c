@@ -26,6 +26,7 @@
 #include "auth.h"
 #include "jobs.h"
 #include "log.h"
+#include "node_sync.h"
 #include "util.h"
 
 /* A bump arena for one reply: every string and array of the assignment
@@ -474,7 +475,7 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
         hn->sync_version = req->version;
-        hn->sync_until = tr_now_ms() + (req->wait_ms < 60000 ? req->wait_ms : 60000);
+        hn->sync_until = tr_now_ms() + (req->wait_ms < TR_NODE_SYNC_WAIT_MAX_MS ? req->wait_ms : TR_NODE_SYNC_WAIT_MAX_MS);
     } else if (req->wait_ms == 0 && h->store_failing) {
         /* Applied in memory (and retried to disk), but not acknowledged: the
          * agent keeps the report and sends it again. Answered now, not parked:

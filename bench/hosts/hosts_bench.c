@@ -40,13 +40,14 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "node_sync.h"
 #include "rpc.h"
 #include "util.h"
 #include "troupe/status.h"
 #include "troupe/v1/troupe.pb-c.h"
 
 #define GPUS 8
-#define SYNC_WAIT_MS 50000u /* worker/node/sync.c POLL_MS */
+#define SYNC_WAIT_MS TR_NODE_SYNC_WAIT_MS /* what troupe-node asks */
 #define MAX_SAMPLES (4u << 20)
 
 typedef struct opts {
@@ -287,12 +288,12 @@ static void sync_send(node *nd, uint32_t wait_ms)
     req.node_id = nd->id;
     req.version = nd->version;
     req.wait_ms = wait_ms;
-    if (envelope(nd->s, "troupe.v1.Head/NodeSync", &req.base, wait_ms + 3000, &buf, &len) != 0) {
+    if (envelope(nd->s, "troupe.v1.Head/NodeSync", &req.base, wait_ms + TR_NODE_SYNC_MARGIN_MS, &buf, &len) != 0) {
         note_error(nd->s, "NodeSync", "cannot encode");
         return;
     }
     nd->sync_phase = 0;
-    nng_aio_set_timeout(nd->sync_aio, (nng_duration)(wait_ms + 3000));
+    nng_aio_set_timeout(nd->sync_aio, (nng_duration)(wait_ms + TR_NODE_SYNC_MARGIN_MS));
     __atomic_add_fetch(&nd->s->sync_sent, 1, __ATOMIC_RELAXED);
     if (send_buf(nd->sync_ctx, nd->sync_aio, buf, len) != 0) {
         note_error(nd->s, "NodeSync", "out of memory");

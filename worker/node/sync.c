@@ -22,6 +22,7 @@
 
 #include "gpus.h"
 #include "log.h"
+#include "node_sync.h"
 #include "node.h"
 #include "safefile.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -29,12 +30,6 @@
 
 #define LOG_BATCH (256u * 1024u)
 #define REPORT_LOG_MAX (1024u * 1024u)
-/* How long one NodeSync long poll waits (the head caps it at 60 s). Long,
- * because at 10,000 agents the polls were a sixth of the head's calls at 5 s:
- * an idle poll costs the head a call per POLL_MS per agent. A poll that is
- * stale (the agent registered again as a new node) is cancelled by
- * tr_node_workers_step rather than waited out. */
-#define POLL_MS 50000u
 
 typedef struct tr_pending_log {
     uint64_t job_id;
@@ -60,10 +55,10 @@ static void *sync_main(void *arg)
         req.node_id = a->sync_node_id;
         req.version = a->incoming ? a->incoming->version : a->applied_version;
         pthread_mutex_unlock(&a->mu);
-        req.wait_ms = POLL_MS;
+        req.wait_ms = TR_NODE_SYNC_WAIT_MS;
         rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
                                 &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep,
-                                POLL_MS + 3000, 0, &err);
+                                TR_NODE_SYNC_WAIT_MS + TR_NODE_SYNC_MARGIN_MS, 0, &err);
         if (rv != TROUPE_OK) {
             tr_sleep_ms(200); /* the heartbeat path reports and re-registers */
             continue;
@@ -546,9 +541,9 @@ void tr_node_workers_step(tr_node_agent *a)
     if (renewed) {
         /* The sync thread's poll asks about the old node and would hold the
          * new node's first work back until the head lets it go (up to
-         * POLL_MS after a silent cut): end it so that it asks again. Only the
-         * sync thread has a NodeSync in flight here: reports are sent from
-         * this thread, below. */
+         * TR_NODE_SYNC_WAIT_MS after a silent cut): end it so that it asks
+         * again. Only the sync thread has a NodeSync in flight here: reports
+         * are sent from this thread, below. */
         tr_rpc_client_cancel(a->rpc, "troupe.v1.Head/NodeSync");
     }
     apply(a);
