@@ -103,7 +103,7 @@ typedef struct tr_rq_opts {
      * and the thread runs on at the process's nice. The cost: a niced
      * answerer acknowledges only when the CPU is free, and the writer waits
      * for it (one round ahead at most), so on a saturated head acks and
-     * followers wait longer (docs/notes/2026-11-27/ping.md). */
+     * followers wait longer (bench/RESULTS.md, "Metrics ingest"). */
     int nice;
 } tr_rq_opts;
 
