@@ -24,8 +24,10 @@ for f in bench/mgpu/troupe-bench-allreduce; do
 done
 mkdir -p "$d/lib"
 cp -L "$b/client/libtroupe.so.0" "$b/client/nccl/libtroupe_nccl.so" "$d/lib/"
-pack=$(dirname "$0")/../../../../shared/device/pack-libs
-[ -x "$pack" ] || pack=/work/shared/device/pack-libs
+# pack-libs copies the runtime libraries the GPU machine lacks (nng, protobuf-c, libyaml...);
+# it lives beside the checkout in the shared tools, or where TROUPE_PACK_LIBS points.
+pack=${TROUPE_PACK_LIBS:-$(dirname "$0")/../../../../shared/device/pack-libs}
+[ -x "$pack" ] || { echo "stage.sh: no pack-libs at $pack (set TROUPE_PACK_LIBS)" >&2; exit 1; }
 "$pack" "$d/lib" >/dev/null
 src=$(cd "$(dirname "$0")" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(cd "$(dirname "$0")" && git status --porcelain --untracked-files=no 2>/dev/null)" ] || src="$src-dirty"
