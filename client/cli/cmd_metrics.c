@@ -330,8 +330,9 @@ int tr_cli_cmd_metrics(tr_cli *cli, int argc, char **argv)
     if (dump(cli, &a, csv, &pg, &next) != 0) {
         goto out;
     }
-    if (a.follow && pg->n_points == 0 && next == 0) {
-        /* nothing yet: say now when the job has other names (a typo), not only when it ends */
+    if (a.follow && pg->n_points == 0 && next == 0 && !job_ended(cli, a.id)) {
+        /* nothing yet from a running job: say now when it has other names (a
+         * typo), not only when it ends (an ended job gets the error below) */
         char names[2048];
         job_names(cli, &a, names, sizeof(names));
         for (size_t k = 0; k < a.n_names && names[0] != '\0'; k++) {
