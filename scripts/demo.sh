@@ -36,8 +36,9 @@ if (exec 3<>/dev/tcp/127.0.0.1/$HPORT) 2>/dev/null; then HPORT=$((20000 + RANDOM
 export TROUPE_HEAD=tcp://127.0.0.1:$PORT
 export PATH=$PREFIX/bin:$PATH
 PIDS=()
+DASH=
 stop_all() {
-    if [ "$KEEP" = 1 ]; then
+    if [ "$KEEP" = 1 ] && [ ${#PIDS[@]} -gt 0 ]; then
         echo "== kept running (--keep): troupe-head (pid ${PIDS[0]}) and troupe-node (pid ${PIDS[1]:-none}); logs and state in $RUN"
         echo "   dashboard: $DASH   (Prometheus: $DASH/metrics)"
         echo "   to use it: export PATH=$PREFIX/bin:\$PATH TROUPE_HEAD=$TROUPE_HEAD"
