@@ -93,6 +93,7 @@ static void test_fifo_and_bad_jobs(void **state)
     assert_status(d[3].status, TROUPE_FAILED_PRECONDITION, &d[3].why);
     assert_contains(d[3].why.msg, "needs 32 GPUs; alive nodes have 16 in total");  /* no node is SUSPECT: it says only alive */
     assert_status(d[4].status, TROUPE_RESOURCE_EXHAUSTED, &d[4].why); /* behind b, whose shadow is n1 */
+    tr_sched_release(s, d[0].placement);
     assert_status(tr_sched_schedule(s, q + 1, 4, d, &err), TROUPE_OK, &err);
     assert_status(d[0].status, TROUPE_OK, &d[0].why);
     assert_status(d[3].status, TROUPE_RESOURCE_EXHAUSTED, &d[3].why);
