@@ -40,7 +40,8 @@ static size_t distance(const char *a, size_t n, const char *b, size_t m)
             size_t cost = a[i - 1] != b[j - 1], best = d[i - 1][j - 1] + cost;
             best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
             best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best) {
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best) {
                 best = d[i - 2][j - 2] + 1;
             }
             d[i][j] = best;
@@ -66,7 +67,8 @@ const char *tr_cli_suggest(const char *word, const char *list, char *buf, size_t
             best_k = k;
             best_d = d;
         }
-        if (n >= 3 && k > n && strncmp(p, word, n) == 0 && (prefix == NULL || k != prefix_k || strncmp(p, prefix, k))) {
+        if (n >= 3 && k > n && strncmp(p, word, n) == 0 &&
+            (prefix == NULL || k != prefix_k || strncmp(p, prefix, k))) {
             prefix = p;
             prefix_k = k;
             prefixes++;

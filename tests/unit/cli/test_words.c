@@ -18,12 +18,12 @@ static void did_you_mean(void **state)
 {
     const char *commands = "nodes status ping submit submit jobs job logs stop profile trace metrics delete";
     (void)state;
-    assert_string_equal(suggest("jbos", commands), "jobs");     /* a transposition is one edit */
+    assert_string_equal(suggest("jbos", commands), "jobs"); /* a transposition is one edit */
     assert_string_equal(suggest("stauts", commands), "status");
     assert_string_equal(suggest("metric", commands), "metrics");
-    assert_string_equal(suggest("sub", commands), "submit");    /* an unambiguous abbreviation */
-    assert_null(suggest("xyz", commands));                       /* nothing near */
-    assert_null(suggest("ls", commands));                        /* two letters: one edit at most */
+    assert_string_equal(suggest("sub", commands), "submit"); /* an unambiguous abbreviation */
+    assert_null(suggest("xyz", commands));                   /* nothing near */
+    assert_null(suggest("ls", commands));                    /* two letters: one edit at most */
     assert_string_equal(suggest("--alll", "--active --state --all --oldest-first"), "--all");
     assert_string_equal(suggest("--nmae", "--worker --name --last -f --follow"), "--name");
     assert_string_equal(suggest("jsn", "table json wide csv"), "json");
