@@ -50,3 +50,26 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/systemd/etc-troupe/ DESTINATION $
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
         USE_SOURCE_PERMISSIONS)
+
+# A system prefix: refresh the dynamic linker's cache, or a program linked with
+# `pkg-config --libs troupe` does not start ("libtroupe.so.0: cannot open
+# shared object file") until someone runs ldconfig, as a distribution
+# package's postinst would. A private prefix (./install, a DESTDIR staging
+# tree) is left alone and the lines a program needs are printed instead.
+install(CODE "
+  set(_libdir \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}\")
+  if(\"\$ENV{DESTDIR}\" STREQUAL \"\" AND (CMAKE_INSTALL_PREFIX STREQUAL \"/usr\" OR CMAKE_INSTALL_PREFIX STREQUAL \"/usr/local\"))
+    find_program(_tr_ldconfig ldconfig PATHS /sbin /usr/sbin NO_CACHE)
+    if(_tr_ldconfig)
+      execute_process(COMMAND \${_tr_ldconfig} RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+      if(_rc EQUAL 0)
+        message(STATUS \"Ran ldconfig: libtroupe in \${_libdir} is found by programs linked against it\")
+      else()
+        message(WARNING \"ldconfig failed (\${_rc}: \${_err}); run it as root before starting programs linked with -ltroupe\")
+      endif()
+    endif()
+  elseif(\"\$ENV{DESTDIR}\" STREQUAL \"\")
+    message(STATUS \"libtroupe is in \${_libdir}, a private prefix; to build and run a program against it:\")
+    message(STATUS \"  export PKG_CONFIG_PATH=\${_libdir}/pkgconfig LD_LIBRARY_PATH=\${_libdir}\")
+  endif()
+")

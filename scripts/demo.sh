@@ -2,15 +2,24 @@
 # demo.sh - the README's main command: install what is missing, build, start a
 # local troupe-head and one troupe-node (real GPUs when present, simulated ones
 # otherwise), submit the example job, follow its progress and metrics, then
-# shut everything down cleanly.
+# shut everything down cleanly (--keep, or TROUPE_DEMO_KEEP=1: leave the head
+# and node running, with the dashboard, and print how to stop them later).
 set -euo pipefail
+KEEP=${TROUPE_DEMO_KEEP:-0}
+for a in "$@"; do
+    case "$a" in
+    --keep) KEEP=1 ;;
+    -h|--help) echo "usage: scripts/demo.sh [--keep]   (--keep or TROUPE_DEMO_KEEP=1: leave the cluster and its dashboard up)"; exit 0 ;;
+    *) echo "demo.sh: unknown argument '$a' (usage: scripts/demo.sh [--keep])" >&2; exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 # Where the programs, library, headers and units are installed (cmake --install).
 PREFIX=${TROUPE_PREFIX:-$ROOT/install}
 
-scripts/setup.sh
+scripts/setup.sh --demo
 
 echo "== build and install into $PREFIX"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -22,10 +31,20 @@ PORT=${TROUPE_DEMO_PORT:-7770}
 # Port taken: pick one below the kernel's ephemeral range (32768+), where no
 # outgoing connection can hold it.
 if (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then PORT=$((20000 + RANDOM % 12000)); fi
+HPORT=${TROUPE_DEMO_HTTP_PORT:-8470}  # the dashboard and /metrics (the head's default --http port)
+if (exec 3<>/dev/tcp/127.0.0.1/$HPORT) 2>/dev/null; then HPORT=$((20000 + RANDOM % 12000)); fi
 export TROUPE_HEAD=tcp://127.0.0.1:$PORT
 export PATH=$PREFIX/bin:$PATH
 PIDS=()
+DASH=
 stop_all() {
+    if [ "$KEEP" = 1 ] && [ ${#PIDS[@]} -gt 0 ]; then
+        echo "== kept running (--keep): troupe-head (pid ${PIDS[0]}) and troupe-node (pid ${PIDS[1]:-none}); logs and state in $RUN"
+        echo "   dashboard: $DASH   (Prometheus: $DASH/metrics)"
+        echo "   to use it: export PATH=$PREFIX/bin:\$PATH TROUPE_HEAD=$TROUPE_HEAD"
+        echo "   to stop it: kill ${PIDS[*]}"
+        return
+    fi
     # Agents first (they stop their workers), then the head; SIGTERM each and
     # wait, so every process shuts down the way it would in production.
     for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null || true; wait "${PIDS[$i]}" 2>/dev/null || true; done
@@ -36,10 +55,14 @@ stop_all() {
 trap stop_all EXIT
 
 echo "== troupe-head on $TROUPE_HEAD (state in $RUN/head)"
-troupe-head --listen "$TROUPE_HEAD" --state-dir "$RUN/head" >"$RUN/head.log" 2>&1 &
+# setsid: with --keep the head and node outlive this script and its terminal.
+setsid troupe-head --listen "$TROUPE_HEAD" --state-dir "$RUN/head" --http "127.0.0.1:$HPORT" >"$RUN/head.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do troupe status >/dev/null 2>&1 && break; sleep 0.1; done
 troupe status >/dev/null || { cat "$RUN/head.log"; exit 1; }
+DASH=$(troupe -o json status | jq -r '.http // empty')
+DASH=${DASH:-http://127.0.0.1:$HPORT}
+echo "== the dashboard (live charts of every job's metrics and health): $DASH"
 
 gpus=$(troupe-node --check-config | sed -n 's/^# gpus: \([0-9]*\).*/\1/p')
 NODE_ARGS=(--name demo-node --state-dir "$RUN/node")
@@ -49,7 +72,7 @@ else
     echo "== troupe-node with 8 simulated GPUs (no GPU found here)"
     NODE_ARGS+=(--fake-gpus 8xH200:141GB)
 fi
-troupe-node "${NODE_ARGS[@]}" >"$RUN/node.log" 2>&1 &
+setsid troupe-node "${NODE_ARGS[@]}" >"$RUN/node.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do [ "$(troupe -o json nodes --alive | jq .count)" = 1 ] && break; sleep 0.1; done
 troupe nodes
@@ -94,6 +117,7 @@ for _ in $(seq 600); do
     [ -n "$id" ] && [ "$(troupe logs "$id" --worker "job$id-policy-0" 2>/dev/null | grep -c 'step=')" -ge 2 ] && break
     sleep 0.1
 done
+echo "== job $id is running: watch it at $DASH/#job=$id" >&2
 victim=$(troupe -o json job "$id" | jq -r '[.workers[] | select(.group == "policy" and .state == "RUNNING")] | last | "\(.name) \(.pid)"')
 if [ -n "$id" ] && [ "${victim#* }" -gt 0 ] 2>/dev/null; then
     echo "== demo: killing worker ${victim% *} (pid ${victim#* }) with SIGKILL; its group restarts (max_restarts: 1)" >&2
@@ -113,7 +137,8 @@ echo "== troupe metrics (the generation workers' val_loss after each refit, thro
 troupe metrics "$id" --name val_loss || true
 # job.yaml profiles steps 2-3 of policy-0: the runtime recorded them as spans on the head's clock.
 echo "== troupe trace (the profiled steps, one process per worker, Chrome/Perfetto JSON)"
-if troupe trace "$id" -o "$RUN/trace.json"; then
+if troupe trace "$id" --output "$RUN/trace.json"; then
     echo "== the trace is $RUN/trace.json: open it in https://ui.perfetto.dev (or chrome://tracing)"
 fi
+[ "$KEEP" = 1 ] || echo "== to look around afterwards in the dashboard ($DASH/#job=$id), run scripts/demo.sh --keep"
 exit $rc

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # setup.sh - install what troupe needs on Debian 12 (run as root; idempotent).
+# --demo: only what the build and scripts/demo.sh need; default: the tests' packages too.
 # Installs only packages that are missing, so a second run is quick and offline.
 set -euo pipefail
 
-PKGS=(build-essential cmake ninja-build pkg-config git procps
+# What the demo needs: the build and its libraries, jq (demo.sh reads the CLI's
+# JSON). `scripts/setup.sh --demo` installs only these (scripts/demo.sh).
+DEMO_PKGS=(build-essential cmake ninja-build pkg-config procps
       libnng-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libsqlite3-dev
-      libcmocka-dev jq clang libclang-rt-14-dev
-      libmbedtls-dev openssl  # mbedTLS: TLS diagnosis (common/rpc_tls.c); openssl: scripts/make-test-ca.sh
+      libmbedtls-dev  # mbedTLS: TLS diagnosis (common/rpc_tls.c)
+      jq)
+# What the test command adds (scripts/test.sh runs the default: everything).
+TEST_PKGS=(git libcmocka-dev clang libclang-rt-14-dev
+      openssl   # scripts/make-test-ca.sh
       python3   # python3: the cut proxy of the fencing tests (tests/integration/cutproxy.py), the HTTP slow-client test
-      prometheus chromium  # promtool checks /metrics, headless chromium loads the dashboard (integration.http)
+      prometheus chromium  # promtool checks /metrics and prometheus scrapes it, headless chromium loads the dashboard (integration.http)
       gdb   # stacks of a hung test's processes (tests/integration/lib.sh's watchdog)
       curl iproute2 sqlite3)  # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
                               # (none is in a bare Debian 12 image; without them those checks skipped or failed)
+case "${1:-}" in
+--demo) PKGS=("${DEMO_PKGS[@]}") ;;
+"") PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+*) echo "usage: scripts/setup.sh [--demo]   (--demo: only what scripts/demo.sh needs; default: everything the tests use too)" >&2
+   exit 2 ;;
+esac
 # The RPC benchmark's gRPC peer: only with TROUPE_SETUP_BENCH=1 (large).
 if [ "${TROUPE_SETUP_BENCH:-0}" = 1 ]; then
     PKGS+=(g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)

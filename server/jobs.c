@@ -1125,6 +1125,13 @@ void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n)
         err.code != TROUPE_NOT_FOUND) {
         TR_LOG(TR_LOG_DEBUG, "scheduler node state node=%llu: %s", (unsigned long long)n->id, err.msg);
     }
+    if (n->n_gpus > 0) { /* why it takes no new work, for a waiting job's reason */
+        tr_sched_node_set_hold(h->sched, n->id,
+                               n->state != TROUPE__V1__NODE_STATE__NODE_ALIVE ? TR_SCHED_HOLD_UNREPORTED
+                               : n->draining                                  ? TR_SCHED_HOLD_DRAINING
+                               : n->fenced_workers                            ? TR_SCHED_HOLD_FENCED
+                                                                              : TR_SCHED_HOLD_UNREPORTED);
+    }
     if (tr_head_node_gone(n)) {
         node_died(h, n);
     }

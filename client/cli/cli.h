@@ -20,7 +20,10 @@ enum {
 typedef struct tr_cli {
     troupe_client_opts opts;
     int json;
-    int csv; /* -o csv (troupe metrics; other commands print their table) */
+    int csv;                 /* -o csv (troupe metrics) */
+    int wide;                /* -o wide: the table with more columns (jobs, nodes) */
+    const char *format;      /* -o as given, NULL for the default (table) */
+    const char *output_file; /* --output FILE: stdout goes there (troupe trace: the trace) */
     troupe_client *client;
 } tr_cli;
 
@@ -31,6 +34,7 @@ typedef struct tr_cli_cmd {
     const char *help;                              /* one line */
     const char *flags;                             /* the command's own flags, space-separated (completion) */
     const char *complete; /* its arguments: "@files", "@jobs", "@nodes", "@commands", words, or NULL */
+    const char *formats;  /* the -o formats it prints, space-separated; NULL: "table json" */
 } tr_cli_cmd;
 
 /* A global option: accepted before or after the command, as --name V,
@@ -45,6 +49,22 @@ typedef struct tr_cli_opt {
 
 extern const tr_cli_cmd tr_cli_commands[];
 extern const tr_cli_opt tr_cli_options[];
+
+/* tr_cli_cmd_formats: the -o formats command c prints ("table json" when
+ * its table leaves formats NULL). */
+const char *tr_cli_cmd_formats(const tr_cli_cmd *c);
+
+/* tr_cli_word_in: 1 when word is one of the space-separated words of list. */
+int tr_cli_word_in(const char *word, const char *list);
+
+/* tr_cli_suggest returns the word of the space-separated list closest to
+ * word (edit distance at most 2, or a prefix), copied into buf, else NULL:
+ * the "did you mean" of a mistyped command or option. */
+const char *tr_cli_suggest(const char *word, const char *list, char *buf, size_t size);
+
+/* tr_cli_age formats the time since unix_ms the way kubectl's AGE column
+ * does: 45s, 12m, 3h, 2d ("-" when unknown). */
+void tr_cli_age(char *buf, size_t size, int64_t unix_ms, int64_t now_ms);
 
 /* tr_cli_connect opens cli->client, printing the error on failure (returns 1). */
 int tr_cli_connect(tr_cli *cli);
@@ -66,6 +86,11 @@ int tr_cli_cmd_usage(FILE *out, const char *name);
 int64_t tr_cli_now_ms(void);                  /* wall clock, unix ms */
 double tr_cli_secs(int64_t from, int64_t to); /* seconds between two unix ms, 0 when unknown */
 void tr_cli_job_json(FILE *out, const troupe_job *j);
+/* tr_cli_job_end_ms: when the job's run ended for the time it "ran": the
+ * later of its end and its last worker's (a stopped job's workers run on
+ * through the stop's grace period); now while it or a worker still runs,
+ * then *stopping is set when the job has ended but a worker has not. */
+int64_t tr_cli_job_end_ms(const troupe_job *j, int64_t now, int *stopping);
 void tr_cli_gpus_str(const troupe_worker *w, char *buf, size_t size); /* "0,1,2" */
 
 /* Following a job (follow.c). Ctrl-C sets tr_cli_interrupted once

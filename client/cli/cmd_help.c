@@ -35,8 +35,10 @@ void tr_cli_usage(FILE *out)
             "  %-3d bad usage (unknown command, option or argument)\n"
             "  %-3d detached by Ctrl-C while following (submit, logs -f, metrics -f, stop); the job keeps going\n"
             "\n"
-            "With -o json, every command prints JSON on stdout: one object, or one object per line\n"
-            "for commands that follow a job (its id first, its final state last).\n"
+            "-o is always the output format. With -o json, every command prints JSON on stdout: one\n"
+            "object, or one object per line for commands that follow a job (its id first, its final\n"
+            "state last). A format a command does not print is an error (exit 2). --output FILE sends\n"
+            "what a command prints to FILE (troupe trace: the trace).\n"
             "\n"
             "See also: troupe-head --help, troupe-node --help, troupe-train --help\n",
             TR_EXIT_OK, TR_EXIT_FAILED, TR_EXIT_USAGE, TR_EXIT_DETACHED);
@@ -55,7 +57,13 @@ int tr_cli_cmd_usage(FILE *out, const char *name)
         fprintf(stderr, "troupe: unknown command '%s' (see troupe --help)\n", name);
         return TR_EXIT_USAGE;
     }
-    fprintf(out, "Global options (-o json|table, --head, --token, --timeout) go before or after it; "
+    for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL; c++) {
+        if (strcmp(c->name, name) == 0) {
+            fprintf(out, "Output formats (-o): %s.\n", tr_cli_cmd_formats(c));
+            break;
+        }
+    }
+    fprintf(out, "Global options (-o FORMAT, --output FILE, --head, --token, --timeout) go before or after it; "
                  "see troupe --help.\n");
     return TR_EXIT_OK;
 }
@@ -116,24 +124,25 @@ static void completion_bash(FILE *out)
     for (const tr_cli_opt *o = tr_cli_options; o->name != NULL; o++) {
         fprintf(out, " %s%s%s", o->name, o->alias ? " " : "", o->alias ? o->alias : "");
     }
-    fprintf(out, "\"\n    case $prev in\n        -o|--output) COMPREPLY=($(compgen -W \"json table\" -- "
-                 "\"$cur\")); return ;;\n");
+    fprintf(out, "\"\n    case $prev in\n        -o|--format) COMPREPLY=($(compgen -W \"table json wide csv\" -- "
+                 "\"$cur\")); return ;;\n"
+                 "        --output) compopt -o filenames; COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n");
     for (const tr_cli_opt *o = tr_cli_options; o->name != NULL; o++) {
-        if (strcmp(o->name, "--output") != 0) {
+        if (strcmp(o->name, "--format") != 0 && strcmp(o->name, "--output") != 0) {
             fprintf(out, "        %s) return ;;\n", o->name);
         }
     }
     /* Options before the cursor are passed on to the `troupe jobs` that
      * lists ids (same head, same token), except -o, which would change the
-     * listing's format. */
+     * listing's format, and --output, which would send it to a file. */
     fprintf(out, "    esac\n"
                  "    for ((i = 1; i < COMP_CWORD; i++)); do\n"
                  "        case ${COMP_WORDS[i]} in\n"
-                 "            -o|--output");
+                 "            -o|--format|--output");
     fprintf(out, ") ((i++)) ;;\n            ");
     const char *sep = "";
     for (const tr_cli_opt *o = tr_cli_options; o->name != NULL; o++) {
-        if (strcmp(o->name, "--output") != 0) {
+        if (strcmp(o->name, "--format") != 0 && strcmp(o->name, "--output") != 0) {
             fprintf(out, "%s%s", sep, o->name);
             sep = "|";
         }

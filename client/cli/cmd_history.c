@@ -84,7 +84,7 @@ int tr_cli_list_args(int argc, char **argv, troupe_list_opts *o, int *all)
         i += takes;
     }
     if (rv == TR_EXIT_OK && *all && (o->states || o->name || o->limit || o->cursor)) {
-        fprintf(stderr, "troupe jobs: --all lists every job oldest first; it takes only --active\n");
+        fprintf(stderr, "troupe jobs: --all lists every job (newest first, or --oldest-first); it takes only --active and --oldest-first\n");
         rv = TR_EXIT_USAGE;
     }
     return rv;

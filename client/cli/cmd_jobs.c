@@ -111,10 +111,14 @@ void tr_cli_gpus_str(const troupe_worker *w, char *buf, size_t size)
 static void job_table(const troupe_job *j)
 {
     int64_t end = j->ended_ms ? j->ended_ms : tr_cli_now_ms();
+    int stopping;
+    int64_t run_end = tr_cli_job_end_ms(j, tr_cli_now_ms(), &stopping);
     printf("job       %" PRIu64 " (%s)\n", j->id, j->name);
     printf("state     %s: %s\n", troupe_job_state_name(j->state), j->reason);
-    printf("time      queued %.1f s, ran %.1f s\n",
-           tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : end), tr_cli_secs(j->started_ms, end));
+    /* ran: until its last worker was gone, a stop's grace period included */
+    printf("time      queued %.1f s, ran %.1f s%s\n",
+           tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : end), tr_cli_secs(j->started_ms, run_end),
+           stopping ? " (workers still stopping)" : "");
     printf("restarts  %u of %u\n", j->restarts, j->max_restarts);
     tr_cli_health_table(j);
     if (j->next_restart_ms > 0) {
@@ -199,6 +203,37 @@ int tr_cli_cmd_job(tr_cli *cli, int argc, char **argv)
     return 0;
 }
 
+/* jobs_table: one line per job; AGE is the time since it was submitted and
+ * TIME how long it has been running (queued, while PENDING). wide adds the
+ * times of day it was submitted, started and ended, and how long it queued. */
+static void jobs_table(const troupe_job_list *l, int reverse, int wide)
+{
+    int64_t now = tr_cli_now_ms();
+    printf("%-5s %-20s %-10s %7s %8s %8s %5s", "ID", "NAME", "STATE", "WORKERS", "RESTARTS", "TIME", "AGE");
+    if (wide) {
+        printf("  %-9s %-9s %-9s %8s", "SUBMITTED", "STARTED", "ENDED", "QUEUED");
+    }
+    printf("  %s\n", "REASON");
+    for (size_t i = 0; i < l->count; i++) {
+        const troupe_job *j = &l->jobs[reverse ? l->count - 1 - i : i];
+        int64_t end = j->ended_ms ? j->ended_ms : now;
+        char reason[1024], age[16];
+        tr_cli_health_reason(j, reason, sizeof(reason));
+        tr_cli_age(age, sizeof(age), j->submitted_ms, now);
+        printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs %5s", j->id, j->name, tr_cli_health_state(j),
+               j->workers_total, j->restarts, tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, end), age);
+        if (wide) {
+            char sub[16], start[16], ended[16];
+            tr_cli_time(sub, sizeof(sub), j->submitted_ms);
+            tr_cli_time(start, sizeof(start), j->started_ms);
+            tr_cli_time(ended, sizeof(ended), j->ended_ms);
+            printf("  %-9s %-9s %-9s %7.1fs", sub, start, ended,
+                   tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : end));
+        }
+        printf("  %s\n", reason);
+    }
+}
+
 int tr_cli_cmd_jobs(tr_cli *cli, int argc, char **argv)
 {
     troupe_list_opts o = {0};
@@ -218,25 +253,17 @@ int tr_cli_cmd_jobs(tr_cli *cli, int argc, char **argv)
         troupe_client_close(cli->client);
         return TR_EXIT_FAILED;
     }
+    /* --all: the head sends every job in id order; newest first, as a page lists them */
+    int reverse = all && !o.oldest_first;
     if (cli->json) {
         printf("{\"count\":%zu,\"jobs\":[", l->count);
         for (size_t i = 0; i < l->count; i++) {
             fputs(i ? "," : "", stdout);
-            tr_cli_job_json(stdout, &l->jobs[i]);
+            tr_cli_job_json(stdout, &l->jobs[reverse ? l->count - 1 - i : i]);
         }
         printf("],\"next_cursor\":%" PRIu64 "}\n", l->next_cursor);
     } else {
-        printf("%-5s %-20s %-10s %7s %8s %8s  %s\n", "ID", "NAME", "STATE", "WORKERS", "RESTARTS", "TIME",
-               "REASON");
-        for (size_t i = 0; i < l->count; i++) {
-            const troupe_job *j = &l->jobs[i];
-            int64_t end = j->ended_ms ? j->ended_ms : tr_cli_now_ms();
-            char reason[1024];
-            tr_cli_health_reason(j, reason, sizeof(reason));
-            printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs  %s\n", j->id, j->name, tr_cli_health_state(j),
-                   j->workers_total, j->restarts, tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, end),
-                   reason);
-        }
+        jobs_table(l, reverse, cli->wide);
         if (l->next_cursor != 0) {
             fprintf(stderr,
                     "troupe: more jobs; the next page: troupe jobs --cursor %" PRIu64 " (same filters)\n",

@@ -26,6 +26,7 @@ typedef struct margs {
     uint32_t last;
     const char *workers[MAX_LIST], *names[MAX_LIST];
     size_t n_workers, n_names;
+    int matched[MAX_LIST]; /* names[i] matched a point */
     char *lists; /* owns the split --worker/--name strings */
 } margs;
 
@@ -177,6 +178,66 @@ static void streams_table(const troupe_metrics_page *pg)
     }
 }
 
+/* note_point marks the --name the point matched. */
+static void note_point(margs *a, const troupe_metric_point *p)
+{
+    for (size_t k = 0; k < a->n_names; k++) {
+        a->matched[k] |= strcmp(a->names[k], p->name) == 0;
+    }
+}
+
+/* job_names lists the metric names among the job's newest points (one
+ * page), space-separated, for the message about a name that matched none. */
+static void job_names(tr_cli *cli, const margs *a, char *buf, size_t size)
+{
+    troupe_metrics_query q = {a->workers, a->n_workers, NULL, 0, 0, 20000, 20000, 0};
+    troupe_metrics_page *pg = NULL;
+    troupe_error err;
+    size_t off = 0;
+
+    buf[0] = '\0';
+    if (troupe_get_metrics(cli->client, a->id, &q, &pg, &err) != TROUPE_OK) {
+        return;
+    }
+    for (size_t i = 0; i < pg->n_points && off + 1 < size; i++) {
+        if (!tr_cli_word_in(pg->points[i].name, buf)) {
+            off += (size_t)snprintf(buf + off, size - off, "%s%s", off ? " " : "", pg->points[i].name);
+        }
+    }
+    troupe_metrics_page_free(pg);
+}
+
+/* unmatched_names says which --name matched no point, with the job's names
+ * and the nearest one; TR_EXIT_FAILED when none of them matched anything (a
+ * name that is not there is an error, as for an unknown worker), else a
+ * warning and TR_EXIT_OK. */
+static int unmatched_names(tr_cli *cli, const margs *a)
+{
+    char names[2048], near[128], hint[200];
+    size_t missing = 0;
+
+    for (size_t k = 0; k < a->n_names; k++) {
+        missing += !a->matched[k];
+    }
+    if (missing == 0) {
+        return TR_EXIT_OK;
+    }
+    job_names(cli, a, names, sizeof(names));
+    for (size_t k = 0; k < a->n_names; k++) {
+        if (a->matched[k]) {
+            continue;
+        }
+        hint[0] = '\0';
+        if (tr_cli_suggest(a->names[k], names, near, sizeof(near)) != NULL) {
+            snprintf(hint, sizeof(hint), "; did you mean '%s'?", near);
+        }
+        fprintf(stderr, "troupe metrics: %s: job %" PRIu64 " has no metric named '%s'%s (its names: %s)\n",
+                missing == a->n_names ? "error" : "warning", a->id, a->names[k], hint,
+                names[0] ? names : "none yet");
+    }
+    return missing == a->n_names ? TR_EXIT_FAILED : TR_EXIT_OK;
+}
+
 /* ---- reading --------------------------------------------------------------------- */
 
 static int fetch(tr_cli *cli, const margs *a, uint64_t after, uint32_t last, uint32_t wait_ms,
@@ -208,7 +269,7 @@ static int job_ended(tr_cli *cli, uint64_t id)
 
 /* dump prints every page (or the --last tail) once; *pg_out keeps the last
  * page for the stream summary, *next where following goes on. */
-static int dump(tr_cli *cli, const margs *a, int csv, troupe_metrics_page **pg_out, uint64_t *next)
+static int dump(tr_cli *cli, margs *a, int csv, troupe_metrics_page **pg_out, uint64_t *next)
 {
     troupe_metrics_page *pg = NULL;
     uint64_t after = 0;
@@ -219,6 +280,7 @@ static int dump(tr_cli *cli, const margs *a, int csv, troupe_metrics_page **pg_o
             return -1;
         }
         for (size_t i = 0; i < pg->n_points; i++, printed++) {
+            note_point(a, &pg->points[i]);
             if (cli->json && a->follow) { /* JSON lines while following */
                 point_json(&pg->points[i]);
                 putchar('\n');
@@ -268,6 +330,16 @@ int tr_cli_cmd_metrics(tr_cli *cli, int argc, char **argv)
     if (dump(cli, &a, csv, &pg, &next) != 0) {
         goto out;
     }
+    if (a.follow && pg->n_points == 0 && next == 0 && !job_ended(cli, a.id)) {
+        /* nothing yet from a running job: say now when it has other names (a
+         * typo), not only when it ends (an ended job gets the error below) */
+        char names[2048];
+        job_names(cli, &a, names, sizeof(names));
+        for (size_t k = 0; k < a.n_names && names[0] != '\0'; k++) {
+            fprintf(stderr, "troupe metrics: warning: job %" PRIu64 " has no metric named '%s' so far (its names: %s)\n",
+                    a.id, a.names[k], names);
+        }
+    }
     while (a.follow && !interrupted && !ended) {
         ended = job_ended(cli, a.id); /* read once more after it ended (no wait): the workers' last flush */
         for (int more = 1, wait = !ended; more && !interrupted; wait = 0) {
@@ -276,6 +348,7 @@ int tr_cli_cmd_metrics(tr_cli *cli, int argc, char **argv)
                 goto out;
             }
             for (size_t i = 0; i < pg->n_points; i++) {
+                note_point(&a, &pg->points[i]);
                 if (cli->json) {
                     point_json(&pg->points[i]);
                     putchar('\n');
@@ -295,7 +368,7 @@ int tr_cli_cmd_metrics(tr_cli *cli, int argc, char **argv)
     } else if (!cli->json) {
         streams_table(pg);
     }
-    rv = interrupted ? TR_EXIT_DETACHED : TR_EXIT_OK;
+    rv = interrupted ? TR_EXIT_DETACHED : unmatched_names(cli, &a);
     if (interrupted) { /* like submit and logs -f: say the job goes on */
         fprintf(stderr, "\ntroupe: detached; job %" PRIu64 " keeps running (troupe metrics %" PRIu64 " -f)\n", a.id,
                 a.id);

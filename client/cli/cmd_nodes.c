@@ -78,13 +78,26 @@ static void gpu_figures(const troupe_node *n, char *util, size_t us, char *mem, 
     snprintf(mem, ms, "%.0f/%.0fG", (double)used / 1e9, (double)total / 1e9);
 }
 
-static void nodes_table(const troupe_node_list *l)
+/* A node that found no GPU registers with none, and no worker can be placed
+ * there: said in REASON, as the agent says at start. */
+#define NO_GPU_REASON "no GPU found: no worker can be placed here (troupe-node --fake-gpus N simulates GPUs)"
+
+/* nodes_table: one line per node; AGE is the time since it registered.
+ * wide adds where it is (hostname, address, the agent's pid) and its labels.
+ * A live node with no GPU says so in REASON. */
+static void nodes_table(const troupe_node_list *l, int wide)
 {
-    printf("%-4s %-16s %-8s %5s %5s %-26s %5s %-11s %5s %-9s %s\n", "ID", "NAME", "STATE", "GPUS", "FREE", "MODEL",
-           "UTIL", "GPU MEM", "LOAD", "SEEN", "REASON");
+    int64_t now = tr_cli_now_ms();
+    printf("%-4s %-16s %-8s %5s %5s %-26s %5s %-11s %5s %-9s %5s", "ID", "NAME", "STATE", "GPUS", "FREE", "MODEL",
+           "UTIL", "GPU MEM", "LOAD", "SEEN", "AGE");
+    if (wide) {
+        printf("  %-20s %-24s %7s %-20s", "HOSTNAME", "ADDRESS", "PID", "LABELS");
+    }
+    printf("  %s\n", "REASON");
     for (size_t i = 0; i < l->count; i++) {
         const troupe_node *n = &l->nodes[i];
-        char model[64] = "-", seen[16], state[32], util[8], mem[24], load[16] = "-";
+        char model[64] = "-", seen[16], state[32], util[8], mem[24], load[16] = "-", age[16], reason[768];
+        snprintf(reason, sizeof(reason), "%s", n->reason);
         gpu_figures(n, util, sizeof(util), mem, sizeof(mem));
         if (n->stats_ms != 0) {
             snprintf(load, sizeof(load), "%.2f", n->load1);
@@ -92,13 +105,27 @@ static void nodes_table(const troupe_node_list *l)
         if (n->n_gpus > 0) { /* simulated GPUs (--fake-gpus) say so: no CUDA behind them */
             snprintf(model, sizeof(model), "%s %.0fGB%s", n->gpus[0].model,
                      (double)n->gpus[0].memory_bytes / 1e9, n->gpus[0].simulated ? " (sim)" : "");
+        } else if (n->state != TROUPE_NODE_DEAD && n->state != TROUPE_NODE_LEFT) {
+            snprintf(reason, sizeof(reason), "%s%s%s", NO_GPU_REASON, n->reason[0] ? "; " : "", n->reason);
         }
         tr_cli_time(seen, sizeof(seen), n->last_seen_ms);
+        tr_cli_age(age, sizeof(age), n->registered_ms, now);
         /* kubectl's "Ready,SchedulingDisabled": the state, and why no new work. */
         snprintf(state, sizeof(state), "%s%s%s", troupe_node_state_name(n->state), n->draining ? ",DRAINING" : "",
                  n->fenced_workers ? ",FENCED" : "");
-        printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %s\n", (unsigned long long)n->id, n->name, state,
-               n->n_gpus, n->gpus_free, model, util, mem, load, seen, n->reason);
+        printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %5s", (unsigned long long)n->id, n->name, state,
+               n->n_gpus, n->gpus_free, model, util, mem, load, seen, age);
+        if (wide) {
+            char labels[256] = "";
+            size_t off = 0;
+            for (size_t k = 0; k < n->n_labels && off < sizeof(labels); k++) {
+                off += (size_t)snprintf(labels + off, sizeof(labels) - off, "%s%s=%s", k ? "," : "",
+                                        n->labels[k].key, n->labels[k].value);
+            }
+            printf("  %-20s %-24s %7u %-20s", n->hostname[0] ? n->hostname : "-", n->address[0] ? n->address : "-",
+                   n->pid, off ? labels : "-");
+        }
+        printf("  %s\n", reason);
     }
 }
 
@@ -136,7 +163,7 @@ int tr_cli_cmd_nodes(tr_cli *cli, int argc, char **argv)
         }
         printf("]}\n");
     } else {
-        nodes_table(l);
+        nodes_table(l, cli->wide);
     }
     troupe_node_list_free(l);
     troupe_client_close(cli->client);

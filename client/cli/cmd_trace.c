@@ -1,4 +1,4 @@
-/* cmd_trace.c - `troupe trace JOB [-o FILE]`: the job's built-in trace (the
+/* cmd_trace.c - `troupe trace JOB [--output FILE]`: the job's built-in trace (the
  * spans its workers recorded in their profiled steps, on the head's clock) as
  * Chrome/Perfetto trace-event JSON: {"traceEvents": [...]} with one process
  * per worker (pid = its global rank, named after it), a thread per worker
@@ -6,8 +6,9 @@
  * sorted per thread by start (the enclosing span first), so they nest. It
  * opens in https://ui.perfetto.dev and chrome://tracing.
  *
- * Here -o names the output file (the trace is always JSON), not the output
- * format as for the other commands: main.c leaves it to this command. */
+ * The trace is always JSON (-o json is accepted, any other format refused by
+ * main.c); --output FILE is opened here, once there is a trace to write, so
+ * a job without one leaves no empty file. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 #include "cli.h"
 #include "trace_json.h"
 
-static const char trace_usage[] = "usage: troupe trace JOB [-o FILE]\n";
+static const char trace_usage[] = "usage: troupe trace JOB [--output FILE]\n";
 
 /* summary: "steps 2..3" from the spans. */
 static void step_range(const troupe_trace *t, uint64_t *lo, uint64_t *hi)
@@ -31,7 +32,7 @@ static void step_range(const troupe_trace *t, uint64_t *lo, uint64_t *hi)
 
 int tr_cli_cmd_trace(tr_cli *cli, int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *path = cli->output_file;
     troupe_trace *t = NULL;
     troupe_error err;
     uint64_t id = 0, lo, hi, dropped = 0;
@@ -40,9 +41,7 @@ int tr_cli_cmd_trace(tr_cli *cli, int argc, char **argv)
     int have_id = 0, rv;
 
     for (int i = 1; i < argc; i++) {
-        if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
-            path = argv[++i];
-        } else if (argv[i][0] != '-' && !have_id) {
+        if (argv[i][0] != '-' && !have_id) {
             id = strtoull(argv[i], &end, 10);
             if (argv[i][0] == '\0' || *end != '\0') {
                 fprintf(stderr, "troupe trace: '%s' is not a job id\n", argv[i]);

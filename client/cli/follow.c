@@ -138,9 +138,12 @@ static int finish(tr_cli *cli, follow_state *f, const troupe_job *j, uint64_t id
     }
     fprintf(stderr, "troupe: job %" PRIu64 " %s after %.1f s: %s\n", id, troupe_job_state_name(j->state),
             tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
-    fprintf(stderr, "troupe: job %" PRIu64 " time: queued %.1f s, ran %.1f s, %u restart%s\n", j->id,
+    int stopping;
+    int64_t run_end = tr_cli_job_end_ms(j, tr_cli_now_ms(), &stopping);
+    fprintf(stderr, "troupe: job %" PRIu64 " time: queued %.1f s, ran %.1f s%s, %u restart%s\n", j->id,
             tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : j->ended_ms),
-            tr_cli_secs(j->started_ms, j->ended_ms), j->restarts, tr_cli_plural(j->restarts));
+            tr_cli_secs(j->started_ms, run_end), stopping ? " (workers still stopping)" : "", j->restarts,
+            tr_cli_plural(j->restarts));
     tr_live_summary(f->live, j, f->show_live && !ok);
     if (cli->json) {
         tr_cli_job_json(stdout, j);

@@ -39,11 +39,35 @@ static const tr_cli_opt *match_opt(const char *a, const char **inline_value)
     return NULL;
 }
 
+/* options_list: the global options' names and aliases, space-separated. */
+static void options_list(char *buf, size_t size)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (const tr_cli_opt *o = tr_cli_options; o->name != NULL && off < size; o++) {
+        off += (size_t)snprintf(buf + off, size - off, "%s%s%s%s", off ? " " : "", o->name, o->alias ? " " : "",
+                                o->alias ? o->alias : "");
+    }
+}
+
+/* unknown_option says a word is no option, with the nearest one in list. */
+static int unknown_option(const char *cmd, const char *a, const char *list)
+{
+    char near[64];
+    const char *s = tr_cli_suggest(a, list, near, sizeof(near));
+    fprintf(stderr, "troupe%s%s: unknown option '%s'%s%s%s (see troupe %s%s--help)\n", cmd ? " " : "",
+            cmd ? cmd : "", a, s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "", cmd ? cmd : "", cmd ? " " : "");
+    return TR_EXIT_USAGE;
+}
+
 /* parse_args moves the global options out of argv into cli and leaves the
- * command and its arguments in rest/n_rest. *help is set by -h/--help. */
-static int parse_args(int argc, char **argv, tr_cli *cli, char **rest, int *n_rest, int *help)
+ * command and its arguments in rest/n_rest; the first *n_plain of them came
+ * before a "--" (after it, words starting with '-' are arguments). *help is
+ * set by -h/--help. */
+static int parse_args(int argc, char **argv, tr_cli *cli, char **rest, int *n_rest, int *n_plain, int *help)
 {
     int n = 0, literal = 0;
+    *n_plain = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *value;
         const tr_cli_opt *o;
@@ -51,13 +75,12 @@ static int parse_args(int argc, char **argv, tr_cli *cli, char **rest, int *n_re
             rest[n++] = argv[i];
         } else if (strcmp(a, "--") == 0) {
             literal = 1;
+            *n_plain = n;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             *help = 1;
         } else if (strcmp(a, "--version") == 0) {
             printf("troupe %s\n", TROUPE_VERSION);
             exit(TR_EXIT_OK);
-        } else if (n > 0 && strcmp(rest[0], "trace") == 0 && strcmp(a, "-o") == 0) {
-            rest[n++] = argv[i]; /* troupe trace: -o names the file (cmd_trace.c) */
         } else if ((o = match_opt(a, &value)) != NULL) {
             if (value == NULL && i + 1 >= argc) {
                 fprintf(stderr, "troupe: %s needs a value (%s %s)\n", a, o->name, o->arg);
@@ -68,27 +91,72 @@ static int parse_args(int argc, char **argv, tr_cli *cli, char **rest, int *n_re
                 return rv;
             }
         } else if (n == 0) {
-            fprintf(stderr, "troupe: unknown option '%s' (see troupe --help)\n", a);
-            return TR_EXIT_USAGE;
+            char list[512];
+            options_list(list, sizeof(list));
+            return unknown_option(NULL, a, list);
         } else {
             rest[n++] = argv[i]; /* the command's own option */
         }
     }
     *n_rest = n;
+    *n_plain = *n_plain < 0 ? n : *n_plain;
     return 0;
+}
+
+/* check_command checks what every command shares before it runs: -o names a
+ * format it prints, and each long option before a "--" is one of its own (the
+ * global ones are already taken out). A mistyped one gets a "did you mean". */
+static int check_command(const tr_cli *cli, const tr_cli_cmd *c, char **rest, int n_plain)
+{
+    if (cli->format != NULL && !tr_cli_word_in(cli->format, tr_cli_cmd_formats(c))) {
+        fprintf(stderr, "troupe %s: no output format '%s' here (it prints: %s)\n", c->name, cli->format,
+                tr_cli_cmd_formats(c));
+        return TR_EXIT_USAGE;
+    }
+    for (int i = 1; i < n_plain; i++) {
+        if (strncmp(rest[i], "--", 2) == 0 && !tr_cli_word_in(rest[i], c->flags)) {
+            char list[512];
+            options_list(list, sizeof(list));
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), " %s", c->flags);
+            return unknown_option(c->name, rest[i], list);
+        }
+    }
+    return 0;
+}
+
+/* find_command: the command named name, or NULL after saying so (with the
+ * nearest command's name). */
+static const tr_cli_cmd *find_command(const char *name)
+{
+    char list[512], near[32];
+    size_t off = 0;
+    for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL; c++) {
+        if (strcmp(c->name, name) == 0) {
+            return c;
+        }
+        off += (size_t)snprintf(list + off, off < sizeof(list) ? sizeof(list) - off : 0, "%s%s", off ? " " : "",
+                                c->name);
+    }
+    if (tr_cli_suggest(name, list, near, sizeof(near)) != NULL) {
+        fprintf(stderr, "troupe: unknown command '%s'; did you mean '%s'? (see troupe --help)\n", name, near);
+    } else {
+        fprintf(stderr, "troupe: unknown command '%s' (see troupe --help)\n", name);
+    }
+    return NULL;
 }
 
 int main(int argc, char **argv)
 {
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     tr_cli cli = {0};
-    int n = 0, help = 0, rv;
+    const tr_cli_cmd *cmd;
+    int n = 0, n_plain = 0, help = 0, rv;
 
     if (rest == NULL) {
         fprintf(stderr, "troupe: out of memory\n");
         return TR_EXIT_FAILED;
     }
-    rv = parse_args(argc, argv, &cli, rest, &n, &help);
+    rv = parse_args(argc, argv, &cli, rest, &n, &n_plain, &help);
     if (rv != 0) {
         goto out;
     }
@@ -101,15 +169,25 @@ int main(int argc, char **argv)
         rv = TR_EXIT_USAGE;
         goto out;
     }
-    rv = -1;
-    for (const tr_cli_cmd *c = tr_cli_commands; c->name != NULL && rv < 0; c++) {
-        if (strcmp(c->name, rest[0]) == 0) {
-            rv = c->fn(&cli, n, rest);
-        }
-    }
-    if (rv < 0) {
-        fprintf(stderr, "troupe: unknown command '%s' (see troupe --help)\n", rest[0]);
+    if ((cmd = find_command(rest[0])) == NULL) {
         rv = TR_EXIT_USAGE;
+        goto out;
+    }
+    if ((rv = check_command(&cli, cmd, rest, n_plain)) != 0) {
+        goto out;
+    }
+    /* troupe trace writes its file itself (no empty file when there is no
+     * trace); every other command's stdout goes to the file. */
+    if (cli.output_file != NULL && strcmp(cmd->name, "trace") != 0 &&
+        freopen(cli.output_file, "w", stdout) == NULL) {
+        fprintf(stderr, "troupe: cannot write %s: %m\n", cli.output_file);
+        rv = TR_EXIT_FAILED;
+        goto out;
+    }
+    rv = cmd->fn(&cli, n, rest);
+    if (cli.output_file != NULL && fflush(stdout) != 0) {
+        fprintf(stderr, "troupe: writing %s failed: %m\n", cli.output_file);
+        rv = TR_EXIT_FAILED;
     }
 out:
     free(rest);

@@ -4,16 +4,23 @@
  *
  * Names: troupe_ prefix, base units (_seconds, _bytes), counters end in
  * _total, one family per quantity with labels for its parts (state, method,
- * code, job/group/worker). What comes from the core is copied under h->mu
+ * code, job_id/group/worker). A job is job_id, never job: Prometheus sets job
+ * (and instance) on every series it scrapes, so a target's own job label
+ * would come out renamed exported_job, or with honor_labels overwrite the
+ * scrape job. The process_* families are the ones every exporter has. What comes from the core is copied under h->mu
  * and written after it is released; worker metrics come from the metrics
  * service's snapshot (never its store), so a scrape costs no disk I/O.
  *
  * Per-worker training gauges: the newest value each worker reported under
  * the conventional names below (troupe_worker_metric; README "Metrics"), and
- * every reported name as troupe_worker_metric_value{name=...}. */
+ * every other reported name as troupe_worker_metric_value{name=...} (the
+ * conventional ones are not repeated there). */
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "http.h"
 #include "jobs.h"
@@ -293,23 +300,23 @@ static void write_health(FILE *out, const core_snap *cs)
     family(out, "troupe_job_health", "gauge", "A running job's health as the head judges it: 1 for its state.");
     for (size_t i = 0; i < cs->n_jh; i++) {
         for (int s = 0; s < 3; s++) {
-            fprintf(out, "troupe_job_health{job=\"%llu\",state=\"%s\"} %d\n", (unsigned long long)cs->jh[i].job,
+            fprintf(out, "troupe_job_health{job_id=\"%llu\",state=\"%s\"} %d\n", (unsigned long long)cs->jh[i].job,
                     states[s], cs->jh[i].state == s);
         }
     }
     family(out, "troupe_job_stalled_ranks", "gauge", "Ranks of a running job that stopped reporting steps.");
     for (size_t i = 0; i < cs->n_jh; i++) {
-        fprintf(out, "troupe_job_stalled_ranks{job=\"%llu\"} %u\n", (unsigned long long)cs->jh[i].job,
+        fprintf(out, "troupe_job_stalled_ranks{job_id=\"%llu\"} %u\n", (unsigned long long)cs->jh[i].job,
                 cs->jh[i].stalled);
     }
     family(out, "troupe_job_straggler_ranks", "gauge", "Ranks of a running job slower than its group.");
     for (size_t i = 0; i < cs->n_jh; i++) {
-        fprintf(out, "troupe_job_straggler_ranks{job=\"%llu\"} %u\n", (unsigned long long)cs->jh[i].job,
+        fprintf(out, "troupe_job_straggler_ranks{job_id=\"%llu\"} %u\n", (unsigned long long)cs->jh[i].job,
                 cs->jh[i].stragglers);
     }
     family(out, "troupe_job_memory_warnings", "gauge", "Ranks of a running job warned about GPU memory.");
     for (size_t i = 0; i < cs->n_jh; i++) {
-        fprintf(out, "troupe_job_memory_warnings{job=\"%llu\"} %u\n", (unsigned long long)cs->jh[i].job,
+        fprintf(out, "troupe_job_memory_warnings{job_id=\"%llu\"} %u\n", (unsigned long long)cs->jh[i].job,
                 cs->jh[i].memory);
     }
     for (int k = 0; k < 3; k++) {
@@ -318,7 +325,7 @@ static void write_health(FILE *out, const core_snap *cs)
             if (cs->rf[i].kind != k) {
                 continue;
             }
-            fprintf(out, "%s{job=\"%llu\",group=\"", ranks[k].family, (unsigned long long)cs->rf[i].job);
+            fprintf(out, "%s{job_id=\"%llu\",group=\"", ranks[k].family, (unsigned long long)cs->rf[i].job);
             label(out, cs->rf[i].group);
             fputs("\",worker=\"", out);
             label(out, cs->rf[i].worker);
@@ -423,6 +430,16 @@ static const struct {
 };
 #define N_KNOWN (sizeof(known) / sizeof(known[0]))
 
+static int known_name(const char *name)
+{
+    for (size_t i = 0; i < N_KNOWN; i++) {
+        if (strcmp(known[i].name, name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* One pass over the streams per family: the format wants a family's
  * samples together. */
 typedef struct prom_pass {
@@ -439,7 +456,7 @@ static const wref *find_worker(const core_snap *cs, uint64_t job, const char *wo
 
 static void labels(FILE *out, const tr_metrics_stream_view *v, const wref *w)
 {
-    fprintf(out, "{job=\"%llu\",group=\"", (unsigned long long)v->job);
+    fprintf(out, "{job_id=\"%llu\",group=\"", (unsigned long long)v->job);
     label(out, w ? w->group : "");
     fprintf(out, "\",worker=\"");
     label(out, v->worker);
@@ -474,6 +491,9 @@ static void stream_pass(void *arg, const tr_metrics_stream_view *v)
         fprintf(p->out, "} %llu\n", (unsigned long long)step);
     } else if (what == (int)N_KNOWN + 1) {
         for (size_t i = 0; i < v->n_last; i++) {
+            if (known_name(v->last[i].name)) {
+                continue; /* already its own family, in base units */
+            }
             fputs("troupe_worker_metric_value", p->out);
             labels(p->out, v, w);
             fputs(",name=\"", p->out);
@@ -487,7 +507,7 @@ static void stream_pass(void *arg, const tr_metrics_stream_view *v)
               p->out);
         /* no group here: counters outlive the job's record in memory, and a
          * label that changed when it settles would start a new series */
-        fprintf(p->out, "{job=\"%llu\",worker=\"", (unsigned long long)v->job);
+        fprintf(p->out, "{job_id=\"%llu\",worker=\"", (unsigned long long)v->job);
         label(p->out, v->worker);
         fprintf(p->out, "\",attempt=\"%u\"} %llu\n", v->attempt, (unsigned long long)(what == (int)N_KNOWN + 2 ? v->stored : v->dropped));
     }
@@ -505,7 +525,8 @@ static void write_workers(FILE *out, tr_head *h, const core_snap *cs)
     family(out, "troupe_train_step", "gauge", "Newest step a worker reported a metric for.");
     p.what = N_KNOWN;
     tr_metrics_each_stream(h, stream_pass, &p);
-    family(out, "troupe_worker_metric_value", "gauge", "Newest value of every metric name a worker reported.");
+    family(out, "troupe_worker_metric_value", "gauge",
+           "Newest value of every other metric name a worker reported (the ones above are not repeated).");
     p.what = N_KNOWN + 1;
     tr_metrics_each_stream(h, stream_pass, &p);
     family(out, "troupe_worker_metric_points_stored_total", "counter", "Metric points stored, per worker.");
@@ -517,11 +538,84 @@ static void write_workers(FILE *out, tr_head *h, const core_snap *cs)
     tr_metrics_each_stream(h, stream_pass, &p);
 }
 
+/* ---- the process, as every exporter reports it ------------------------------------ */
+
+/* proc_stat reads utime+stime (clock ticks), the virtual size (bytes) and
+ * the resident set (pages) from /proc/self/stat; 0 when it cannot. */
+static int proc_stat(double *cpu_s, double *vsize, double *rss)
+{
+    char buf[1024], *p;
+    unsigned long utime, stime, vs;
+    long rs;
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n;
+
+    if (f == NULL) {
+        return 0;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* the command name in parentheses may hold spaces: count fields after its ')' */
+    if ((p = strrchr(buf, ')')) == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %*u %lu %ld", &utime,
+               &stime, &vs, &rs) != 4) {
+        return 0;
+    }
+    *cpu_s = (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+    *vsize = (double)vs;
+    *rss = (double)rs * (double)sysconf(_SC_PAGESIZE);
+    return 1;
+}
+
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    long n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+static void write_process(FILE *out, const core_snap *cs)
+{
+    double cpu, vsize, rss;
+    struct rlimit rl;
+    long fds = open_fds();
+
+    if (proc_stat(&cpu, &vsize, &rss)) {
+        family(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+        fprintf(out, "process_cpu_seconds_total %.2f\n", cpu);
+        family(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        fprintf(out, "process_resident_memory_bytes %.0f\n", rss);
+        family(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        fprintf(out, "process_virtual_memory_bytes %.0f\n", vsize);
+    }
+    if (fds >= 0) {
+        family(out, "process_open_fds", "gauge", "Number of open file descriptors.");
+        fprintf(out, "process_open_fds %ld\n", fds);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        family(out, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        fprintf(out, "process_max_fds %.0f\n", rl.rlim_cur == RLIM_INFINITY ? -1.0 : (double)rl.rlim_cur);
+    }
+    family(out, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+    fprintf(out, "process_start_time_seconds %.3f\n", (double)cs->started_ms / 1000.0);
+}
+
 void tr_http_prom(tr_head *h, FILE *out)
 {
     core_snap cs;
 
     snap_core(h, &cs);
+    write_process(out, &cs);
     write_core(out, &cs);
     write_health(out, &cs);
     write_rpc(out, h->srv);

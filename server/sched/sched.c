@@ -232,6 +232,14 @@ int tr_sched_node_set_state(tr_sched *s, uint64_t id, int state, tr_err *err)
     return TROUPE_OK;
 }
 
+void tr_sched_node_set_hold(tr_sched *s, uint64_t id, tr_sched_hold hold)
+{
+    int64_t slot = tr_sched_slot_of(s, id);
+    if (slot >= 0) {
+        s->nodes[slot].hold = (int)hold;
+    }
+}
+
 int tr_sched_node_get(const tr_sched *s, uint64_t id, tr_sched_node_info *out, tr_err *err)
 {
     memset(out, 0, sizeof(*out));

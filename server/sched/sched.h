@@ -187,6 +187,18 @@ int tr_sched_node_add(tr_sched *s, const tr_sched_node_spec *spec, tr_err *err);
  * DEAD -> anything else; TROUPE_INVALID_ARGUMENT for an unknown state. */
 int tr_sched_node_set_state(tr_sched *s, uint64_t id, int state, tr_err *err);
 
+/* Why a node that is not DEAD takes no new work (TR_SCHED_SUSPECT): what a
+ * waiting job's reason names, so a drained node is not called unreported. */
+typedef enum tr_sched_hold {
+    TR_SCHED_HOLD_UNREPORTED = 0, /* missed heartbeats, or not re-registered after a head restart */
+    TR_SCHED_HOLD_DRAINING = 1,   /* troupe drain: no new work until troupe undrain */
+    TR_SCHED_HOLD_FENCED = 2,     /* still running workers of its earlier self */
+} tr_sched_hold;
+
+/* tr_sched_node_set_hold records why node id takes no new work while it is
+ * SUSPECT (ignored otherwise); unknown ids are ignored. */
+void tr_sched_node_set_hold(tr_sched *s, uint64_t id, tr_sched_hold hold);
+
 /* tr_sched_node_get fills *out (zeroed on entry). Returns TROUPE_OK or TROUPE_NOT_FOUND. */
 int tr_sched_node_get(const tr_sched *s, uint64_t id, tr_sched_node_info *out, tr_err *err);
 

@@ -14,6 +14,7 @@ typedef struct tr_sched_node {
     unsigned gpus;
     uint64_t full; /* mask of existing GPUs */
     int state;
+    int hold; /* a tr_sched_hold, while state is TR_SCHED_SUSPECT */
     char **lkeys;
     char **lvals;
     size_t nlabels;

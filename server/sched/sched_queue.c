@@ -14,6 +14,7 @@
  * (F is a subset) and touches no earlier shadow: it cannot delay an earlier
  * job beyond the placement computed for that job. A shadow is only a fence for
  * later jobs and is dropped at the end of the pass. */
+#include <stdio.h>
 #include <string.h>
 
 #include "sched_int.h"
@@ -138,6 +139,37 @@ static void wait_reason(qpass *q, size_t i, const tr_sched_job_spec *spec)
     q->out[i].status = TROUPE_RESOURCE_EXHAUSTED;
 }
 
+/* held_nodes describes the matching nodes that take no new work now, by why
+ * ("n1 DRAINING (troupe undrain n1 gives it work again); n2 SUSPECT (...)"),
+ * and says whether any matching node takes work at all. */
+static bool held_nodes(const tr_sched *s, const tr_sched_job_spec *spec, char *buf, size_t size)
+{
+    size_t off = 0;
+    bool any_alive = false;
+
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < s->nnodes; i++) {
+        const tr_sched_node *n = &s->nodes[i];
+        char why[160];
+        if (!tr_sched_node_matches(n, spec->selector, spec->nselector)) {
+            continue;
+        }
+        any_alive |= n->state == TR_SCHED_ALIVE;
+        if (n->state != TR_SCHED_SUSPECT || off + 1 >= size) {
+            continue;
+        }
+        if (n->hold == TR_SCHED_HOLD_DRAINING) {
+            snprintf(why, sizeof(why), "DRAINING: `troupe undrain %s` gives it work again", n->name);
+        } else if (n->hold == TR_SCHED_HOLD_FENCED) {
+            snprintf(why, sizeof(why), "FENCED: still running workers of its earlier self");
+        } else {
+            snprintf(why, sizeof(why), "SUSPECT: waiting for it to report again");
+        }
+        off += (size_t)snprintf(buf + off, size - off, "%s%s (%s)", off ? "; " : "", n->name, why);
+    }
+    return any_alive;
+}
+
 /* A job that cannot fit the ALIVE nodes may still fit once SUSPECT ones
  * report again (a head restart loads every node SUSPECT until its agent
  * registers; a missed heartbeat or two makes one SUSPECT): it waits for them,
@@ -163,10 +195,16 @@ static int wait_job(qpass *q, size_t i, const tr_sched_job_spec *spec)
         return rv == TROUPE_RESOURCE_EXHAUSTED ? rv : TROUPE_OK;
     }
     if (with_suspect) {
-        q->out[i].status = tr_err_set(&q->out[i].why, TROUPE_RESOURCE_EXHAUSTED,
-                                      "waiting for SUSPECT nodes to report again; the alive nodes alone "
-                                      "cannot hold it (%s)",
-                                      ferr.msg);
+        char held[512];
+        if (held_nodes(q->s, spec, held, sizeof(held))) {
+            q->out[i].status = tr_err_set(&q->out[i].why, TROUPE_RESOURCE_EXHAUSTED,
+                                          "waiting for nodes that take no new work now: %s; the nodes that do "
+                                          "cannot hold it alone (%s)",
+                                          held, ferr.msg);
+        } else {
+            q->out[i].status = tr_err_set(&q->out[i].why, TROUPE_RESOURCE_EXHAUSTED,
+                                          "waiting: no node takes new work now: %s", held);
+        }
     } else {
         wait_reason(q, i, spec);
     }

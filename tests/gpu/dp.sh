@@ -232,7 +232,7 @@ for r in $(seq 0 $K); do
         [ -z "$steps" ] && [ "$starts" = 0 ] || fail "policy-$r is not *policy-$P yet profiled steps '$steps' ($starts cudaProfilerStart)"
     fi
 done
-cli trace "$id" -o "$OUTDIR/trace.json" >"$OUTDIR/trace.txt" 2>&1 || fail "troupe trace: $(cat "$OUTDIR/trace.txt")"
+cli trace "$id" --output "$OUTDIR/trace.json" >"$OUTDIR/trace.txt" 2>&1 || fail "troupe trace: $(cat "$OUTDIR/trace.txt")"
 python3 - "$OUTDIR/trace.json" "$P" <<'PY' || fail "trace: $(head -c 2000 "$OUTDIR/trace.json")"
 import json, sys
 d, p = json.load(open(sys.argv[1])), int(sys.argv[2])

@@ -258,11 +258,18 @@ int main(int argc, char **argv)
     }
     if (args.check_config) {
         tr_cfg_print(tr_node_config_table, &a.cfg, stdout);
-        printf("# gpus: %zu%s\n", a.n_gpus, a.n_gpus && a.gpus[0].simulated ? " (simulated)" : "");
+        printf("# gpus: %zu%s\n", a.n_gpus,
+               a.n_gpus == 0             ? " (none found: no worker can be placed on this node)"
+               : a.gpus[0].simulated ? " (simulated)"
+                                     : "");
         tr_cfg_free(tr_node_config_table, &a.cfg);
         return 0;
     }
     tr_log_level = tr_log_level_parse(a.cfg.log_level);
+    if (a.n_gpus == 0) { /* said at start and shown by troupe nodes: a silent 0 looks like a broken node */
+        TR_LOG(TR_LOG_WARNING, "no GPU found (no CUDA driver, or it sees no device): no worker can be placed "
+                               "on this node; --fake-gpus 8xH200:141GB simulates GPUs");
+    }
     if ((rv = tr_dir_private(a.cfg.state_dir, &err)) != TROUPE_OK) {
         fprintf(stderr, "troupe-node: state dir: %s\n", err.msg);
         tr_cfg_free(tr_node_config_table, &a.cfg);

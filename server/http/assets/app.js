@@ -4,19 +4,21 @@
 "use strict";
 
 // troupe_worker_step_end's standard figures (README "Metrics").
+// unit: how the y labels read ("bytes": KiB/MiB/GiB, "ms", "ratio": %).
 const CHARTS = [
   { name: "loss", title: "loss" },
+  { name: "val_loss", title: "validation loss" },
   { name: "tokens_per_s", title: "tokens/s" },
-  { name: "mfu", title: "MFU" },
-  { name: "gpu_mem_in_use_bytes", title: "GPU memory in use (bytes)" },
-  { name: "step_ms", title: "step time (ms)" },
+  { name: "mfu", title: "MFU", unit: "ratio" },
+  { name: "gpu_mem_in_use_bytes", title: "GPU memory in use", unit: "bytes" },
+  { name: "step_ms", title: "step time", unit: "ms" },
 ];
 const MAX_POINTS = 2000;
 const COLORS = ["#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#4e342e", "#ad1457"];
 const SVGNS = "http://www.w3.org/2000/svg";
 
 let selected = null;     // job id shown in detail
-let series = {};         // name -> worker -> [[step, value], ...]
+let series = {};         // name -> "worker#attempt" -> [[step, value], ...]
 let nextId = 0;          // metric points read so far (the API's next_id)
 let health = {};         // worker -> "stalled" | "straggler" for the selected job
 
@@ -197,8 +199,10 @@ async function pollMetrics() {
     const q = nextId ? "after=" + nextId : "last=" + (MAX_POINTS * 4);
     const r = await get("/api/jobs/" + selected + "/metrics?name=" + names + "&limit=20000&" + q);
     for (const p of r.points) {
+      // one line per attempt: a restarted worker starts again from step 0
       const byW = (series[p.name] = series[p.name] || {});
-      const arr = (byW[p.worker] = byW[p.worker] || []);
+      const key = p.worker + "#" + (p.attempt || 0);
+      const arr = (byW[key] = byW[key] || []);
       arr.push([p.step, typeof p.value === "number" ? p.value : NaN]);
       if (arr.length > MAX_POINTS) arr.splice(0, arr.length - MAX_POINTS);
     }
@@ -214,11 +218,40 @@ async function pollMetrics() {
 
 function drawCharts() {
   const box = document.getElementById("charts");
+  const any = CHARTS.some(c => Object.keys(series[c.name] || {}).length > 0);
   box.replaceChildren();
-  for (const c of CHARTS) box.append(chart(c, series[c.name] || {}));
+  for (const c of CHARTS) box.append(chart(c, series[c.name] || {}, any));
 }
 
-function chart(c, byWorker) {
+// label: a value as its unit reads (1.5 GiB, 12 ms, 41 %).
+function label(v, unit) {
+  const num = x => Math.abs(x) >= 1e4 ? x.toExponential(2) : String(+x.toPrecision(4));
+  if (unit === "bytes") {
+    const k = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (Math.abs(v) >= 1024 && i < k.length - 1) { v /= 1024; i++; }
+    return (+v.toPrecision(3)) + " " + k[i];
+  }
+  if (unit === "ratio") return (+(v * 100).toPrecision(3)) + " %";
+  if (unit === "ms") return v >= 10000 ? (+(v / 1000).toPrecision(3)) + " s" : num(v) + " ms";
+  return num(v);
+}
+
+// yRange: the scale the lines are drawn on. One outlier (a 25 s step among
+// 50 ms ones) would flatten every other point, so with enough points the
+// scale ends at the 2nd and 98th percentiles and what lies beyond is drawn on
+// the edge and named under the chart.
+function yRange(values) {
+  const v = values.slice().sort((a, b) => a - b);
+  const lo = v[0], hi = v[v.length - 1];
+  if (v.length < 20) return [lo, hi, false];
+  const p = q => v[Math.min(v.length - 1, Math.floor(q * (v.length - 1)))];
+  const a = p(0.02), b = p(0.98), span = (b - a) || Math.abs(b) || 1;
+  const clip = (hi - b) > 2 * span || (a - lo) > 2 * span;
+  return clip ? [a - 0.05 * span, b + 0.05 * span, true] : [lo, hi, false];
+}
+
+function chart(c, byWorker, anyChart) {
   const W = 420, H = 200, L = 56, B = 20;
   const fig = el("figure", { id: "chart-" + c.name });
   fig.append(el("figcaption", {}, c.title));
@@ -226,43 +259,64 @@ function chart(c, byWorker) {
   svg.setAttribute("width", W);
   svg.setAttribute("height", H);
   svg.setAttribute("data-metric", c.name);
-  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity, total = 0;
-  const workers = Object.keys(byWorker).sort();
-  for (const w of workers) for (const [x, y] of byWorker[w]) {
+  let x0 = Infinity, x1 = -Infinity, total = 0;
+  const keys = Object.keys(byWorker).sort();
+  const values = [];
+  for (const k of keys) for (const [x, y] of byWorker[k]) {
     if (!isFinite(y)) continue;
-    x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+    x0 = Math.min(x0, x); x1 = Math.max(x1, x); values.push(y);
   }
+  let [y0, y1, clipped] = values.length ? yRange(values) : [0, 1, false];
+  const ymax = values.length ? Math.max(...values) : 0, ymin = values.length ? Math.min(...values) : 0;
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) { y1 = y0 + 1; }
-  const sx = x => L + (x - x0) / (x1 - x0) * (W - L - 8), sy = y => H - B - (y - y0) / (y1 - y0) * (H - B - 8);
+  const clampY = y => Math.min(y1, Math.max(y0, y));
+  const sx = x => L + (x - x0) / (x1 - x0) * (W - L - 8), sy = y => H - B - (clampY(y) - y0) / (y1 - y0) * (H - B - 8);
   const axis = document.createElementNS(SVGNS, "path");
   axis.setAttribute("d", "M" + L + " 4 V" + (H - B) + " H" + (W - 4));
   axis.setAttribute("stroke", "#999");
   axis.setAttribute("fill", "none");
   svg.append(axis);
   const legend = el("div", { class: "legend" });
-  workers.forEach((w, i) => {
-    const pts = byWorker[w].filter(p => isFinite(p[1]));
+  const workers = [...new Set(keys.map(k => k.split("#")[0]))];
+  const attempts = w => keys.filter(k => k.split("#")[0] === w).length;
+  const latest = w => Math.max(...keys.filter(k => k.split("#")[0] === w).map(k => +k.split("#")[1]));
+  keys.forEach(key => {
+    const [w, attempt] = key.split("#");
+    const i = workers.indexOf(w), older = +attempt < latest(w);
+    const pts = byWorker[key].filter(p => isFinite(p[1]));
     total += pts.length;
     const line = document.createElementNS(SVGNS, "polyline");
     line.setAttribute("class", "series" + (health[w] ? " " + health[w] : ""));
     line.setAttribute("data-worker", w);
+    line.setAttribute("data-attempt", attempt);
     line.setAttribute("data-n", pts.length);
     line.setAttribute("fill", "none");
     line.setAttribute("stroke", COLORS[i % COLORS.length]);
-    line.setAttribute("stroke-width", health[w] ? 3 : 1.5);
-    if (health[w] === "stalled") line.setAttribute("stroke-dasharray", "4 3");
+    line.setAttribute("stroke-width", health[w] && !older ? 3 : 1.5);
+    if (older) line.setAttribute("stroke-opacity", "0.4"); // an earlier attempt, faded
+    if (health[w] === "stalled" && !older) line.setAttribute("stroke-dasharray", "4 3");
     line.setAttribute("points", pts.map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" "));
     svg.append(line);
-    const sp = el("span", { class: health[w] || "" }, "■ " + w + (health[w] ? " (" + health[w] + ")" : ""));
+    if (older) return; // one legend entry per worker
+    const more = attempts(w) > 1 ? " (attempt " + attempt + "; earlier ones faded)" : "";
+    const sp = el("span", { class: health[w] || "" }, "■ " + w + more + (health[w] ? " (" + health[w] + ")" : ""));
     sp.style.color = COLORS[i % COLORS.length];
     legend.append(sp);
   });
   if (total > 0) {
-    for (const [v, y] of [[y1, 12], [y0, H - B]]) {
+    for (const [v, y] of [[y1, 12], [(y0 + y1) / 2, (H - B + 12) / 2], [y0, H - B]]) {
       const t = document.createElementNS(SVGNS, "text");
       t.setAttribute("x", 2); t.setAttribute("y", y);
-      t.textContent = Math.abs(v) >= 1e4 ? v.toExponential(2) : +v.toPrecision(4);
+      t.setAttribute("class", "ylabel");
+      t.textContent = label(v, c.unit);
+      svg.append(t);
+    }
+    if (clipped) {
+      const t = document.createElementNS(SVGNS, "text");
+      t.setAttribute("x", L + 4); t.setAttribute("y", H - 4);
+      t.setAttribute("class", "clipped");
+      t.textContent = "off the scale: " + label(ymin, c.unit) + "–" + label(ymax, c.unit);
       svg.append(t);
     }
     const t = document.createElementNS(SVGNS, "text");
@@ -272,7 +326,9 @@ function chart(c, byWorker) {
   } else {
     const t = document.createElementNS(SVGNS, "text");
     t.setAttribute("x", L + 10); t.setAttribute("y", H / 2);
-    t.textContent = "no points yet";
+    // other charts have points: this job's workers do not report this one
+    // (MFU and GPU memory on a CPU, val_loss without validation)
+    t.textContent = anyChart ? "not reported by this job's workers" : "no points yet";
     svg.append(t);
   }
   svg.setAttribute("data-points", total);

@@ -84,7 +84,7 @@ done
 pass "cudaProfilerStart at step 2, cudaProfilerStop at step 4, profiled steps exactly 2 3; job $id SUCCEEDED"
 # The built-in trace of the same job (what works where nsys does not): every
 # rank's spans of exactly steps 2 and 3, on the head's clock.
-cli trace "$id" -o "$OUTDIR/trace.json" >"$OUTDIR/trace.txt" 2>&1 || fail "troupe trace: $(cat "$OUTDIR/trace.txt")"
+cli trace "$id" --output "$OUTDIR/trace.json" >"$OUTDIR/trace.txt" 2>&1 || fail "troupe trace: $(cat "$OUTDIR/trace.txt")"
 python3 - "$OUTDIR/trace.json" "$W" <<'PY' || fail "trace: $(head -c 2000 "$OUTDIR/trace.json")"
 import json, sys
 d = json.load(open(sys.argv[1])); w = int(sys.argv[2])

@@ -16,7 +16,7 @@ expect() {
 json() { expect 0 "$@"; jq -e . "$T/out" >/dev/null || fail "'$*' printed no JSON: $(cat "$T/out")"; }
 
 # Global options before or after the command, in both spellings.
-for form in "-o json nodes" "nodes -o json" "nodes --output json" "nodes --output=json" "nodes -ojson" \
+for form in "-o json nodes" "nodes -o json" "nodes --format json" "nodes --format=json" "nodes -ojson" \
     "--head $HEAD nodes -o json" "nodes -o json --head $HEAD" "nodes --alive -o json --timeout 5000"; do
     json cli $form
     [ "$(jq .count "$T/out")" = 1 ] || fail "'troupe $form': $(cat "$T/out")"

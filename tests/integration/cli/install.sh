@@ -60,3 +60,35 @@ wait_for 10 "node ALIVE" nodes_alive 1
 out=$("$T/app") || fail "app: $out"
 [ "$out" = gpus=4 ] || fail "app printed '$out'"
 pass "a program built with pkg-config troupe links the installed libtroupe and calls the head"
+
+# A private prefix: the two lines the install prints (and the README shows) are
+# all a program needs, without an RPATH of its own.
+grep -qF "export PKG_CONFIG_PATH=$T/prefix/lib/pkgconfig LD_LIBRARY_PATH=$T/prefix/lib" "$T/install.log" ||
+    fail "install does not print the lines for a private prefix: $(tail -3 "$T/install.log")"
+# shellcheck disable=SC2046
+"${CC[@]}" -o "$T/app2" "$T/app.c" $(pkg-config --cflags --libs troupe) 2>"$T/cc.err" || fail "cc: $(cat "$T/cc.err")"
+out=$(LD_LIBRARY_PATH=$P/lib "$T/app2") || fail "app with LD_LIBRARY_PATH: $out"
+[ "$out" = gpus=4 ] || fail "app2 printed '$out'"
+pass "private prefix: PKG_CONFIG_PATH and LD_LIBRARY_PATH as printed are enough"
+
+# A system prefix (/usr/local): install runs ldconfig, so a program linked with
+# pkg-config starts at once. Done in a private mount namespace (a tmpfs over
+# /usr/local, a copy of /etc for the linker cache) so the machine is untouched.
+if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+    echo "SKIP (this part): installing to /usr/local needs root and a mount namespace (unshare -m)"
+    exit 0
+fi
+cp -a /etc "$T/etc"
+cc_line="${CC[*]}"
+rc=0
+unshare -m --propagation private env -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH bash -c '
+    set -e
+    mount -t tmpfs tmpfs /usr/local
+    mount --bind "$1/etc" /etc
+    cmake --install "$2" --prefix /usr/local >"$1/sys-install.log" 2>&1
+    $3 -o "$1/sysapp" "$1/app.c" $(pkg-config --cflags --libs troupe) 2>"$1/sys-cc.err"
+    "$1/sysapp"' _ "$T" "$TROUPE_BIN" "$cc_line" >"$T/sys.out" 2>&1 || rc=$?
+[ $rc = 0 ] && [ "$(tail -1 "$T/sys.out")" = gpus=4 ] ||
+    fail "a program built against /usr/local (rc $rc): $(cat "$T/sys.out") $(tail -3 "$T/sys-install.log" 2>/dev/null) $(cat "$T/sys-cc.err" 2>/dev/null)"
+grep -q "Ran ldconfig" "$T/sys-install.log" || fail "install did not say it ran ldconfig: $(tail -3 "$T/sys-install.log")"
+pass "install --prefix /usr/local runs ldconfig: a program linked with pkg-config starts without it"

@@ -125,6 +125,24 @@ for c in tokens_per_s mfu gpu_mem_in_use_bytes step_ms; do
 done
 pass "loss chart drawn from $n real points, one line per worker; tokens/s, MFU, memory and step-time charts drawn too"
 
+# A figure the workers do not report says so (not "no points yet" forever);
+# labels carry units (the memory chart in KiB/MiB/GiB, MFU in %).
+python3 - "$T/dom.html" <<'PY' || fail "chart labels: see above"
+import re, sys
+dom = open(sys.argv[1]).read()
+def chart(name):
+    m = re.search(r'<svg[^>]*data-metric="%s".*?</svg>' % name, dom, re.S)
+    assert m, f"no {name} chart"
+    return m.group(0)
+assert "not reported by this job's workers" in chart("val_loss"), chart("val_loss")[:400]
+labels = lambda name: re.findall(r'<text[^>]*class="ylabel"[^>]*>([^<]*)</text>', chart(name))
+mem, mfu = labels("gpu_mem_in_use_bytes"), labels("mfu")
+assert len(mem) == 3 and all(re.fullmatch(r"[-0-9.e+]+ (B|KiB|MiB|GiB|TiB)", l) for l in mem), mem
+assert all(l.endswith(" %") for l in mfu), mfu
+print("memory labels", mem, "mfu labels", mfu)
+PY
+pass "val_loss chart says the workers do not report it; memory labels in binary units, MFU in %"
+
 mkdir -p "${TROUPE_ARTIFACTS:-$T/artifacts}"
 shot=${TROUPE_ARTIFACTS:-$T/artifacts}/dashboard.png
 rm -f "$shot"

@@ -17,12 +17,20 @@ pass "HTTP address logged at start and shown by troupe status ($HTTP)"
 
 id=$(submit_reporter prom 2)
 wait_for 60 "job $id RUNNING" is_job_state "$id" RUNNING
-has_loss() { curl -s "$HTTP/metrics" | grep -c "^troupe_train_loss{job=\"$id\"" | grep -qx 2; }
+has_loss() { curl -s "$HTTP/metrics" | grep -c "^troupe_train_loss{job_id=\"$id\"" | grep -qx 2; }
 wait_for 60 "both workers' loss on /metrics" has_loss
 curl -s -D "$T/headers" "$HTTP/metrics" >"$T/metrics.txt"
 grep -qi '^Content-Type: text/plain; version=0.0.4' "$T/headers" || fail "content type: $(cat "$T/headers")"
 promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1 || fail "promtool check metrics: $(cat "$T/promtool.out")"
-pass "promtool check metrics: no problems in $(wc -l <"$T/metrics.txt") lines"
+# job and instance are Prometheus's own labels: a series carrying one would be renamed exported_job
+! grep -qE '[{,](job|instance)="' "$T/metrics.txt" || fail "a label Prometheus sets itself: $(grep -E '[{,](job|instance)="' "$T/metrics.txt" | head -3)"
+for f in process_cpu_seconds_total process_resident_memory_bytes process_virtual_memory_bytes process_open_fds \
+         process_max_fds process_start_time_seconds; do
+    grep -qE "^$f [0-9.e+]+$" "$T/metrics.txt" || fail "$f missing: $(grep ^process_ "$T/metrics.txt")"
+done
+! grep -E '^troupe_worker_metric_value\{.*name="(loss|tokens_per_s|mfu|step_ms|gpu_mem_in_use_bytes)"' "$T/metrics.txt" ||
+    fail "troupe_worker_metric_value repeats the standard figures"
+pass "promtool check metrics: no problems in $(wc -l <"$T/metrics.txt") lines; no job/instance label, process_* present"
 
 m() { grep -E "^$1 " "$T/metrics.txt" | awk '{print $2}'; }
 [ "$(m 'troupe_nodes\{state="alive"\}')" = 3 ] || fail "nodes alive: $(grep troupe_nodes "$T/metrics.txt")"
@@ -51,15 +59,15 @@ for r in 0 1; do
     w="job$id-policy-$r"
     for f in troupe_train_loss troupe_train_tokens_per_second troupe_train_mfu_ratio \
              troupe_train_gpu_memory_in_use_bytes troupe_train_step_duration_seconds troupe_train_step; do
-        v=$(m "$f\{job=\"$id\",group=\"policy\",worker=\"$w\"\}")
+        v=$(m "$f\{job_id=\"$id\",group=\"policy\",worker=\"$w\"\}")
         [ -n "$v" ] || fail "$f for $w missing: $(grep "$w" "$T/metrics.txt" | head -5)"
     done
     # mx_worker reports RANK*1e6 + i: the newest loss is this worker's
-    loss=$(m "troupe_train_loss\{job=\"$id\",group=\"policy\",worker=\"$w\"\}")
+    loss=$(m "troupe_train_loss\{job_id=\"$id\",group=\"policy\",worker=\"$w\"\}")
     awk -v l="$loss" -v r="$r" 'BEGIN { exit !(l >= r * 1e6 && l < (r + 1) * 1e6) }' || fail "$w loss $loss"
     # step_ms (reported in ms, exported in seconds) is mx_worker's 5th name:
     # its newest value is 4 past the newest loss, or 1 before it
-    secs=$(m "troupe_train_step_duration_seconds\{job=\"$id\",group=\"policy\",worker=\"$w\"\}")
+    secs=$(m "troupe_train_step_duration_seconds\{job_id=\"$id\",group=\"policy\",worker=\"$w\"\}")
     awk -v l="$loss" -v s="$secs" 'BEGIN { d = s * 1000 - l; exit !((d > 3.99 && d < 4.01) || (d > -1.01 && d < -0.99)) }' ||
         fail "$w step_ms not in seconds: $secs (loss $loss)"
 done
@@ -70,7 +78,7 @@ cli stop "$id" >/dev/null
 wait_for 30 "job $id STOPPED" is_job_state "$id" STOPPED
 curl -s "$HTTP/metrics" >"$T/after.txt"
 promtool check metrics <"$T/after.txt" >"$T/promtool2.out" 2>&1 || fail "promtool after stop: $(cat "$T/promtool2.out")"
-! grep -q "job=\"$id\"" "$T/after.txt" || fail "series of a stopped job still exported: $(grep "job=\"$id\"" "$T/after.txt" | head -3)"
+! grep -q "job_id=\"$id\"" "$T/after.txt" || fail "series of a stopped job still exported: $(grep "job_id=\"$id\"" "$T/after.txt" | head -3)"
 total=$(grep -E "^troupe_metric_points_stored_total " "$T/after.txt" | awk '{print $2}')
 [ "$total" -ge "$before" ] || fail "stored total went back: $before -> $total"
 pass "after stop: still valid, no series of the job left (its workers' gauges and counters), totals kept ($total)"

@@ -37,11 +37,11 @@ if command -v promtool >/dev/null; then
 else
     echo "SKIP (promtool part): promtool not installed (Debian package prometheus)"
 fi
-grep -qx "troupe_job_health{job=\"$id\",state=\"stalled\"} 1" "$T/metrics.txt" &&
-    grep -qx "troupe_job_health{job=\"$id\",state=\"ok\"} 0" "$T/metrics.txt" &&
-    grep -qx "troupe_job_stalled_ranks{job=\"$id\"} 1" "$T/metrics.txt" ||
+grep -qx "troupe_job_health{job_id=\"$id\",state=\"stalled\"} 1" "$T/metrics.txt" &&
+    grep -qx "troupe_job_health{job_id=\"$id\",state=\"ok\"} 0" "$T/metrics.txt" &&
+    grep -qx "troupe_job_stalled_ranks{job_id=\"$id\"} 1" "$T/metrics.txt" ||
     fail "job health on /metrics: $(grep troupe_job_ "$T/metrics.txt")"
-secs=$(grep "^troupe_worker_stalled_seconds{job=\"$id\",group=\"policy\",worker=\"job$id-policy-1\"} " \
+secs=$(grep "^troupe_worker_stalled_seconds{job_id=\"$id\",group=\"policy\",worker=\"job$id-policy-1\"} " \
     "$T/metrics.txt" | awk '{print $2}')
 awk -v s="${secs:-0}" 'BEGIN { exit !(s >= 2 && s < 60) }' || fail "stalled seconds: '${secs:-}'"
 ! grep -q "^troupe_worker_stalled_seconds{.*worker=\"job$id-policy-0\"" "$T/metrics.txt" || fail "rank 0 named stalled"

@@ -32,10 +32,10 @@ if command -v promtool >/dev/null; then
 else
     echo "SKIP (promtool part): promtool not installed (Debian package prometheus)"
 fi
-grep -qx "troupe_job_health{job=\"$id\",state=\"ok\"} 1" "$T/metrics.txt" &&
-    grep -qx "troupe_job_straggler_ranks{job=\"$id\"} 1" "$T/metrics.txt" ||
+grep -qx "troupe_job_health{job_id=\"$id\",state=\"ok\"} 1" "$T/metrics.txt" &&
+    grep -qx "troupe_job_straggler_ranks{job_id=\"$id\"} 1" "$T/metrics.txt" ||
     fail "job health on /metrics: $(grep troupe_job_ "$T/metrics.txt")"
-r=$(grep "^troupe_worker_straggler_ratio{job=\"$id\",group=\"policy\",worker=\"job$id-policy-1\"} " "$T/metrics.txt" |
+r=$(grep "^troupe_worker_straggler_ratio{job_id=\"$id\",group=\"policy\",worker=\"job$id-policy-1\"} " "$T/metrics.txt" |
     awk '{print $2}')
 awk -v r="${r:-0}" 'BEGIN { exit !(r > 1.3) }' || fail "straggler ratio on /metrics: '${r:-}'"
 ! grep -q "^troupe_worker_straggler_ratio{.*worker=\"job$id-policy-0\"" "$T/metrics.txt" || fail "rank 0 named"

@@ -63,7 +63,7 @@ pass "delete of a RUNNING job: FAILED_PRECONDITION, stop it first"
 cli stop "$hold" >/dev/null 2>&1 || fail "stop $hold"
 wait_for 60 "every job to finish" bash -c "[ \"\$('$CLI_BIN' -o json jobs --active | jq .count)\" = 0 ]"
 wait_for 10 "retention to keep 5 jobs" bash -c "[ \"\$('$CLI_BIN' -o json jobs --all | jq .count)\" = 5 ]"
-[ "$(cli -o json jobs --all | jqr '[.jobs[].id] | map(tostring) | join(",")')" = "$(seq $((last - 4)) "$last" | paste -sd,)" ] ||
+[ "$(cli -o json jobs --all --oldest-first | jqr '[.jobs[].id] | map(tostring) | join(",")')" = "$(seq $((last - 4)) "$last" | paste -sd,)" ] ||
     fail "kept: $(cli -o json jobs --all | jqr '[.jobs[].id]')"
 for id in $(seq 1 $((last - 5))); do
     [ ! -e "$T/state/logs/job-$id.log" ] || fail "log of deleted job $id still on disk"
@@ -85,6 +85,6 @@ pass "troupe delete: gone from listings, get and disk; deleting again is NOT_FOU
 # The store forgot them too: a restarted head shows the same 4 jobs.
 kill -TERM "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --keep-jobs 5 --keep-days 0
-[ "$(cli -o json jobs --all | jqr '[.jobs[].id] | map(tostring) | join(",")')" = "$(seq $((last - 4)) $((last - 1)) | paste -sd,)" ] ||
+[ "$(cli -o json jobs --all --oldest-first | jqr '[.jobs[].id] | map(tostring) | join(",")')" = "$(seq $((last - 4)) $((last - 1)) | paste -sd,)" ] ||
     fail "after restart: $(cli -o json jobs --all | jqr '[.jobs[].id]')"
 pass "after a head restart: the same 4 jobs (records deleted from the store)"

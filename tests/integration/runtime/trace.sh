@@ -2,7 +2,7 @@
 # The built-in trace: 4 workers (policy x3, generation x1) profile steps 3:5;
 # each step has named phases, a head barrier and a CPU all-reduce. The
 # generation worker's clock is made 5 s fast (TROUPE_TRACE_SKEW_US, the test
-# hook). `troupe trace JOB -o FILE` must give JSON that parses, one process per
+# hook). `troupe trace JOB --output FILE` must give JSON that parses, one process per
 # worker (pid = global rank) with spans of exactly steps 3 and 4, properly
 # nested and monotone per track, and the skewed worker put back on the head's
 # clock: its barrier releases line up with the others'. Refusals: no trace
@@ -27,7 +27,7 @@ for _ in $(seq 100); do said_offset && break; sleep 0.1; done
 said_offset || fail "generation-0 did not say its spans went with a ~-5 s offset: $(cat "$T/logs")"
 pass "$(grep "\[job$id-generation-0\] rt: step 5" "$T/logs")"
 
-out=$(cli trace "$id" -o "$T/t.json")
+out=$(cli trace "$id" --output "$T/t.json")
 grep -q "^job $id: [0-9]* spans of 4 workers (steps 3..4) written to $T/t.json" <<<"$out" || fail "troupe trace: $out"
 pass "$out"
 jq -e '.traceEvents | length > 0' "$T/t.json" >/dev/null || fail "jq cannot read the trace"
@@ -99,7 +99,7 @@ out=$(cli trace 999 2>&1) && fail "unknown job: $out"
 grep -q "NOT_FOUND.*no job 999" <<<"$out" || fail "unknown job: $out"
 pass "unknown job: $out"
 rc=0; out=$(cli trace 2>&1) || rc=$?
-[ "$rc" = 2 ] && grep -q "usage: troupe trace JOB \[-o FILE\]" <<<"$out" || fail "usage ($rc): $out"
+[ "$rc" = 2 ] && grep -q "usage: troupe trace JOB \[--output FILE\]" <<<"$out" || fail "usage ($rc): $out"
 rc=0; out=$(cli trace "$id" --steps 2>&1) || rc=$?
 [ "$rc" = 2 ] || fail "unknown option ($rc): $out"
 pass "usage errors exit 2"

@@ -31,8 +31,8 @@ wait_for 60 "job $d to succeed" is_job_state "$d" SUCCEEDED
 # rows JOB: spans of JOB in traces.db (read beside the running head: WAL)
 rows() { python3 -c "import sqlite3,sys; c=sqlite3.connect('file:'+sys.argv[1]+'?mode=ro', uri=True); print(c.execute('select count(*) from trace_spans where job=?', (int(sys.argv[2]),)).fetchone()[0])" "$T/state/traces.db" "$1"; }
 spans() { jq '[.traceEvents[] | select(.ph == "X")] | length' "$1"; }
-cli trace "$a" -o "$T/a1.json" >/dev/null || fail "trace of $a"
-cli trace "$b" -o "$T/b1.json" >/dev/null || fail "trace of $b"
+cli trace "$a" --output "$T/a1.json" >/dev/null || fail "trace of $a"
+cli trace "$b" --output "$T/b1.json" >/dev/null || fail "trace of $b"
 na=$(spans "$T/a1.json"); nb=$(spans "$T/b1.json")
 [ "$na" -gt 8 ] && [ "$nb" -gt 8 ] || fail "too few spans: a $na, b $nb"
 [ "$(rows "$a")" = "$na" ] && [ "$(rows "$b")" = "$nb" ] || fail "traces.db holds $(rows "$a")/$(rows "$b") spans, the head showed $na/$nb"
@@ -62,7 +62,7 @@ PY
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 grep -q "trace store: $na spans of earlier profiled steps loaded from $T/state/traces.db" "$T/head.log" \
     || fail "the head did not say it loaded $na spans: $(grep 'trace store' "$T/head.log")"
-cli trace "$a" -o "$T/a2.json" >/dev/null || fail "trace of $a after the restart"
+cli trace "$a" --output "$T/a2.json" >/dev/null || fail "trace of $a after the restart"
 diff <(jq -S . "$T/a1.json") <(jq -S . "$T/a2.json") >"$T/diff" || fail "the trace changed across the restart: $(head -20 "$T/diff")"
 out=$(cli trace "$b" 2>&1) && fail "deleted job $b has a trace: $out"
 grep -q "NOT_FOUND.*no job $b" <<<"$out" || fail "job $b: $out"
@@ -75,6 +75,6 @@ pass "after kill -9 and restart: job $a's trace is identical ($na spans), jobs $
 # The restarted head goes on: a job profiled now adds to the file.
 c=$(job c)
 wait_for 60 "job $c to succeed" is_job_state "$c" SUCCEEDED
-cli trace "$c" -o "$T/c.json" >/dev/null || fail "trace of $c"
+cli trace "$c" --output "$T/c.json" >/dev/null || fail "trace of $c"
 [ "$(rows "$c")" = "$(spans "$T/c.json")" ] && [ "$(rows "$a")" = "$na" ] || fail "after the restart: rows $(rows "$c") for $(spans "$T/c.json") spans of $c, $(rows "$a") of $a"
 pass "job $c after the restart: $(spans "$T/c.json") spans, stored too"

@@ -31,7 +31,7 @@ id=$(submit "$T/job.yaml")
 wait_for 120 "job $id to succeed" is_job_state "$id" SUCCEEDED
 # Spans are shipped when the profiled range ends (step 4's begin) and at
 # close; the head has them once the workers have exited.
-out=$(cli trace "$id" -o "$T/t.json") || fail "troupe trace: $out"
+out=$(cli trace "$id" --output "$T/t.json") || fail "troupe trace: $out"
 grep -q "^job $id: [0-9]* spans of 2 workers (steps 2..3) written to $T/t.json" <<<"$out" || fail "troupe trace: $out"
 pass "$out"
 cli -o json metrics "$id" --name forward_ms,backward_ms,optimizer_ms >"$T/m.json" || fail "troupe metrics failed"

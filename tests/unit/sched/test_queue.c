@@ -290,7 +290,8 @@ static void test_waits_for_suspect(void **state)
     tr_sched_pending q[] = {{1, &pair.spec}, {2, &small.spec}, {3, &huge.spec}};
     assert_status(tr_sched_schedule(s, q, 3, d, &err), TROUPE_OK, &err);
     assert_status(d[0].status, TROUPE_RESOURCE_EXHAUSTED, &d[0].why);
-    assert_contains(d[0].why.msg, "waiting for SUSPECT nodes to report again");
+    assert_contains(d[0].why.msg, "waiting for nodes that take no new work now: n2 (SUSPECT: waiting for it to "
+                                  "report again); the nodes that do cannot hold it alone");
     assert_status(d[1].status, TROUPE_RESOURCE_EXHAUSTED, &d[1].why); /* n1 is fenced for the pair */
     assert_status(d[2].status, TROUPE_FAILED_PRECONDITION, &d[2].why);
     assert_contains(d[2].why.msg, "largest alive or suspect node has 8");
@@ -303,7 +304,43 @@ static void test_waits_for_suspect(void **state)
     tr_sched_close(s);
 }
 
+/* A job waiting on a drained node names it as drained, with the command that
+ * gives it work again, not as a node that has to report again; a fenced node
+ * is named as such. (The old reason read "waiting for SUSPECT nodes to report
+ * again ... no alive node at all" for a node that was ALIVE and drained.) */
+static void test_waits_for_drained(void **state)
+{
+    (void)state;
+    tr_sched *s = t_cluster("8,4");
+    tjob big, small;
+    tr_sched_decision d[1];
+    tr_err err;
+
+    t_job(&big, "8", "g:1x8:PACK", NULL);
+    t_job(&small, "2", "g:1x2:PACK", NULL);
+    assert_status(tr_sched_node_set_state(s, 1, TR_SCHED_SUSPECT, &err), TROUPE_OK, &err);
+    tr_sched_node_set_hold(s, 1, TR_SCHED_HOLD_DRAINING);
+    assert_status(tr_sched_node_set_state(s, 2, TR_SCHED_SUSPECT, &err), TROUPE_OK, &err);
+    tr_sched_node_set_hold(s, 2, TR_SCHED_HOLD_FENCED);
+    tr_sched_pending q[] = {{1, &big.spec}};
+    assert_status(tr_sched_schedule(s, q, 1, d, &err), TROUPE_OK, &err);
+    assert_status(d[0].status, TROUPE_RESOURCE_EXHAUSTED, &d[0].why);
+    assert_contains(d[0].why.msg, "waiting: no node takes new work now: n1 (DRAINING: `troupe undrain n1` gives it "
+                                  "work again); n2 (FENCED: still running workers of its earlier self)");
+    assert_null(strstr(d[0].why.msg, "alive node"));
+    /* n2 takes work again: the 8-GPU job still waits for the drained n1 */
+    assert_status(tr_sched_node_set_state(s, 2, TR_SCHED_ALIVE, &err), TROUPE_OK, &err);
+    assert_status(tr_sched_schedule(s, q, 1, d, &err), TROUPE_OK, &err);
+    assert_contains(d[0].why.msg, "waiting for nodes that take no new work now: n1 (DRAINING: `troupe undrain n1`");
+    tr_sched_pending q2[] = {{2, &small.spec}};
+    assert_status(tr_sched_schedule(s, q2, 1, d, &err), TROUPE_OK, &err);
+    assert_status(d[0].status, TROUPE_OK, &d[0].why);
+    t_check_invariants(s);
+    tr_sched_close(s);
+}
+
 static const struct CMUnitTest queue_tests[] = {
+    cmocka_unit_test(test_waits_for_drained),
     cmocka_unit_test(test_waits_for_suspect),
     cmocka_unit_test(test_backfill_allowed),  cmocka_unit_test(test_backfill_refused),
     cmocka_unit_test(test_fifo_and_bad_jobs), cmocka_unit_test(test_pass_starts_many),
