@@ -42,7 +42,10 @@ for _ in $(seq 50); do troupe status >/dev/null 2>&1 && break; sleep 0.1; done
 troupe status >/dev/null || { cat "$RUN/head.log"; exit 1; }
 
 gpus=$(troupe-node --check-config | sed -n 's/^# gpus: \([0-9]*\).*/\1/p')
-NODE_ARGS=(--name demo-node --state-dir "$RUN/node")
+# One user's demo on one machine: the workers write data.tok into
+# examples/demo, a folder of whoever checked it out, so they run as the
+# agent's own user (--shared-uid; README "Isolation" for shared clusters).
+NODE_ARGS=(--name demo-node --state-dir "$RUN/node" --shared-uid)
 if [ "${gpus:-0}" -gt 0 ] && [ "${TROUPE_DEMO_FAKE:-0}" != 1 ]; then
     echo "== troupe-node with the $gpus real GPU(s) of this machine"
 else

@@ -174,6 +174,7 @@ static void fill_node(troupe_node *d, const Troupe__V1__Node *s, troupe_gpu *gpu
     d->draining = s->draining;
     d->replaces = s->replaces;
     d->fenced_workers = s->fenced_workers;
+    d->isolation = s->isolation;
     d->has_nsys = 0;
     for (size_t t = 0; t < s->n_tools; t++) {
         d->has_nsys |= strcmp(s->tools[t], "nsys") == 0;

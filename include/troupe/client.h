@@ -112,6 +112,8 @@ typedef struct troupe_node {
     uint64_t replaces;       /* the earlier node of this name it came back as; 0 = none */
     uint32_t fenced_workers; /* workers of its earlier self still running: takes no new work until 0 */
     int has_nsys;            /* its agent found nsys on its PATH (profile: {nsys: true} can run there) */
+    const char *isolation;   /* who its agent runs workers as ("per-worker uid A-B", "shared uid N ...",
+                                "none: ..." = refuses jobs); "" from older agents */
     /* Live node figures from the agent's latest heartbeat; stats_ms 0 = none yet. */
     int64_t stats_ms;            /* the agent's clock when measured (unix ms) */
     const char *gpu_source;      /* "nvml", "simulated", "none: WHY"; "" before the first */
