@@ -436,6 +436,36 @@ static void bad_workdir(void **state)
     fx_close(&f);
 }
 
+/* switch_ids: a worker given its own ids runs as exactly them, with no
+ * supplementary group and no capability left; and it must be able to enter
+ * its workdir as itself (the fixture's 0700 directory is root's). */
+static void switch_ids(void **state)
+{
+    const char *argv[] = {"sh", "-c", "echo $(id -u) $(id -g) $(id -G); grep ^CapEff: /proc/self/status", NULL};
+    tr_worker_spec s = {7, "ids", 0, argv, NULL, "/", NULL, NULL, NULL, 1, 65534, 65534};
+    tr_worker_status st;
+    char *log;
+    fx f;
+
+    (void)state;
+    if (geteuid() != 0) {
+        skip(); /* only root can hand out another uid */
+    }
+    fx_open(&f, 1000);
+    OK(tr_launcher_start(f.l, &s, &terr));
+    assert_int_equal(wait_end(&f, "ids", 0, WAIT_END_MS).exit_code, 0);
+    log = read_all(&f, "ids", 0);
+    assert_string_equal(log, "65534 65534 65534\nCapEff:\t0000000000000000\n");
+    free(log);
+    s.name = "ids-wd";
+    s.workdir = f.dir;
+    OK(tr_launcher_start(f.l, &s, &terr));
+    st = wait_end(&f, "ids-wd", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
+    assert_non_null(strstr(st.message, "as uid 65534 gid 65534: Permission denied"));
+    fx_close(&f);
+}
+
 static void workdir(void **state)
 {
     const char *argv[] = {"pwd", NULL};
@@ -1004,6 +1034,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(planted_symlink),
     cmocka_unit_test(bad_workdir),
     cmocka_unit_test(workdir),
+    cmocka_unit_test(switch_ids),
     cmocka_unit_test(environment),
     cmocka_unit_test(stop_sigterm),
     cmocka_unit_test(stop_grace_sigkill),
