@@ -160,8 +160,9 @@ static int save(tr_auth *a, tr_err *err)
         used += (size_t)snprintf(buf + used, cap - used, "%" PRIu64 " %s %" PRId64 " %s", a->creds[i].id,
                                  tr_rpc_scope_name(a->creds[i].scope), a->creds[i].expires_ms, hex);
         if (a->creds[i].scope == TR_SCOPE_NODE) {
-            used += (size_t)snprintf(buf + used, cap - used, " max_nodes=%" PRIu32 "%s%s", a->creds[i].max_nodes,
-                                     a->creds[i].node[0] ? " node=" : "", a->creds[i].node);
+            used +=
+                (size_t)snprintf(buf + used, cap - used, " max_nodes=%" PRIu32 "%s%s", a->creds[i].max_nodes,
+                                 a->creds[i].node[0] ? " node=" : "", a->creds[i].node);
         }
         used += (size_t)snprintf(buf + used, cap - used, "\n");
     }
@@ -255,7 +256,8 @@ static int load(tr_auth *a, tr_err *err)
         }
         if (c.scope == TR_SCOPE_NODE && c.max_nodes == 0) {
             TR_LOG(TR_LOG_WARNING,
-                   "node credential %" PRIu64 " was minted before node credentials were bound to their node: it "
+                   "node credential %" PRIu64
+                   " was minted before node credentials were bound to their node: it "
                    "may register any number of nodes; revoke it and mint one per node (troupe token create "
                    "--scope node --node NAME) or with --max-nodes",
                    c.id);
@@ -429,7 +431,8 @@ static int check_worker(tr_head *h, const char *rest, tr_rpc_principal *out, tr_
     pthread_mutex_unlock(&h->mu);
     if (!live) {
         return tr_err_set(err, TROUPE_UNAUTHENTICATED,
-                          "worker credential of job %" PRIu64 " attempt %" PRIu64 " no longer valid (job ended "
+                          "worker credential of job %" PRIu64 " attempt %" PRIu64
+                          " no longer valid (job ended "
                           "or restarted)",
                           job, attempt);
     }
@@ -532,7 +535,8 @@ deny:;
     TR_LOG(TR_LOG_WARNING, "permission denied method=%s scope=node cred=%" PRIu64 " register name=%s",
            tr_rpc_call_method(call), p->cred_id, name);
     tr_rpc_reply_error(call, TROUPE_PERMISSION_DENIED,
-                       "node credential %" PRIu64 " is bound to %s; it cannot register node '%s' (mint one per "
+                       "node credential %" PRIu64
+                       " is bound to %s; it cannot register node '%s' (mint one per "
                        "node: troupe token create --scope node --node %s)",
                        p->cred_id, what, name, name);
     return 0;
@@ -605,10 +609,11 @@ int tr_head_may_manage(tr_rpc_call *call, const tr_head_job *hj, tr_err *err)
     if (hj->j->owner != NULL && strcmp(hj->j->owner, me) == 0) {
         return 1;
     }
-    TR_LOG(TR_LOG_WARNING, "permission denied method=%s cred=%s job=%" PRIu64 " owner=%s", tr_rpc_call_method(call),
-           me, hj->j->id, hj->j->owner && hj->j->owner[0] ? hj->j->owner : "-");
+    TR_LOG(TR_LOG_WARNING, "permission denied method=%s cred=%s job=%" PRIu64 " owner=%s",
+           tr_rpc_call_method(call), me, hj->j->id, hj->j->owner && hj->j->owner[0] ? hj->j->owner : "-");
     tr_err_set(err, TROUPE_PERMISSION_DENIED,
-               "job %" PRIu64 " belongs to %s, not to this credential (%s): a user credential stops and deletes "
+               "job %" PRIu64
+               " belongs to %s, not to this credential (%s): a user credential stops and deletes "
                "only its own jobs; ask its owner or an admin (troupe token create --scope admin)",
                hj->j->id, hj->j->owner && hj->j->owner[0] ? hj->j->owner : "no recorded owner", me);
     return 0;
@@ -645,7 +650,10 @@ static int mint(tr_auth *a, unsigned scope, const Troupe__V1__CreateTokenRequest
         creds_changed(a);
     }
     pthread_mutex_unlock(&a->mu);
-    snprintf(token, size, "tr1.%c.%" PRIu64 ".%s", scope == TR_SCOPE_USER ? 'u' : scope == TR_SCOPE_NODE ? 'n' : 'a',
+    snprintf(token, size, "tr1.%c.%" PRIu64 ".%s",
+             scope == TR_SCOPE_USER   ? 'u'
+             : scope == TR_SCOPE_NODE ? 'n'
+                                      : 'a',
              c->id, hex);
     memset(hex, 0, sizeof(hex));
     return rv;
@@ -670,10 +678,12 @@ void tr_head_create_token(tr_rpc_call *call, void *user)
         tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "scope must be user, node or admin");
     } else if (scope != TR_SCOPE_NODE && ((r->node != NULL && r->node[0] != '\0') || r->max_nodes != 0)) {
         tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "node and max_nodes are for node credentials only");
-    } else if (r->node != NULL && r->node[0] != '\0' && tr_node_name_check("node", r->node, &err) != TROUPE_OK) {
+    } else if (r->node != NULL && r->node[0] != '\0' &&
+               tr_node_name_check("node", r->node, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else if (r->node != NULL && r->node[0] != '\0' && r->max_nodes > 1) {
-        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "a credential bound to one node (node) has max_nodes 1");
+        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT,
+                           "a credential bound to one node (node) has max_nodes 1");
     } else if (r->ttl_s > 10ull * 365 * 24 * 3600) {
         tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "ttl of %" PRIu64 " s is over 10 years", r->ttl_s);
     } else if (h->auth == NULL) {
@@ -682,7 +692,8 @@ void tr_head_create_token(tr_rpc_call *call, void *user)
     } else if (mint(h->auth, scope, r, token, sizeof(token), &c, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else {
-        TR_LOG(TR_LOG_NOTICE, "credential created id=%" PRIu64 " scope=%s expires_ms=%" PRId64 " node=%s max_nodes=%" PRIu32,
+        TR_LOG(TR_LOG_NOTICE,
+               "credential created id=%" PRIu64 " scope=%s expires_ms=%" PRId64 " node=%s max_nodes=%" PRIu32,
                c.id, tr_rpc_scope_name(scope), c.expires_ms, c.node[0] ? c.node : "-", c.max_nodes);
         rep.id = c.id;
         rep.token = token;

@@ -177,7 +177,8 @@ static void report_failure(tr_rpc_call *call, void *user)
     if (req == NULL) {
         return;
     }
-    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0, req->from != NULL ? req->from->worker : NULL)) {
+    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0,
+                               req->from != NULL ? req->from->worker : NULL)) {
         goto out; /* answered: a worker credential of another job */
     }
     pthread_mutex_lock(&h->mu);

@@ -723,7 +723,8 @@ static void report_trace(tr_rpc_call *call, void *user)
     if (req == NULL) {
         return;
     }
-    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0, req->from != NULL ? req->from->worker : NULL)) {
+    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0,
+                               req->from != NULL ? req->from->worker : NULL)) {
         protobuf_c_message_free_unpacked(&req->base, NULL); /* answered: a worker credential of another job */
         return;
     }

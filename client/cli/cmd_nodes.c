@@ -99,8 +99,8 @@ static void nodes_table(const troupe_node_list *l)
         /* kubectl's "Ready,SchedulingDisabled": the state, and why no new work. */
         /* An agent that cannot keep workers apart from itself says so: it
          * refuses jobs (no root), or its workers share its uid. */
-        snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state), n->draining ? ",DRAINING" : "",
-                 n->fenced_workers ? ",FENCED" : "",
+        snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state),
+                 n->draining ? ",DRAINING" : "", n->fenced_workers ? ",FENCED" : "",
                  strncmp(n->isolation, "none", 4) == 0     ? ",NOROOT"
                  : strncmp(n->isolation, "shared", 6) == 0 ? ",SHAREDUID"
                                                            : "");

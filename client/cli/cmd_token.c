@@ -63,10 +63,12 @@ static int token_create(tr_cli *cli, int argc, char **argv)
             break;
         }
     }
-    if (scope == NULL || (strcmp(scope, "user") != 0 && strcmp(scope, "node") != 0 && strcmp(scope, "admin") != 0) ||
+    if (scope == NULL ||
+        (strcmp(scope, "user") != 0 && strcmp(scope, "node") != 0 && strcmp(scope, "admin") != 0) ||
         ((spec.node != NULL || spec.max_nodes != 0) && strcmp(scope, "node") != 0)) {
-        fprintf(stderr, "usage: troupe token create --scope user|admin [--ttl DURATION]\n"
-                        "       troupe token create --scope node [--node NAME | --max-nodes N] [--ttl DURATION]\n");
+        fprintf(stderr,
+                "usage: troupe token create --scope user|admin [--ttl DURATION]\n"
+                "       troupe token create --scope node [--node NAME | --max-nodes N] [--ttl DURATION]\n");
         return 2;
     }
     spec.scope = scope;
@@ -130,7 +132,8 @@ int tr_cli_cmd_token(tr_cli *cli, int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "revoke") == 0) {
         return token_revoke(cli, argc, argv);
     }
-    fprintf(stderr, "usage: troupe token create --scope user|admin|node [--node NAME|--max-nodes N] [--ttl DURATION]"
-                    " | troupe token revoke ID\n");
+    fprintf(stderr,
+            "usage: troupe token create --scope user|admin|node [--node NAME|--max-nodes N] [--ttl DURATION]"
+            " | troupe token revoke ID\n");
     return 2;
 }

@@ -341,8 +341,9 @@ TROUPE_API troupe_status troupe_token_create(troupe_client *c, const char *scope
     return troupe_token_create_spec(c, &spec, token, id, expires_ms, err);
 }
 
-TROUPE_API troupe_status troupe_token_create_spec(troupe_client *c, const troupe_token_spec *spec, char **token,
-                                                  uint64_t *id, int64_t *expires_ms, troupe_error *err)
+TROUPE_API troupe_status troupe_token_create_spec(troupe_client *c, const troupe_token_spec *spec,
+                                                  char **token, uint64_t *id, int64_t *expires_ms,
+                                                  troupe_error *err)
 {
     Troupe__V1__CreateTokenRequest req = TROUPE__V1__CREATE_TOKEN_REQUEST__INIT;
     Troupe__V1__CreateTokenReply *rep = NULL;

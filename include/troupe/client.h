@@ -528,8 +528,9 @@ typedef struct troupe_token_spec {
 
 /* troupe_token_create_spec is troupe_token_create with every option; the
  * same outputs, the same ownership. */
-TROUPE_API troupe_status troupe_token_create_spec(troupe_client *c, const troupe_token_spec *spec, char **token,
-                                                  uint64_t *id, int64_t *expires_ms, troupe_error *err);
+TROUPE_API troupe_status troupe_token_create_spec(troupe_client *c, const troupe_token_spec *spec,
+                                                  char **token, uint64_t *id, int64_t *expires_ms,
+                                                  troupe_error *err);
 
 /* troupe_token_revoke makes credential id stop working at once (NOT_FOUND
  * when there is none); needs the admin credential. */

@@ -48,11 +48,13 @@ static int parse_range(const char *s, uint32_t *first, uint32_t *last, tr_err *e
     unsigned long long a, b;
     char tail;
 
-    if (s == NULL || sscanf(s, "%llu-%llu%c", &a, &b, &tail) != 2 || a < 1000 || b < a || b >= 0xFFFFFFFEull) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "worker_uid_range '%s': expected FIRST-LAST with 1000 <= FIRST <= LAST < 4294967294, "
-                          "e.g. " TR_IDS_DEFAULT_RANGE,
-                          s ? s : "");
+    if (s == NULL || sscanf(s, "%llu-%llu%c", &a, &b, &tail) != 2 || a < 1000 || b < a ||
+        b >= 0xFFFFFFFEull) {
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "worker_uid_range '%s': expected FIRST-LAST with 1000 <= FIRST <= LAST < 4294967294, "
+            "e.g. " TR_IDS_DEFAULT_RANGE,
+            s ? s : "");
     }
     *first = (uint32_t)a;
     *last = (uint32_t)b;
@@ -100,8 +102,8 @@ int tr_ids_open(const tr_ids_opts *o, tr_ids **out, tr_err *err)
         ids->mode = TR_IDS_NONE;
         if (o->worker_user != NULL && o->worker_user[0] != '\0') {
             rv = tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                            "worker_user '%s' needs the agent to run as root (it runs as uid %u)", o->worker_user,
-                            (unsigned)ids->agent_uid);
+                            "worker_user '%s' needs the agent to run as root (it runs as uid %u)",
+                            o->worker_user, (unsigned)ids->agent_uid);
         }
     } else if (o->worker_user != NULL && o->worker_user[0] != '\0') {
         rv = open_user(ids, o->worker_user, err);
@@ -146,12 +148,14 @@ void tr_ids_describe(const tr_ids *ids, char *buf, size_t size)
         snprintf(buf, size, "user %s (uid %u): jobs share one uid", ids->user, (unsigned)ids->user_uid);
         break;
     case TR_IDS_SHARED:
-        snprintf(buf, size, "shared uid %u (--shared-uid): workers can read the node credential and each "
-                            "other's",
+        snprintf(buf, size,
+                 "shared uid %u (--shared-uid): workers can read the node credential and each "
+                 "other's",
                  (unsigned)ids->agent_uid);
         break;
     default:
-        snprintf(buf, size, "none: runs as uid %u without root; refuses jobs (--shared-uid to accept the risk)",
+        snprintf(buf, size,
+                 "none: runs as uid %u without root; refuses jobs (--shared-uid to accept the risk)",
                  (unsigned)ids->agent_uid);
         break;
     }
@@ -208,9 +212,9 @@ static holding *find(tr_ids *ids, uint64_t job_id, const char *worker, uint32_t 
 {
     for (size_t i = 0; i < ids->n; i++) {
         holding *h = &ids->h[i];
-        if (h->job_id == job_id && (worker == NULL ? h->worker == NULL
-                                                    : h->worker != NULL && h->attempt == attempt &&
-                                                          strcmp(h->worker, worker) == 0)) {
+        if (h->job_id == job_id &&
+            (worker == NULL ? h->worker == NULL
+                            : h->worker != NULL && h->attempt == attempt && strcmp(h->worker, worker) == 0)) {
             return h;
         }
     }
@@ -305,8 +309,8 @@ int tr_ids_acquire(tr_ids *ids, uint64_t job_id, const char *worker, uint32_t at
     w->fd = fd;
     *switch_ids = 1;
     *uid = id;
-    TR_LOG(TR_LOG_DEBUG, "ids taken job=%" PRIu64 " worker=%s attempt=%" PRIu32 " uid=%u gid=%u", job_id, worker,
-           attempt, (unsigned)*uid, (unsigned)*gid);
+    TR_LOG(TR_LOG_DEBUG, "ids taken job=%" PRIu64 " worker=%s attempt=%" PRIu32 " uid=%u gid=%u", job_id,
+           worker, attempt, (unsigned)*uid, (unsigned)*gid);
     return TROUPE_OK;
 }
 

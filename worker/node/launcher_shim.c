@@ -26,11 +26,11 @@
  * read the lease file, and the shim can always kill what the worker started. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -139,9 +139,10 @@ static void drop_ids(const char *cmd, const char *dir, uid_t uid, gid_t gid)
      * only by the agent's. */
     if (dir[0] != '\0' && chdir(dir) != 0) {
         fprintf(stderr,
-                TR_SHIM_PREFIX TR_CANNOT_START "'%s': cannot change to directory '%s' as uid %u gid %u: %s (the "
-                                               "job's workdir must be usable by its workers' ids: README "
-                                               "\"Isolation\")\n",
+                TR_SHIM_PREFIX TR_CANNOT_START
+                "'%s': cannot change to directory '%s' as uid %u gid %u: %s (the "
+                "job's workdir must be usable by its workers' ids: README "
+                "\"Isolation\")\n",
                 cmd, dir, (unsigned)uid, (unsigned)gid, strerror(errno));
         _exit(TR_SHIM_EXIT);
     }
@@ -244,7 +245,8 @@ int tr_launcher_exec_worker(int argc, char **argv)
         at = 4;
     }
     if (argc < at + 2 || strcmp(argv[1], "--exec-worker") != 0 || strcmp(argv[at], "--") != 0) {
-        fprintf(stderr, TR_SHIM_PREFIX "usage: troupe-node --exec-worker DIR [--as=UID:GID] -- CMD [ARGS...]\n");
+        fprintf(stderr,
+                TR_SHIM_PREFIX "usage: troupe-node --exec-worker DIR [--as=UID:GID] -- CMD [ARGS...]\n");
         return TR_SHIM_EXIT;
     }
     dir = argv[2];

@@ -6,11 +6,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ids.h"
@@ -29,7 +29,8 @@ const tr_cfg_desc tr_node_config_table[] = {
      "PEM CA that signed the head's certificate (tls+tcp://); workers get it as TROUPE_TLS_CA"},
     {"tls_cert", TR_CFG_STRING, F(tls_cert), NULL, TR_CFG_UNBOUNDED, 0,
      "PEM client certificate for a head with tls_client_auth (signed by its tls_client_ca)"},
-    {"tls_key", TR_CFG_STRING, F(tls_key), NULL, TR_CFG_UNBOUNDED, 0, "PEM private key of tls_cert (mode 0600)"},
+    {"tls_key", TR_CFG_STRING, F(tls_key), NULL, TR_CFG_UNBOUNDED, 0,
+     "PEM private key of tls_cert (mode 0600)"},
     {"tls_server_name", TR_CFG_STRING, F(tls_server_name), NULL, TR_CFG_UNBOUNDED, 0,
      "name the head's certificate must carry (default: the host in head)"},
     {"name", TR_CFG_STRING, F(name), NULL, TR_CFG_UNBOUNDED, 0, "node name (default: the hostname)"},
@@ -168,16 +169,18 @@ static int setup_isolation(tr_node_agent *a, tr_err *err)
         return TROUPE_OK;
     }
     if (chmod(a->cfg.state_dir, 0711) != 0) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "chmod 711 %s: %s", a->cfg.state_dir, strerror(errno));
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "chmod 711 %s: %s", a->cfg.state_dir,
+                          strerror(errno));
     }
     if (a->cfg.token_file != NULL && a->cfg.token_file[0] != '\0' && stat(a->cfg.token_file, &st) == 0 &&
         (st.st_mode & 077) != 0) {
         if (chmod(a->cfg.token_file, st.st_mode & 0700) != 0) {
-            return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                              "token_file %s is readable by group or others (mode %03o) and chmod failed (%s); "
-                              "workers run under other uids here and could read the node credential: make it "
-                              "0600 and owned by the agent's user",
-                              a->cfg.token_file, (unsigned)(st.st_mode & 0777), strerror(errno));
+            return tr_err_set(
+                err, TROUPE_FAILED_PRECONDITION,
+                "token_file %s is readable by group or others (mode %03o) and chmod failed (%s); "
+                "workers run under other uids here and could read the node credential: make it "
+                "0600 and owned by the agent's user",
+                a->cfg.token_file, (unsigned)(st.st_mode & 0777), strerror(errno));
         }
         TR_LOG(TR_LOG_NOTICE, "token_file %s was mode %03o; made it %03o so that workers cannot read it",
                a->cfg.token_file, (unsigned)(st.st_mode & 0777), (unsigned)(st.st_mode & 0700));

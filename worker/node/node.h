@@ -65,8 +65,8 @@ typedef struct tr_node_agent {
     /* Workers (agent.c, sync.c). The main loop owns the launcher; the sync
      * thread only hands over new assignment sets under mu. */
     tr_launcher *launcher;
-    struct tr_ids *ids;   /* who workers run as (ids.h); the main loop's */
-    char isolation[256];  /* tr_ids_describe, registered with the head */
+    struct tr_ids *ids;  /* who workers run as (ids.h); the main loop's */
+    char isolation[256]; /* tr_ids_describe, registered with the head */
     pthread_t sync_thread;
     int sync_started;
     pthread_mutex_t mu;

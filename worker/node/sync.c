@@ -25,8 +25,8 @@
 #include "gpus.h"
 #include "ids.h"
 #include "log.h"
-#include "node_sync.h"
 #include "node.h"
+#include "node_sync.h"
 #include "safefile.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
@@ -144,8 +144,8 @@ static void remove_credential(const tr_node_agent *a, uint64_t job, uint32_t att
  * it has one (ids.h), else by the agent. The file is written while the
  * directory is still the agent's, so the worker's uid never holds a directory
  * that the agent writes into. */
-static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa, const tr_worker_spec *ws,
-                            char *path, size_t size, tr_err *err)
+static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa,
+                            const tr_worker_spec *ws, char *path, size_t size, tr_err *err)
 {
     char dir[1024];
     int rv;
@@ -160,7 +160,8 @@ static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment
     remove_credential(a, wa->job_id, wa->attempt, wa->name); /* a start retried */
     credential_dir(a, wa->job_id, wa->attempt, wa->name, dir, sizeof(dir));
     if (mkdir(dir, 0700) != 0) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "credential directory %s: %s", dir, strerror(errno));
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "credential directory %s: %s", dir,
+                          strerror(errno));
     }
     snprintf(path, size, "%s/token", dir);
     if ((rv = tr_file_replace_private(path, wa->credential, strlen(wa->credential), err)) != TROUPE_OK) {
@@ -224,8 +225,8 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
     }
     /* Who it runs as (ids.h); an agent that cannot separate workers from
      * itself and was not told to accept that fails the worker, saying why. */
-    if (tr_ids_acquire(a->ids, wa->job_id, wa->name, wa->attempt, &ws.switch_ids, &ws.uid, &ws.gid, &id_err) !=
-        TROUPE_OK) {
+    if (tr_ids_acquire(a->ids, wa->job_id, wa->name, wa->attempt, &ws.switch_ids, &ws.uid, &ws.gid,
+                       &id_err) != TROUPE_OK) {
         ws.switch_ids = 0;
     }
     /* The worker gets its job's worker credential in a file, never the

@@ -155,8 +155,8 @@ static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, s
     Troupe__V1__ReportFailureRequest rf = TROUPE__V1__REPORT_FAILURE_REQUEST__INIT;
     Troupe__V1__WorkerRef from = TROUPE__V1__WORKER_REF__INIT;
     int need = (strcmp(mode, "register-label") == 0 || strcmp(mode, "submit-label") == 0) ? 2
-               : strcmp(mode, "report-failure") == 0                                       ? 3
-                                                                                           : 1;
+               : strcmp(mode, "report-failure") == 0                                      ? 3
+                                                                                          : 1;
 
     if (argc < need) {
         return -1;

@@ -441,7 +441,8 @@ static void bad_workdir(void **state)
  * its workdir as itself (the fixture's 0700 directory is root's). */
 static void switch_ids(void **state)
 {
-    const char *argv[] = {"sh", "-c", "echo $(id -u) $(id -g) $(id -G); grep ^CapEff: /proc/self/status", NULL};
+    const char *argv[] = {"sh", "-c", "echo $(id -u) $(id -g) $(id -G); grep ^CapEff: /proc/self/status",
+                          NULL};
     tr_worker_spec s = {7, "ids", 0, argv, NULL, "/", NULL, NULL, NULL, 1, 65534, 65534};
     tr_worker_status st;
     char *log;
