@@ -97,13 +97,11 @@ static void nodes_table(const troupe_node_list *l)
         }
         tr_cli_time(seen, sizeof(seen), n->last_seen_ms);
         /* kubectl's "Ready,SchedulingDisabled": the state, and why no new work. */
-        /* An agent that cannot keep workers apart from itself says so: it
-         * refuses jobs (no root), or its workers share its uid. */
+        /* An agent without root that refuses jobs says so (NOROOT); one run
+         * with --shared-uid was the operator's choice: -o json's isolation. */
         snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state),
                  n->draining ? ",DRAINING" : "", n->fenced_workers ? ",FENCED" : "",
-                 strncmp(n->isolation, "none", 4) == 0     ? ",NOROOT"
-                 : strncmp(n->isolation, "shared", 6) == 0 ? ",SHAREDUID"
-                                                           : "");
+                 strncmp(n->isolation, "none", 4) == 0 ? ",NOROOT" : "");
         printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %s\n", (unsigned long long)n->id, n->name, state,
                n->n_gpus, n->gpus_free, model, util, mem, load, seen, n->reason);
     }

@@ -277,6 +277,10 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
     ws.lease_path = tr_node_lease_file(a, lease, sizeof(lease)) ? lease : NULL;
     if (tr_launcher_start(a->launcher, &ws, &err) != TROUPE_OK) {
         TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name, err.msg);
+        if (err.code != TROUPE_ALREADY_EXISTS) { /* no record holds its ids (an existing one keeps them) */
+            remove_credential(a, wa->job_id, wa->attempt, wa->name);
+            tr_ids_release(a->ids, wa->job_id, wa->name, wa->attempt);
+        }
     } else {
         TR_LOG(TR_LOG_INFO, "started worker=%s attempt=%u job=%llu gpus=%zu", wa->name, wa->attempt,
                (unsigned long long)wa->job_id, wa->n_gpus);
