@@ -414,6 +414,12 @@ static int walk_args(const tr_cfg_desc *table, void *obj, int argc, char **argv,
             return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "unexpected argument '%s' (see --help)", a);
         }
         v = flag_key(a, key, sizeof(key));
+        if (v == NULL && tr_cfg_find(table, key) != NULL && tr_cfg_find(table, key)->type == TR_CFG_BOOL) {
+            int b;
+            /* A bare boolean flag (--shared-uid) means true; a following
+             * true/false/yes/no/on/off/1/0 is its value. */
+            v = i + 1 < argc && parse_bool(argv[i + 1], &b) == 0 ? argv[++i] : "true";
+        }
         if (v == NULL) {
             if (i + 1 >= argc) {
                 return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%s needs a value", a);

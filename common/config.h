@@ -24,7 +24,7 @@ typedef enum tr_cfg_type {
     TR_CFG_STRING, /* char *, NULL when unset */
     TR_CFG_INT,    /* int64_t */
     TR_CFG_DOUBLE, /* double */
-    TR_CFG_BOOL,   /* int, 0 or 1; accepts true/false/yes/no/on/off/1/0 */
+    TR_CFG_BOOL,   /* int, 0 or 1; accepts true/false/yes/no/on/off/1/0; a bare --flag means true */
 } tr_cfg_type;
 
 enum {

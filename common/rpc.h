@@ -70,6 +70,8 @@ typedef void (*tr_rpc_handler)(tr_rpc_call *call, void *user);
  *     {"troupe.v1.Head/Barrier", tr_head_barrier, TR_SCOPES_WORKER_JOB},
  * plus, in its handler, after unpacking the request:
  *     if (!tr_rpc_require_job(call, req->job_id)) { goto out; }  // answered
+ * or, when the call speaks as one worker (it carries a WorkerRef),
+ *     if (!tr_rpc_require_worker(call, from->job_id, from->worker)) { goto out; }
  */
 enum {
     TR_SCOPE_ADMIN = 1u << 0,
@@ -88,6 +90,7 @@ typedef struct tr_rpc_principal {
     uint64_t cred_id; /* minted user/node credentials: their id; 0 otherwise */
     uint64_t job_id;  /* worker credentials: the job */
     uint32_t attempt; /* worker credentials: the job's attempt */
+    char worker[128]; /* worker credentials: the one worker it speaks for ("job7-policy-3") */
 } tr_rpc_principal;
 
 /* tr_rpc_auth_fn maps a presented token (never NULL, may be "") to a
@@ -218,6 +221,12 @@ const tr_rpc_principal *tr_rpc_call_principal(const tr_rpc_call *call);
  * non-worker credential, or a worker credential of that job. Otherwise it
  * answers the call PERMISSION_DENIED itself and returns 0. */
 int tr_rpc_require_job(tr_rpc_call *call, uint64_t job_id);
+
+/* tr_rpc_require_worker is tr_rpc_require_job for a call that speaks as one
+ * worker (a report, a rendezvous, a control poll): a worker credential is
+ * also held to the worker it was minted for, so a rank cannot report as its
+ * neighbour. Answers PERMISSION_DENIED itself and returns 0 otherwise. */
+int tr_rpc_require_worker(tr_rpc_call *call, uint64_t job_id, const char *worker);
 
 /* tr_rpc_unpack decodes the request payload as desc. On failure it answers the
  * call INVALID_ARGUMENT itself and returns NULL; on success the caller frees the

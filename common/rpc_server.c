@@ -497,6 +497,24 @@ int tr_rpc_require_job(tr_rpc_call *call, uint64_t job_id)
     return 0;
 }
 
+int tr_rpc_require_worker(tr_rpc_call *call, uint64_t job_id, const char *worker)
+{
+    if (!tr_rpc_require_job(call, job_id)) {
+        return 0;
+    }
+    if (call->who.scope != TR_SCOPE_WORKER || (worker != NULL && strcmp(call->who.worker, worker) == 0)) {
+        return 1;
+    }
+    TR_LOG(TR_LOG_WARNING,
+           "rpc: permission denied method=%s scope=worker job=%llu worker=%s asked_worker=%.128s",
+           tr_rpc_call_method(call), (unsigned long long)job_id, call->who.worker, worker ? worker : "");
+    tr_rpc_reply_error(
+        call, TROUPE_PERMISSION_DENIED,
+        "the worker credential of %s cannot speak for worker '%.128s': each worker has its own",
+        call->who.worker, worker ? worker : "");
+    return 0;
+}
+
 /* authenticate fills call->who; 0 after answering UNAUTHENTICATED. The admin
  * token is compared in constant time; other credentials are the auth
  * callback's (which compares hashes in constant time). */

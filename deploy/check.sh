@@ -276,7 +276,10 @@ hc=$(sed -n 's/^  CMD \[\(.*\)\]$/\1/p' deploy/docker/Dockerfile | tr -d '",')
 ok "Dockerfile HEALTHCHECK ($hc) with the head up" $hc
 if TROUPE_TOKEN=wrong $hc >/dev/null 2>&1; then FAIL "HEALTHCHECK fails with a wrong token"; else PASS "HEALTHCHECK fails with a wrong token"; fi
 ok "k8s probe: troupe --timeout 3000 status" troupe --timeout 3000 status
-"$NODE" --name node-a --fake-gpus 8xH200:141GB --state-dir "$TMP/node-a" >"$TMP/node.log" 2>&1 &
+# TROUPE_SHARED_UID as compose's x-node environment sets it (its agents run as the
+# image's user troupe; here, as root, they would otherwise give workers uids of their
+# own, and the demo's workers could not enter this script's 0700 temp dir).
+TROUPE_SHARED_UID=true "$NODE" --name node-a --fake-gpus 8xH200:141GB --state-dir "$TMP/node-a" >"$TMP/node.log" 2>&1 &
 BG+=($!)
 for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-a"' && break; sleep 0.1; done
 # compose's mint service (its entrypoint script, paths mapped): a node credential in
@@ -320,7 +323,7 @@ open(f"{sys.argv[1]}/cli.sh", "w").write(c["services"]["cli"]["entrypoint"][4].r
 EOF2
     mapfile -t nb <"$TMP/node-b.args"
     nb=("${nb[@]//\/creds\//$TMP/creds/}")   # the minted node credential (mint above)
-    env -u TROUPE_TOKEN "$NODE" "${nb[@]}" --state-dir "$TMP/node-b" >"$TMP/node-b.log" 2>&1 &
+    env -u TROUPE_TOKEN TROUPE_SHARED_UID=true "$NODE" "${nb[@]}" --state-dir "$TMP/node-b" >"$TMP/node-b.log" 2>&1 &
     BG+=($!)
     for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-b"' && break; sleep 0.1; done
     gpus=$(troupe -o json status | sed -n 's/.*"total":\([0-9]*\).*/\1/p')

@@ -65,7 +65,10 @@ DASH=${DASH:-http://127.0.0.1:$HPORT}
 echo "== the dashboard (live charts of every job's metrics and health): $DASH"
 
 gpus=$(troupe-node --check-config | sed -n 's/^# gpus: \([0-9]*\).*/\1/p')
-NODE_ARGS=(--name demo-node --state-dir "$RUN/node")
+# One user's demo on one machine: the workers write data.tok into
+# examples/demo, a folder of whoever checked it out, so they run as the
+# agent's own user (--shared-uid; README "Isolation" for shared clusters).
+NODE_ARGS=(--name demo-node --state-dir "$RUN/node" --shared-uid)
 if [ "${gpus:-0}" -gt 0 ] && [ "${TROUPE_DEMO_FAKE:-0}" != 1 ]; then
     echo "== troupe-node with the $gpus real GPU(s) of this machine"
 else

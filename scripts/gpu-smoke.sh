@@ -12,7 +12,8 @@ nvidia-smi -L || true
 troupe-node --check-config | tail -1
 troupe-head --listen "$TROUPE_HEAD" --state-dir "$T/head" >"$T/head.log" 2>&1 &
 HP=$!
-troupe-node --name gpu-node --state-dir "$T/node" >"$T/node.log" 2>&1 &
+# --shared-uid: the smoke job's workers write into $T, this script's own.
+troupe-node --name gpu-node --state-dir "$T/node" --shared-uid >"$T/node.log" 2>&1 &
 NP=$!
 for _ in $(seq 50); do [ "$(troupe -o json nodes --alive 2>/dev/null | grep -o '"count":1')" ] && break; sleep 0.1; done
 troupe nodes

@@ -25,6 +25,7 @@
 #include "head.h"
 #include "jobs.h"
 #include "log.h"
+#include "names.h"
 #include "safefile.h"
 #include "troupe/v1/auth.pb-c.h"
 #include "util.h"
@@ -34,9 +35,14 @@
 
 typedef struct cred {
     uint64_t id;
-    unsigned scope; /* TR_SCOPE_USER or TR_SCOPE_NODE */
+    unsigned scope; /* TR_SCOPE_USER, TR_SCOPE_NODE or TR_SCOPE_ADMIN */
     int64_t expires_ms;
     uint8_t hash[32]; /* SHA-256 of the secret's text */
+    /* Node credentials: the one name it may register ("" = the first it
+     * registers) and how many names in all; 0 = any number, for records
+     * minted before node credentials were bound (the head warns of them). */
+    char node[64];
+    uint32_t max_nodes;
 } cred;
 
 struct tr_auth {
@@ -111,23 +117,24 @@ static void sha256(const char *text, uint8_t out[32])
     mbedtls_sha256_ret((const unsigned char *)text, strlen(text), out, 0);
 }
 
-/* worker_mac writes HMAC-SHA256(key, "tr1.w.JOB.ATTEMPT") as hex. */
-static void worker_mac(const uint8_t *key, uint64_t job, uint32_t attempt, char hex[65])
+/* worker_mac writes HMAC-SHA256(key, "tr1.w.JOB.ATTEMPT.INDEX") as hex. */
+static void worker_mac(const uint8_t *key, uint64_t job, uint32_t attempt, uint32_t index, char hex[65])
 {
-    char msg[64];
+    char msg[96];
     uint8_t mac[32];
-    int n = snprintf(msg, sizeof(msg), "tr1.w.%" PRIu64 ".%" PRIu32, job, attempt);
+    int n = snprintf(msg, sizeof(msg), "tr1.w.%" PRIu64 ".%" PRIu32 ".%" PRIu32, job, attempt, index);
 
     mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), key, KEY_LEN, (const unsigned char *)msg,
                     (size_t)n, mac);
     hex_encode(mac, sizeof(mac), hex);
 }
 
-void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attempt, char *buf, size_t size)
+void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attempt, uint32_t index, char *buf,
+                               size_t size)
 {
     char mac[65];
-    worker_mac(a->key, job_id, attempt, mac);
-    snprintf(buf, size, "tr1.w.%" PRIu64 ".%" PRIu32 ".%s", job_id, attempt, mac);
+    worker_mac(a->key, job_id, attempt, index, mac);
+    snprintf(buf, size, "tr1.w.%" PRIu64 ".%" PRIu32 ".%" PRIu32 ".%s", job_id, attempt, index, mac);
 }
 
 /* ---- the credentials file ---------------------------------------------- */
@@ -136,7 +143,7 @@ void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attem
  * crash leaves the old file or the new one. Caller holds a->mu. */
 static int save(tr_auth *a, tr_err *err)
 {
-    size_t cap = 128 + a->n_creds * 120, used = 0;
+    size_t cap = 128 + a->n_creds * 220, used = 0;
     char *buf = malloc(cap);
     int rv;
 
@@ -150,8 +157,14 @@ static int save(tr_auth *a, tr_err *err)
     for (size_t i = 0; i < a->n_creds; i++) {
         char hex[65];
         hex_encode(a->creds[i].hash, 32, hex);
-        used += (size_t)snprintf(buf + used, cap - used, "%" PRIu64 " %s %" PRId64 " %s\n", a->creds[i].id,
+        used += (size_t)snprintf(buf + used, cap - used, "%" PRIu64 " %s %" PRId64 " %s", a->creds[i].id,
                                  tr_rpc_scope_name(a->creds[i].scope), a->creds[i].expires_ms, hex);
+        if (a->creds[i].scope == TR_SCOPE_NODE) {
+            used +=
+                (size_t)snprintf(buf + used, cap - used, " max_nodes=%" PRIu32 "%s%s", a->creds[i].max_nodes,
+                                 a->creds[i].node[0] ? " node=" : "", a->creds[i].node);
+        }
+        used += (size_t)snprintf(buf + used, cap - used, "\n");
     }
     rv = tr_file_replace_private(a->path, buf, used, err);
     free(buf);
@@ -174,16 +187,41 @@ static int add_cred(tr_auth *a, const cred *c)
     return 0;
 }
 
-/* parse_line reads one "id scope expires hash" line; -1 when malformed. */
+static unsigned scope_of(const char *s)
+{
+    return strcmp(s, "user") == 0    ? TR_SCOPE_USER
+           : strcmp(s, "node") == 0  ? TR_SCOPE_NODE
+           : strcmp(s, "admin") == 0 ? TR_SCOPE_ADMIN
+                                     : 0;
+}
+
+/* parse_line reads one "id scope expires hash [max_nodes=N] [node=NAME]"
+ * line; -1 when malformed. */
 static int parse_line(const char *line, cred *c)
 {
     char scope[16], hex[80];
+    int used = 0;
     memset(c, 0, sizeof(*c));
-    if (sscanf(line, "%" SCNu64 " %15s %" SCNd64 " %79s", &c->id, scope, &c->expires_ms, hex) != 4 ||
+    if (sscanf(line, "%" SCNu64 " %15s %" SCNd64 " %79s%n", &c->id, scope, &c->expires_ms, hex, &used) != 4 ||
         strlen(hex) != 64 || hex_decode(hex, c->hash, 32) != 0) {
         return -1;
     }
-    c->scope = strcmp(scope, "user") == 0 ? TR_SCOPE_USER : strcmp(scope, "node") == 0 ? TR_SCOPE_NODE : 0;
+    for (const char *p = line + used; *p != '\0';) {
+        char word[96];
+        int n = 0;
+        if (sscanf(p, " %95s%n", word, &n) != 1) {
+            break;
+        }
+        p += n;
+        if (strncmp(word, "max_nodes=", 10) == 0) {
+            c->max_nodes = (uint32_t)strtoul(word + 10, NULL, 10);
+        } else if (strncmp(word, "node=", 5) == 0) {
+            tr_strlcpy(c->node, word + 5, sizeof(c->node));
+        } else {
+            return -1;
+        }
+    }
+    c->scope = scope_of(scope);
     return c->scope ? 0 : -1;
 }
 
@@ -215,6 +253,14 @@ static int load(tr_auth *a, tr_err *err)
         }
         if (c.id >= a->next_id) {
             a->next_id = c.id + 1;
+        }
+        if (c.scope == TR_SCOPE_NODE && c.max_nodes == 0) {
+            TR_LOG(TR_LOG_WARNING,
+                   "node credential %" PRIu64
+                   " was minted before node credentials were bound to their node: it "
+                   "may register any number of nodes; revoke it and mint one per node (troupe token create "
+                   "--scope node --node NAME) or with --max-nodes",
+                   c.id);
         }
     }
     free(text);
@@ -342,38 +388,57 @@ static int check_minted(tr_auth *a, unsigned scope, const char *token, const cha
     return TROUPE_OK;
 }
 
+/* next_number reads "DIGITS." at *p and moves past the dot; -1 if malformed. */
+static int next_number(const char **p, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (**p < '0' || **p > '9') {
+        return -1;
+    }
+    errno = 0;
+    *out = strtoull(*p, &end, 10);
+    if (errno != 0 || *out > max || *end != '.') {
+        return -1;
+    }
+    *p = end + 1;
+    return 0;
+}
+
 static int check_worker(tr_head *h, const char *rest, tr_rpc_principal *out, tr_err *err)
 {
-    char *end, *end2, mac[65];
-    uint64_t job = strtoull(rest, &end, 10);
-    uint32_t attempt;
+    uint64_t job, attempt, index;
+    const char *p = rest;
+    char mac[65];
     tr_head_job *hj;
     int live;
 
-    if (end == rest || *end != '.') {
-        return tr_err_set(err, TROUPE_UNAUTHENTICATED, "malformed credential");
+    if (next_number(&p, UINT64_MAX, &job) != 0 || next_number(&p, UINT32_MAX, &attempt) != 0 ||
+        next_number(&p, UINT32_MAX, &index) != 0 || strlen(p) != 64) {
+        return tr_err_set(err, TROUPE_UNAUTHENTICATED,
+                          "malformed credential (a worker credential from before per-worker credentials "
+                          "ends with its job's attempt; restart the job)");
     }
-    attempt = (uint32_t)strtoul(end + 1, &end2, 10);
-    if (end2 == end + 1 || *end2 != '.' || strlen(end2 + 1) != 64) {
-        return tr_err_set(err, TROUPE_UNAUTHENTICATED, "malformed credential");
-    }
-    worker_mac(h->auth->key, job, attempt, mac);
-    if (!ct_equal_bytes((const uint8_t *)mac, (const uint8_t *)end2 + 1, 64)) {
+    worker_mac(h->auth->key, job, (uint32_t)attempt, (uint32_t)index, mac);
+    if (!ct_equal_bytes((const uint8_t *)mac, (const uint8_t *)p, 64)) {
         return tr_err_set(err, TROUPE_UNAUTHENTICATED, "unknown credential");
     }
     pthread_mutex_lock(&h->mu);
     hj = tr_jobs_find(h, job);
-    live = hj != NULL && !tr_jobs_is_terminal(hj) && hj->j->restarts == attempt;
+    live = hj != NULL && !tr_jobs_is_terminal(hj) && hj->j->restarts == attempt && index < hj->j->n_workers;
+    if (live) {
+        tr_strlcpy(out->worker, hj->j->workers[index]->name, sizeof(out->worker));
+    }
     pthread_mutex_unlock(&h->mu);
     if (!live) {
         return tr_err_set(err, TROUPE_UNAUTHENTICATED,
-                          "worker credential of job %" PRIu64 " attempt %" PRIu32 " no longer valid (job ended "
+                          "worker credential of job %" PRIu64 " attempt %" PRIu64
+                          " no longer valid (job ended "
                           "or restarted)",
                           job, attempt);
     }
     out->scope = TR_SCOPE_WORKER;
     out->job_id = job;
-    out->attempt = attempt;
+    out->attempt = (uint32_t)attempt;
     return TROUPE_OK;
 }
 
@@ -386,6 +451,7 @@ int tr_head_authenticate(void *user, const char *token, tr_rpc_principal *out, t
         return tr_err_set(err, TROUPE_UNAUTHENTICATED, "unknown credential");
     }
     switch (token[4]) {
+    case 'a': return check_minted(h->auth, TR_SCOPE_ADMIN, token, token + 6, out, err);
     case 'u': return check_minted(h->auth, TR_SCOPE_USER, token, token + 6, out, err);
     case 'n': return check_minted(h->auth, TR_SCOPE_NODE, token, token + 6, out, err);
     case 'w': return check_worker(h, token + 6, out, err);
@@ -416,6 +482,66 @@ int tr_head_node_allowed(tr_rpc_call *call, const tr_head_node *hn)
     return deny_node(call, hn);
 }
 
+/* may_name: whether node credential p may register a node called name: a
+ * name it registered before, or a new one within what it was minted for
+ * (its --node, or --max-nodes names, 1 by default). Caller holds h->mu. */
+static int may_name(tr_rpc_call *call, tr_head *h, const tr_rpc_principal *p, const char *name)
+{
+    cred c = {0};
+    size_t names = 0;
+    int found = 0;
+
+    pthread_mutex_lock(&h->auth->mu);
+    for (size_t i = 0; i < h->auth->n_creds; i++) {
+        if (h->auth->creds[i].id == p->cred_id) {
+            c = h->auth->creds[i];
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&h->auth->mu);
+    if (!found) {
+        return 1; /* revoked meanwhile: authentication refuses its next call */
+    }
+    if (c.node[0] != '\0' && strcmp(c.node, name) != 0) {
+        goto deny;
+    }
+    for (size_t i = 0; i < h->n_nodes; i++) {
+        const Troupe__V1__Node *n = h->nodes[i].n;
+        int seen = 0;
+        if (!n->owner_known || n->owner_credential != p->cred_id) {
+            continue;
+        }
+        if (strcmp(n->name, name) == 0) {
+            return 1; /* its own node, back again */
+        }
+        for (size_t k = 0; k < i && !seen; k++) { /* count each name once */
+            const Troupe__V1__Node *m = h->nodes[k].n;
+            seen = m->owner_known && m->owner_credential == p->cred_id && strcmp(m->name, n->name) == 0;
+        }
+        names += !seen;
+    }
+    if (c.max_nodes == 0 || names < (c.node[0] ? 1u : c.max_nodes)) {
+        return 1;
+    }
+deny:;
+    char what[128];
+    if (c.node[0] != '\0') {
+        snprintf(what, sizeof(what), "node '%s'", c.node);
+    } else if (c.max_nodes > 1) {
+        snprintf(what, sizeof(what), "the %" PRIu32 " nodes it registered", c.max_nodes);
+    } else {
+        snprintf(what, sizeof(what), "the node it registered first");
+    }
+    TR_LOG(TR_LOG_WARNING, "permission denied method=%s scope=node cred=%" PRIu64 " register name=%s",
+           tr_rpc_call_method(call), p->cred_id, name);
+    tr_rpc_reply_error(call, TROUPE_PERMISSION_DENIED,
+                       "node credential %" PRIu64
+                       " is bound to %s; it cannot register node '%s' (mint one per "
+                       "node: troupe token create --scope node --node %s)",
+                       p->cred_id, what, name, name);
+    return 0;
+}
+
 int tr_head_node_may_register(tr_rpc_call *call, tr_head *h, const char *name, uint64_t node_id)
 {
     const tr_rpc_principal *p = tr_rpc_call_principal(call);
@@ -442,7 +568,8 @@ int tr_head_node_may_register(tr_rpc_call *call, tr_head *h, const char *name, u
             return deny_node(call, hn);
         }
     }
-    return 1;
+    /* Not another credential's node: then within what this one was minted for. */
+    return may_name(call, h, p, name);
 }
 
 /* The caller has marked hn dirty (a registration): the owner is written in
@@ -455,10 +582,49 @@ void tr_head_node_bind(tr_rpc_call *call, tr_head_node *hn)
     hn->n->owner_credential = tr_rpc_call_principal(call)->cred_id;
 }
 
+/* ---- job owners -------------------------------------------------------- */
+
+void tr_head_caller_name(tr_rpc_call *call, const tr_head *h, char *buf, size_t size)
+{
+    const tr_rpc_principal *p = tr_rpc_call_principal(call);
+
+    if (h->auth == NULL) {
+        snprintf(buf, size, "%s", "");
+    } else if (p->cred_id != 0) {
+        snprintf(buf, size, "%s:%" PRIu64, tr_rpc_scope_name(p->scope), p->cred_id);
+    } else {
+        snprintf(buf, size, "%s", tr_rpc_scope_name(p->scope));
+    }
+}
+
+int tr_head_may_manage(tr_rpc_call *call, const tr_head_job *hj, tr_err *err)
+{
+    const tr_rpc_principal *p = tr_rpc_call_principal(call);
+    char me[48];
+
+    if (p->scope != TR_SCOPE_USER) {
+        return 1; /* admins; workers and nodes never reach the methods that call this */
+    }
+    snprintf(me, sizeof(me), "user:%" PRIu64, p->cred_id);
+    if (hj->j->owner != NULL && strcmp(hj->j->owner, me) == 0) {
+        return 1;
+    }
+    TR_LOG(TR_LOG_WARNING, "permission denied method=%s cred=%s job=%" PRIu64 " owner=%s",
+           tr_rpc_call_method(call), me, hj->j->id, hj->j->owner && hj->j->owner[0] ? hj->j->owner : "-");
+    tr_err_set(err, TROUPE_PERMISSION_DENIED,
+               "job %" PRIu64
+               " belongs to %s, not to this credential (%s): a user credential stops and deletes "
+               "only its own jobs; ask its owner or an admin (troupe token create --scope admin)",
+               hj->j->id, hj->j->owner && hj->j->owner[0] ? hj->j->owner : "no recorded owner", me);
+    return 0;
+}
+
 /* ---- minting and revoking (admin) -------------------------------------- */
 
-static int mint(tr_auth *a, unsigned scope, uint64_t ttl_s, char *token, size_t size, cred *c, tr_err *err)
+static int mint(tr_auth *a, unsigned scope, const Troupe__V1__CreateTokenRequest *r, char *token, size_t size,
+                cred *c, tr_err *err)
 {
+    uint64_t ttl_s = r->ttl_s;
     uint8_t secret[SECRET_LEN];
     char hex[2 * SECRET_LEN + 1];
     int rv;
@@ -470,6 +636,10 @@ static int mint(tr_auth *a, unsigned scope, uint64_t ttl_s, char *token, size_t 
     memset(c, 0, sizeof(*c));
     c->scope = scope;
     c->expires_ms = ttl_s ? tr_wall_ms() + (int64_t)ttl_s * 1000 : 0;
+    if (scope == TR_SCOPE_NODE) {
+        tr_strlcpy(c->node, r->node != NULL ? r->node : "", sizeof(c->node));
+        c->max_nodes = r->max_nodes ? r->max_nodes : 1;
+    }
     sha256(hex, c->hash);
     pthread_mutex_lock(&a->mu);
     c->id = a->next_id++;
@@ -480,7 +650,11 @@ static int mint(tr_auth *a, unsigned scope, uint64_t ttl_s, char *token, size_t 
         creds_changed(a);
     }
     pthread_mutex_unlock(&a->mu);
-    snprintf(token, size, "tr1.%c.%" PRIu64 ".%s", scope == TR_SCOPE_USER ? 'u' : 'n', c->id, hex);
+    snprintf(token, size, "tr1.%c.%" PRIu64 ".%s",
+             scope == TR_SCOPE_USER   ? 'u'
+             : scope == TR_SCOPE_NODE ? 'n'
+                                      : 'a',
+             c->id, hex);
     memset(hex, 0, sizeof(hex));
     return rv;
 }
@@ -499,19 +673,28 @@ void tr_head_create_token(tr_rpc_call *call, void *user)
     if (r == NULL) {
         return;
     }
-    scope = strcmp(r->scope, "user") == 0 ? TR_SCOPE_USER : strcmp(r->scope, "node") == 0 ? TR_SCOPE_NODE : 0;
+    scope = scope_of(r->scope);
     if (scope == 0) {
-        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "scope must be user or node");
+        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "scope must be user, node or admin");
+    } else if (scope != TR_SCOPE_NODE && ((r->node != NULL && r->node[0] != '\0') || r->max_nodes != 0)) {
+        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "node and max_nodes are for node credentials only");
+    } else if (r->node != NULL && r->node[0] != '\0' &&
+               tr_node_name_check("node", r->node, &err) != TROUPE_OK) {
+        tr_rpc_reply_error(call, err.code, "%s", err.msg);
+    } else if (r->node != NULL && r->node[0] != '\0' && r->max_nodes > 1) {
+        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT,
+                           "a credential bound to one node (node) has max_nodes 1");
     } else if (r->ttl_s > 10ull * 365 * 24 * 3600) {
         tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "ttl of %" PRIu64 " s is over 10 years", r->ttl_s);
     } else if (h->auth == NULL) {
         tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION,
                            "the head runs without auth (no token); minted credentials would mean nothing");
-    } else if (mint(h->auth, scope, r->ttl_s, token, sizeof(token), &c, &err) != TROUPE_OK) {
+    } else if (mint(h->auth, scope, r, token, sizeof(token), &c, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else {
-        TR_LOG(TR_LOG_NOTICE, "credential created id=%" PRIu64 " scope=%s expires_ms=%" PRId64, c.id,
-               tr_rpc_scope_name(scope), c.expires_ms);
+        TR_LOG(TR_LOG_NOTICE,
+               "credential created id=%" PRIu64 " scope=%s expires_ms=%" PRId64 " node=%s max_nodes=%" PRIu32,
+               c.id, tr_rpc_scope_name(scope), c.expires_ms, c.node[0] ? c.node : "-", c.max_nodes);
         rep.id = c.id;
         rep.token = token;
         rep.expires_ms = c.expires_ms;

@@ -2,17 +2,22 @@
  *
  * Four kinds of credential (rpc.h names their scopes):
  *   admin   the head's configured `token` (token_file / TROUPE_TOKEN); the RPC
- *           layer compares it in constant time itself.
- *   user,   minted by the admin (troupe token create --scope user|node
- *   node    [--ttl]); the head keeps only a SHA-256 of each secret, in
- *           STATE_DIR/credentials (0600), with its scope and expiry.
- *           Text: "tr1.u.ID.SECRET" / "tr1.n.ID.SECRET" (SECRET: 64 hex).
- *   worker  minted per job and attempt: "tr1.w.JOB.ATTEMPT.MAC" where MAC is
- *           HMAC-SHA256(worker key, "tr1.w.JOB.ATTEMPT"); the key is 32
+ *           layer compares it in constant time itself. Also mintable.
+ *   user,   minted by the admin (troupe token create --scope user|node|admin
+ *   node,   [--ttl]); the head keeps only a SHA-256 of each secret, in
+ *   admin   STATE_DIR/credentials (0600), with its scope and expiry, and for
+ *           a node credential the node name it is bound to and how many names
+ *           it may register. Text: "tr1.u.ID.SECRET" / "tr1.n.ID.SECRET" /
+ *           "tr1.a.ID.SECRET" (SECRET: 64 hex).
+ *   worker  minted per worker and attempt: "tr1.w.JOB.ATTEMPT.INDEX.MAC" where
+ *           INDEX is the worker's place in the job's record and MAC is
+ *           HMAC-SHA256(worker key, "tr1.w.JOB.ATTEMPT.INDEX"); the key is 32
  *           random bytes in STATE_DIR/worker.key (0600), so nothing per
  *           credential is stored and a restarted head still knows them. A
  *           worker credential works only while its job is not finished and
- *           its attempt is the job's current one.
+ *           its attempt is the job's current one, and speaks only for its
+ *           own worker (tr_rpc_require_worker): a rank cannot forge another's
+ *           reports.
  * Secrets never reach a log line. */
 #ifndef TR_AUTH_H
 #define TR_AUTH_H
@@ -34,9 +39,10 @@ typedef struct tr_auth tr_auth;
 int tr_auth_open(const char *state_dir, tr_auth **out, tr_err *err);
 void tr_auth_close(tr_auth *a); /* NULL is a no-op */
 
-/* tr_auth_worker_credential writes the worker credential of (job, attempt)
- * into buf (TR_AUTH_TOKEN_MAX bytes). */
-void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attempt, char *buf, size_t size);
+/* tr_auth_worker_credential writes the credential of the worker at index in
+ * job_id's record, at attempt, into buf (TR_AUTH_TOKEN_MAX bytes). */
+void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attempt, uint32_t index, char *buf,
+                               size_t size);
 
 /* tr_head_authenticate is the RPC layer's tr_rpc_auth_fn (user = tr_head *).
  * It takes h->mu briefly to check a worker credential's job. */
@@ -49,13 +55,27 @@ int tr_head_node_allowed(tr_rpc_call *call, const struct tr_head_node *hn);
 
 /* tr_head_node_may_register returns 1 when a node credential may register
  * (name, node_id): neither the node id it asks to keep nor a live node of
- * that name belongs to another credential. Otherwise answers
- * PERMISSION_DENIED and returns 0. Caller holds h->mu. */
+ * that name belongs to another credential, and the name is one it was minted
+ * for (its --node NAME, else a name it registered before, or a new one while
+ * it has registered fewer than its max_nodes, 1 by default). Otherwise
+ * answers PERMISSION_DENIED and returns 0. Caller holds h->mu. */
 int tr_head_node_may_register(tr_rpc_call *call, struct tr_head *h, const char *name, uint64_t node_id);
 
 /* tr_head_node_bind records the caller's credential as hn's owner in its record
  * (persisted with it: the caller has marked hn dirty). Caller holds h->mu. */
 void tr_head_node_bind(tr_rpc_call *call, struct tr_head_node *hn);
+
+struct tr_head_job;
+
+/* tr_head_caller_name writes the caller as a job's owner (Job.owner):
+ * "user:ID", "admin:ID", "admin", or "" on a head without auth. */
+void tr_head_caller_name(tr_rpc_call *call, const struct tr_head *h, char *buf, size_t size);
+
+/* tr_head_may_manage returns 1 when the caller may stop or delete hj: an
+ * admin (the head's token or a minted admin credential), or the user
+ * credential that submitted it. Otherwise sets err (PERMISSION_DENIED,
+ * naming the owner) and returns 0. Caller holds h->mu. */
+int tr_head_may_manage(tr_rpc_call *call, const struct tr_head_job *hj, tr_err *err);
 
 /* RPC handlers (admin only). */
 void tr_head_create_token(tr_rpc_call *call, void *user);

@@ -42,10 +42,9 @@ static int reported_already(const Troupe__V1__Job *j, const char *worker, uint32
 }
 
 /* check_from: the worker exists in the job and calls from its current
- * attempt. A worker credential is bound to (job, attempt), not to a worker,
- * so this is how far "a worker reports only for itself" can be checked: its
- * own job (tr_rpc_require_job), a worker of it at its current attempt, and
- * never an attempt newer than the credential's. */
+ * attempt. A worker credential is bound to (job, attempt, worker), so a
+ * worker reports only for itself (tr_rpc_require_worker), at its current
+ * attempt, never an attempt newer than the credential's. */
 static int check_from(tr_rpc_call *call, const tr_head_job *hj, const Troupe__V1__ReportFailureRequest *req,
                       const Troupe__V1__WorkerInfo **out, tr_err *err)
 {
@@ -178,7 +177,8 @@ static void report_failure(tr_rpc_call *call, void *user)
     if (req == NULL) {
         return;
     }
-    if (!tr_rpc_require_job(call, req->from != NULL ? req->from->job_id : 0)) {
+    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0,
+                               req->from != NULL ? req->from->worker : NULL)) {
         goto out; /* answered: a worker credential of another job */
     }
     pthread_mutex_lock(&h->mu);
@@ -194,7 +194,7 @@ out:
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-/* Scopes (rpc.h): workers report for their own job (tr_rpc_require_job) and
+/* Scopes (rpc.h): workers report for themselves (tr_rpc_require_worker) and
  * own attempt (check_from); users and admins may report too (tools, tests). */
 static const tr_rpc_method failure_methods[] = {
     {"troupe.v1.Head/ReportFailure", report_failure, TR_SCOPES_WORKER_JOB},

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth.h"
 #include "jobspec.h"
 #include "log.h"
 #include "sched_restore.h"
@@ -1222,6 +1223,18 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
     *id = hj->j->id;
     job_note(h, hj, "SUBMITTED", "submitted");
     return TROUPE_OK;
+}
+
+void tr_jobs_set_owner(tr_head *h, tr_rpc_call *call, uint64_t id)
+{
+    tr_head_job *hj = tr_jobs_find(h, id);
+    char who[48];
+
+    if (hj != NULL) {
+        tr_head_caller_name(call, h, who, sizeof(who));
+        tr_jobs_set_str(&hj->j->owner, who);
+        tr_head_dirty_job(h, id); /* saved with the submission, in the same batch */
+    }
 }
 
 int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err)

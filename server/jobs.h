@@ -60,6 +60,10 @@ tr_head_job *tr_jobs_find(tr_head *h, uint64_t id);
  * (a batch admits all, then schedules once); tr_jobs_submit does both. */
 int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
 int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
+
+/* tr_jobs_set_owner records the caller as job id's owner (Job.owner), right
+ * after it was admitted. Caller holds h->mu. */
+void tr_jobs_set_owner(tr_head *h, tr_rpc_call *call, uint64_t id);
 int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err);
 void tr_jobs_touch(tr_head *h, tr_head_job *hj); /* version++, persist, wake waiters */
 void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len);

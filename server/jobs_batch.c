@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "jobs.h"
 #include "log.h"
 
@@ -134,6 +135,7 @@ void tr_head_submit_jobs(tr_rpc_call *call, void *user)
     for (size_t i = 0; i < req->n_specs; i++) {
         tr_err err;
         if (tr_jobs_admit(h, req->specs[i], &o->items[i].id, &err) == TROUPE_OK) {
+            tr_jobs_set_owner(h, call, o->items[i].id);
             ok++;
         } else {
             item_fail(&o->items[i], &err);
@@ -179,7 +181,7 @@ void tr_head_stop_jobs(tr_rpc_call *call, void *user)
             tr_err_set(&err, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)",
                        (unsigned long long)req->job_ids[i]);
             item_fail(&o->items[i], &err);
-        } else if (tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
+        } else if (!tr_head_may_manage(call, hj, &err) || tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
             item_fail(&o->items[i], &err);
         }
     }

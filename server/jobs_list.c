@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
@@ -225,6 +226,7 @@ void tr_head_delete_job(tr_rpc_call *call, void *user)
         (Troupe__V1__DeleteJobRequest *)tr_rpc_unpack(call, &troupe__v1__delete_job_request__descriptor);
     tr_head_job *hj;
     uint64_t id;
+    tr_err err;
 
     if (req == NULL) {
         return;
@@ -236,6 +238,8 @@ void tr_head_delete_job(tr_rpc_call *call, void *user)
         /* answered: a deletion is a change like any other */
     } else if (hj == NULL) {
         tr_rpc_reply_error(call, TROUPE_NOT_FOUND, "no job %llu (see troupe jobs)", (unsigned long long)id);
+    } else if (!tr_head_may_manage(call, hj, &err)) {
+        tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else if (!tr_jobs_is_terminal(hj)) {
         tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION,
                            "job %llu is %s; stop it first (troupe stop %llu), then delete it",

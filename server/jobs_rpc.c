@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
@@ -61,6 +62,7 @@ void tr_head_submit_job(tr_rpc_call *call, void *user)
     }
     rv = tr_jobs_submit(h, req->spec, &id, &err);
     if (rv == TROUPE_OK) {
+        tr_jobs_set_owner(h, call, id);
         tr_head_after_commit(h, call, reply_submitted, id); /* acknowledged once on disk */
     }
     pthread_mutex_unlock(&h->mu);
@@ -270,7 +272,7 @@ void tr_head_stop_job(tr_rpc_call *call, void *user)
     hj = tr_head_store_refuse(h, call) ? NULL : find_or_refuse(h, call, req->job_id);
     if (hj == NULL) {
         /* answered */
-    } else if (tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
+    } else if (!tr_head_may_manage(call, hj, &err) || tr_jobs_stop(h, hj, &err) != TROUPE_OK) {
         tr_rpc_reply_error(call, err.code, "%s", err.msg);
     } else {
         tr_head_after_commit(h, call, reply_stopped, hj->j->id);

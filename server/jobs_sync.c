@@ -241,7 +241,8 @@ static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSy
             wa->gpus = w->gpus;
             wa->n_gpus = w->n_gpus;
             if (h->auth != NULL && (wa->credential = arena_alloc(a, TR_AUTH_TOKEN_MAX)) != NULL) {
-                tr_auth_worker_credential(h->auth, hj->j->id, w->attempt, wa->credential, TR_AUTH_TOKEN_MAX);
+                tr_auth_worker_credential(h->auth, hj->j->id, w->attempt, (uint32_t)i, wa->credential,
+                                          TR_AUTH_TOKEN_MAX);
             }
             worker_env(h, a, hj, w, wa);
             rep->workers[rep->n_workers++] = wa;

@@ -856,7 +856,7 @@ int tr_metrics_check_report(const Troupe__V1__ReportMetricsRequest *req, tr_err 
 
 /* check_worker: the worker exists in the job at this attempt or an earlier
  * one (a superseded attempt may still flush what it measured). A worker
- * credential is held to its own job by tr_rpc_require_job; the name check
+ * credential is held to its own worker by tr_rpc_require_worker; the name check
  * also holds a shared-token caller to a worker the job has. */
 /* worker_guess: where the worker named "jobID-GROUP-RANK" usually sits in
  * the job's records (groups in spec order, ranks in order), so that a report
@@ -922,7 +922,8 @@ static void report_metrics(tr_rpc_call *call, void *user)
     if (req == NULL) {
         return;
     }
-    if (!tr_rpc_require_job(call, req->from != NULL ? req->from->job_id : 0)) {
+    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0,
+                               req->from != NULL ? req->from->worker : NULL)) {
         protobuf_c_message_free_unpacked(&req->base, NULL); /* answered: a worker of another job */
         return;
     }

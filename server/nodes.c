@@ -398,6 +398,9 @@ static int validate_strings(const Troupe__V1__RegisterNodeRequest *r, tr_err *er
     if (rv == TROUPE_OK) {
         rv = tr_text_check("instance id", r->instance, 96, err);
     }
+    if (rv == TROUPE_OK) {
+        rv = tr_text_check("isolation", r->isolation, 256, err);
+    }
     if (rv == TROUPE_OK && r->n_tools > 8) {
         rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT, "%zu tools; at most 8", r->n_tools);
     }
@@ -536,6 +539,7 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
     tmpl.stop_grace_ms = r->stop_grace_ms;
     tmpl.n_tools = r->n_tools;
     tmpl.tools = r->tools;
+    tmpl.isolation = r->isolation;
     if ((rv = check_identity(h, r, tmpl.name, err)) != TROUPE_OK) {
         return rv;
     }

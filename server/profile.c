@@ -202,7 +202,7 @@ static void worker_control(tr_rpc_call *call, void *user)
         return;
     }
     from = req->from;
-    if (!tr_rpc_require_job(call, from != NULL ? from->job_id : 0)) {
+    if (!tr_rpc_require_worker(call, from != NULL ? from->job_id : 0, from != NULL ? from->worker : NULL)) {
         goto out; /* answered: a worker credential of another job */
     }
     pthread_mutex_lock(&s->h->mu);
@@ -365,7 +365,7 @@ static void set_profile(tr_rpc_call *call, void *user)
 /* ---- the service ------------------------------------------------------------- */
 
 /* Scopes (rpc.h): users set profiling; a worker polls for its own job only
- * (worker_control checks the job with tr_rpc_require_job). */
+ * (worker_control checks the worker with tr_rpc_require_worker). */
 static const tr_rpc_method profile_methods[] = {
     {"troupe.v1.Head/SetProfile", set_profile, TR_SCOPES_USER},
     {"troupe.v1.Head/WorkerControl", worker_control, TR_SCOPES_WORKER_JOB},

@@ -336,7 +336,7 @@ static tr_rdzv_comm *enter(tr_rdzv_svc *s, tr_rpc_call *call, const Troupe__V1__
     tr_err err;
     int rv;
 
-    if (!tr_rpc_require_job(call, from ? from->job_id : 0)) {
+    if (!tr_rpc_require_worker(call, from ? from->job_id : 0, from ? from->worker : NULL)) {
         return NULL; /* answered: a worker credential of another job */
     }
     rv = tr_rdzv_resolve(s->h, from, comm, &hj, v, &err);

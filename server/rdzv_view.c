@@ -131,9 +131,8 @@ int tr_rdzv_resolve(tr_head *h, const Troupe__V1__WorkerRef *from, const char *c
     if ((job = tr_jobs_find(h, from->job_id)) == NULL) {
         return tr_err_set(err, TROUPE_NOT_FOUND, "no job %llu", (unsigned long long)from->job_id);
     }
-    /* Until calls carry a per-job worker credential, the job id and worker
-     * name in the request are what scopes it: a worker may only ask about
-     * the job it belongs to. */
+    /* A worker credential was held to this worker by tr_rpc_require_worker;
+     * other callers name a worker the job must have. */
     if ((w = worker_find(job->j, from->worker)) == NULL) {
         return tr_err_set(err, TROUPE_PERMISSION_DENIED,
                           "worker %s is not part of job %llu: a worker's calls are scoped to its own job",

@@ -723,7 +723,8 @@ static void report_trace(tr_rpc_call *call, void *user)
     if (req == NULL) {
         return;
     }
-    if (!tr_rpc_require_job(call, req->from != NULL ? req->from->job_id : 0)) {
+    if (!tr_rpc_require_worker(call, req->from != NULL ? req->from->job_id : 0,
+                               req->from != NULL ? req->from->worker : NULL)) {
         protobuf_c_message_free_unpacked(&req->base, NULL); /* answered: a worker credential of another job */
         return;
     }
@@ -836,7 +837,7 @@ out:
 
 /* ---- the service ------------------------------------------------------------- */
 
-/* Scopes (rpc.h): a worker sends spans for its own job (tr_rpc_require_job)
+/* Scopes (rpc.h): a worker sends its own spans (tr_rpc_require_worker)
  * as itself at its current attempt (check_report); users read traces. */
 static const tr_rpc_method trace_methods[] = {
     {"troupe.v1.Head/ReportTrace", report_trace, TR_SCOPES_WORKER_JOB},

@@ -13,6 +13,9 @@
 # 3 minutes. State dirs go to $TMPDIR or
 # /var/tmp (must be a disk, not a tmpfs, for the fsyncs to be real).
 set -eu
+# Agents here run workers as themselves, as every figure before isolation was
+# measured (the workers write into this script's temp dir).
+export TROUPE_SHARED_UID=true
 
 if [ $# -lt 1 ] || [ ! -d "$1" ]; then
     echo "usage: $0 BUILD_DIR [OUT.json] [troupe-bench-e2e flags...]" >&2

@@ -12,6 +12,9 @@
 # With OLD=1 only `troupe -o json jobs` (no paging flags) is timed, for a head
 # built from a commit before paging existed (COMMIT=sha names it in the JSON).
 set -euo pipefail
+# Agents here run workers as themselves, as every figure before isolation was
+# measured (the workers write into this script's temp dir).
+export TROUPE_SHARED_UID=true
 BIN=${1:?usage: run.sh BUILD_DIR OUT.json [JOBS]}; OUT=${2:?}; N=${3:-30000}
 T=$(mktemp -d /tmp/troupe-hist.XXXXXX)
 PORT=$((20000 + RANDOM % 20000)); HEAD=tcp://127.0.0.1:$PORT

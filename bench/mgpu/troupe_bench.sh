@@ -21,6 +21,9 @@
 # CPU (CPU collective), models shrunk to a few layers of width 64.
 # Every worker environment has NCCL_NVLS_ENABLE=0.
 set -euo pipefail
+# Agents here run workers as themselves, as every figure before isolation was
+# measured (the workers write into this script's temp dir).
+export TROUPE_SHARED_UID=true
 HERE=$(cd "$(dirname "$0")" && pwd)
 RAW=$(mkdir -p "${1:?usage: troupe_bench.sh RAW STAGE...}" && cd "$1" && pwd)
 shift

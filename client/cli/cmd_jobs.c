@@ -46,6 +46,8 @@ void tr_cli_job_json(FILE *out, const troupe_job *j)
     tr_json_str(out, j->name);
     fprintf(out, ",\"state\":\"%s\",\"reason\":", troupe_job_state_name(j->state));
     tr_json_str(out, j->reason);
+    fputs(",\"owner\":", out);
+    tr_json_str(out, j->owner);
     fprintf(
         out,
         ",\"submitted_ms\":%lld,\"started_ms\":%lld,\"ended_ms\":%lld,\"restarts\":%u,\"max_restarts\":%u,"
@@ -115,6 +117,9 @@ static void job_table(const troupe_job *j)
     int64_t run_end = tr_cli_job_end_ms(j, tr_cli_now_ms(), &stopping);
     printf("job       %" PRIu64 " (%s)\n", j->id, j->name);
     printf("state     %s: %s\n", troupe_job_state_name(j->state), j->reason);
+    if (j->owner != NULL && j->owner[0] != '\0') {
+        printf("owner     %s\n", j->owner);
+    }
     /* ran: until its last worker was gone, a stop's grace period included */
     printf("time      queued %.1f s, ran %.1f s%s\n",
            tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : end), tr_cli_secs(j->started_ms, run_end),

@@ -20,6 +20,8 @@ static void node_json(FILE *out, const troupe_node *n)
     fprintf(out, ",\"draining\":%s,\"replaces\":%llu,\"fenced_workers\":%u,\"nsys\":%s",
             n->draining ? "true" : "false", (unsigned long long)n->replaces, n->fenced_workers,
             n->has_nsys ? "true" : "false");
+    fputs(",\"isolation\":", out);
+    tr_json_str(out, n->isolation);
     fprintf(out, ",\"registered_ms\":%lld,\"last_seen_ms\":%lld,\"pid\":%u,\"gpus_free\":%u,\"labels\":{",
             (long long)n->registered_ms, (long long)n->last_seen_ms, n->pid, n->gpus_free);
     for (size_t k = 0; k < n->n_labels; k++) {
@@ -111,8 +113,11 @@ static void nodes_table(const troupe_node_list *l, int wide)
         tr_cli_time(seen, sizeof(seen), n->last_seen_ms);
         tr_cli_age(age, sizeof(age), n->registered_ms, now);
         /* kubectl's "Ready,SchedulingDisabled": the state, and why no new work. */
-        snprintf(state, sizeof(state), "%s%s%s", troupe_node_state_name(n->state), n->draining ? ",DRAINING" : "",
-                 n->fenced_workers ? ",FENCED" : "");
+        /* An agent without root that refuses jobs says so (NOROOT); one run
+         * with --shared-uid was the operator's choice: -o json's isolation. */
+        snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state),
+                 n->draining ? ",DRAINING" : "", n->fenced_workers ? ",FENCED" : "",
+                 strncmp(n->isolation, "none", 4) == 0 ? ",NOROOT" : "");
         printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %5s", (unsigned long long)n->id, n->name, state,
                n->n_gpus, n->gpus_free, model, util, mem, load, seen, age);
         if (wide) {

@@ -34,6 +34,7 @@ static int64_t parse_ttl(const char *s)
 static int token_create(tr_cli *cli, int argc, char **argv)
 {
     const char *scope = NULL;
+    troupe_token_spec spec = {0};
     int64_t ttl = 0, expires = 0;
     uint64_t id = 0;
     char *token = NULL;
@@ -42,6 +43,16 @@ static int token_create(tr_cli *cli, int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--scope") == 0 && i + 1 < argc) {
             scope = argv[++i];
+        } else if (strcmp(argv[i], "--node") == 0 && i + 1 < argc) {
+            spec.node = argv[++i];
+        } else if (strcmp(argv[i], "--max-nodes") == 0 && i + 1 < argc) {
+            char *end;
+            unsigned long n = strtoul(argv[++i], &end, 10);
+            if (*end != '\0' || n == 0 || n > 1000000) {
+                fprintf(stderr, "troupe: --max-nodes wants a number from 1 to 1000000\n");
+                return 2;
+            }
+            spec.max_nodes = (uint32_t)n;
         } else if (strcmp(argv[i], "--ttl") == 0 && i + 1 < argc) {
             if ((ttl = parse_ttl(argv[++i])) < 0) {
                 fprintf(stderr, "troupe: --ttl wants a duration such as 3600, 90m, 12h or 30d\n");
@@ -52,14 +63,20 @@ static int token_create(tr_cli *cli, int argc, char **argv)
             break;
         }
     }
-    if (scope == NULL || (strcmp(scope, "user") != 0 && strcmp(scope, "node") != 0)) {
-        fprintf(stderr, "usage: troupe token create --scope user|node [--ttl DURATION]\n");
+    if (scope == NULL ||
+        (strcmp(scope, "user") != 0 && strcmp(scope, "node") != 0 && strcmp(scope, "admin") != 0) ||
+        ((spec.node != NULL || spec.max_nodes != 0) && strcmp(scope, "node") != 0)) {
+        fprintf(stderr,
+                "usage: troupe token create --scope user|admin [--ttl DURATION]\n"
+                "       troupe token create --scope node [--node NAME | --max-nodes N] [--ttl DURATION]\n");
         return 2;
     }
+    spec.scope = scope;
+    spec.ttl_s = (uint64_t)ttl;
     if (tr_cli_connect(cli) != 0) {
         return 1;
     }
-    if (troupe_token_create(cli->client, scope, (uint64_t)ttl, &token, &id, &expires, &err) != TROUPE_OK) {
+    if (troupe_token_create_spec(cli->client, &spec, &token, &id, &expires, &err) != TROUPE_OK) {
         tr_cli_fail(cli, &err);
         troupe_client_close(cli->client);
         return 1;
@@ -115,6 +132,8 @@ int tr_cli_cmd_token(tr_cli *cli, int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "revoke") == 0) {
         return token_revoke(cli, argc, argv);
     }
-    fprintf(stderr, "usage: troupe token create --scope user|node [--ttl DURATION] | troupe token revoke ID\n");
+    fprintf(stderr,
+            "usage: troupe token create --scope user|admin|node [--node NAME|--max-nodes N] [--ttl DURATION]"
+            " | troupe token revoke ID\n");
     return 2;
 }

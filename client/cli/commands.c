@@ -58,8 +58,11 @@ const tr_cli_cmd tr_cli_commands[] = {
     {"help", tr_cli_cmd_help, "help [COMMAND]", "this text, or one command's usage", "", "@commands", "table"},
     {"completion", tr_cli_cmd_completion, "completion bash",
      "print the bash completion script: source <(troupe completion bash)", "", "bash", "table"},
-    {"token", tr_cli_cmd_token, "token create --scope user|node [--ttl D] | token revoke ID",
-     "mint a credential (admin; printed once) or make one stop working", "--scope --ttl", "create revoke", NULL},
+    {"token", tr_cli_cmd_token,
+     "token create --scope user|admin|node [--node NAME|--max-nodes N] [--ttl D] | token revoke ID",
+     "mint a credential (admin; printed once) or make one stop working; a user stops and deletes only its "
+     "own jobs, a node credential registers one node (or --max-nodes)",
+     "--scope --ttl --node --max-nodes", "create revoke", NULL},
     {NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 

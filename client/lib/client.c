@@ -174,6 +174,7 @@ static void fill_node(troupe_node *d, const Troupe__V1__Node *s, troupe_gpu *gpu
     d->draining = s->draining;
     d->replaces = s->replaces;
     d->fenced_workers = s->fenced_workers;
+    d->isolation = s->isolation;
     d->has_nsys = 0;
     for (size_t t = 0; t < s->n_tools; t++) {
         d->has_nsys |= strcmp(s->tools[t], "nsys") == 0;
@@ -336,6 +337,14 @@ TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *ou
 TROUPE_API troupe_status troupe_token_create(troupe_client *c, const char *scope, uint64_t ttl_s, char **token,
                                              uint64_t *id, int64_t *expires_ms, troupe_error *err)
 {
+    troupe_token_spec spec = {scope, ttl_s, NULL, 0};
+    return troupe_token_create_spec(c, &spec, token, id, expires_ms, err);
+}
+
+TROUPE_API troupe_status troupe_token_create_spec(troupe_client *c, const troupe_token_spec *spec,
+                                                  char **token, uint64_t *id, int64_t *expires_ms,
+                                                  troupe_error *err)
+{
     Troupe__V1__CreateTokenRequest req = TROUPE__V1__CREATE_TOKEN_REQUEST__INIT;
     Troupe__V1__CreateTokenReply *rep = NULL;
     tr_err e;
@@ -344,8 +353,10 @@ TROUPE_API troupe_status troupe_token_create(troupe_client *c, const char *scope
     *token = NULL;
     *id = 0;
     *expires_ms = 0;
-    req.scope = (char *)scope;
-    req.ttl_s = ttl_s;
+    req.scope = (char *)spec->scope;
+    req.ttl_s = spec->ttl_s;
+    req.node = (char *)(spec->node != NULL ? spec->node : "");
+    req.max_nodes = spec->max_nodes;
     rv = tr_rpc_client_call(c->rpc, "troupe.v1.Head/CreateToken", &req.base,
                             &troupe__v1__create_token_reply__descriptor, (ProtobufCMessage **)&rep, c->timeout_ms,
                             0, &e);

@@ -83,6 +83,7 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
     d->name = j->spec ? j->spec->name : "";
     d->state = (troupe_job_state)j->state;
     d->reason = j->reason;
+    d->owner = j->owner;
     d->submitted_ms = j->submitted_ms;
     d->started_ms = j->started_ms;
     d->ended_ms = j->ended_ms;

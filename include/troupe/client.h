@@ -117,6 +117,8 @@ typedef struct troupe_node {
     const char *gpu_source;      /* "nvml", "simulated", "none: WHY"; "" before the first */
     double load1;                /* 1-minute load average */
     uint64_t mem_total_bytes, mem_available_bytes;
+    const char *isolation; /* who its agent runs workers as ("per-worker uid A-B", "shared uid N ...",
+                              "none: ..." = refuses jobs); "" from older agents */
 } troupe_node;
 
 typedef struct troupe_node_list {
@@ -262,6 +264,7 @@ typedef struct troupe_job {
     const struct troupe_failure *failures;
     uint32_t failures_dropped; /* older reports no longer kept (the head keeps the latest 32) */
     const struct troupe_job_health *health; /* never NULL in troupe_get_job results and listings */
+    const char *owner; /* who submitted it: "user:ID", "admin:ID", "admin"; "" without auth or unknown */
 } troupe_job;
 
 /* ---- built-in trace (worker.h: spans of profiled steps) ------------------- */
@@ -514,6 +517,20 @@ TROUPE_API troupe_status troupe_read_logs(troupe_client *c, uint64_t job_id, con
  * *expires_ms is its unix expiry (0 = never). */
 TROUPE_API troupe_status troupe_token_create(troupe_client *c, const char *scope, uint64_t ttl_s, char **token,
                                              uint64_t *id, int64_t *expires_ms, troupe_error *err);
+
+/* troupe_token_spec: what troupe_token_create_spec mints. */
+typedef struct troupe_token_spec {
+    const char *scope;  /* "user", "node" or "admin" (a minted admin: may do everything the admin may) */
+    uint64_t ttl_s;     /* 0 = never expires */
+    const char *node;   /* node scope: the one node name it may register; NULL/"" = the first it registers */
+    uint32_t max_nodes; /* node scope: node names it may register in all; 0 = 1 */
+} troupe_token_spec;
+
+/* troupe_token_create_spec is troupe_token_create with every option; the
+ * same outputs, the same ownership. */
+TROUPE_API troupe_status troupe_token_create_spec(troupe_client *c, const troupe_token_spec *spec,
+                                                  char **token, uint64_t *id, int64_t *expires_ms,
+                                                  troupe_error *err);
 
 /* troupe_token_revoke makes credential id stop working at once (NOT_FOUND
  * when there is none); needs the admin credential. */

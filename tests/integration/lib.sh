@@ -14,6 +14,14 @@ TRAIN_BIN=$TROUPE_BIN/worker/train/troupe-train
 T=$(mktemp -d /tmp/troupe-it.XXXXXX)
 PIDS=()
 
+# Agents started by root run each worker under a uid of its own (README
+# "Isolation"), and such a worker can write nowhere in $T (root's, 0700),
+# where nearly every test's workers leave what the test then checks. So the
+# tests' agents run workers as themselves (TROUPE_SHARED_UID is troupe-node's
+# shared_uid), as an agent without root must; security/isolation.sh unsets it
+# to test the isolation itself.
+export TROUPE_SHARED_UID=true
+
 # worker_pids: live processes of this test's workers, their supervisors and
 # children (every one carries this test's TROUPE_HEAD and a TROUPE_WORKER).
 worker_pids() {

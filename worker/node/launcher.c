@@ -236,6 +236,10 @@ static char **build_envp(const char *const *env, char *parent_kv, char *lease_kv
         }
     }
     for (size_t i = 0; i < ns; i++) {
+        /* The shim's own keys are the agent's to set, never the job's. */
+        if (strncmp(env[i], "TROUPE_EXEC_WORKER_", 19) == 0) {
+            continue;
+        }
         if (!in_list(env[i], env + i + 1)) {
             have_nvls |= key_is(env[i], nvls_off);
             envp[k++] = (char *)env[i];
@@ -249,26 +253,31 @@ static char **build_envp(const char *const *env, char *parent_kv, char *lease_kv
     return envp;
 }
 
-/* build_argv returns {self_exe, "--exec-worker", workdir, "--", argv..., NULL}
- * (malloc'ed array of borrowed strings). */
-static char **build_argv(const tr_launcher *l, const tr_worker_spec *spec)
+/* build_argv returns {self_exe, "--exec-worker", workdir, [as,] "--",
+ * argv..., NULL} (malloc'ed array of borrowed strings; as is "--as=UID:GID"
+ * or NULL) and sets *cmd_at to the index of the command. */
+static char **build_argv(const tr_launcher *l, const tr_worker_spec *spec, char *as, size_t *cmd_at)
 {
-    size_t n = 0;
+    size_t n = 0, k = 3;
     char **av;
 
     while (spec->argv[n] != NULL) {
         n++;
     }
-    av = calloc(n + 5, sizeof(*av));
+    av = calloc(n + 6, sizeof(*av));
     if (av == NULL) {
         return NULL;
     }
     av[0] = l->self_exe;
     av[1] = "--exec-worker";
     av[2] = (char *)(spec->workdir != NULL ? spec->workdir : "");
-    av[3] = "--";
+    if (as != NULL) {
+        av[k++] = as;
+    }
+    av[k++] = "--";
+    *cmd_at = k;
     for (size_t i = 0; i < n; i++) {
-        av[4 + i] = (char *)spec->argv[i];
+        av[k + i] = (char *)spec->argv[i];
     }
     return av;
 }
@@ -348,15 +357,16 @@ static int open_log(tr_launcher *l, tr_worker *w, const char *cmd)
     return fd;
 }
 
-/* spawn_worker starts the shim for w; on failure w becomes FAILED_TO_START. */
-static void spawn_worker(tr_launcher *l, tr_worker *w, char *const *argv, char *const *envp)
+/* spawn_worker starts the shim for w (argv[cmd_at] is the command); on
+ * failure w becomes FAILED_TO_START. */
+static void spawn_worker(tr_launcher *l, tr_worker *w, char *const *argv, size_t cmd_at, char *const *envp)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     int fd, rc, have_fa = 0, have_at = 0;
 
     w->started_ms = tr_wall_ms();
-    fd = open_log(l, w, argv[4]);
+    fd = open_log(l, w, argv[cmd_at]);
     if (fd < 0) {
         goto out;
     }
@@ -373,7 +383,7 @@ static void spawn_worker(tr_launcher *l, tr_worker *w, char *const *argv, char *
         rc = posix_spawn(&w->pid, l->self_exe, &fa, &at, argv, envp);
     }
     if (rc != 0) {
-        set_failed(w, TR_CANNOT_START "'%s': spawning %s: %s", argv[4], l->self_exe, strerror(rc));
+        set_failed(w, TR_CANNOT_START "'%s': spawning %s: %s", argv[cmd_at], l->self_exe, strerror(rc));
         goto out;
     }
     w->phase = TR_WORKER_RUNNING;
@@ -713,9 +723,10 @@ static int new_record(tr_launcher *l, const tr_worker_spec *spec, tr_worker **ou
 
 int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err)
 {
-    char parent_kv[64], *lease_kv = NULL;
+    char parent_kv[64], as[64], *lease_kv = NULL;
     char **argv = NULL, **envp = NULL;
     tr_worker *w = NULL;
+    size_t cmd_at = 0;
     int rv;
 
     rv = check_spec(spec, err);
@@ -728,7 +739,8 @@ int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err)
         goto out;
     }
     snprintf(parent_kv, sizeof(parent_kv), TR_EXEC_PARENT_ENV "=%ld", (long)getpid());
-    argv = build_argv(l, spec);
+    snprintf(as, sizeof(as), "--as=%u:%u", (unsigned)spec->uid, (unsigned)spec->gid);
+    argv = build_argv(l, spec, spec->switch_ids ? as : NULL, &cmd_at);
     if (spec->lease_path != NULL && asprintf(&lease_kv, TR_EXEC_LEASE_ENV "=%s", spec->lease_path) < 0) {
         lease_kv = NULL;
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "worker %s: out of memory", spec->name);
@@ -748,7 +760,7 @@ int tr_launcher_start(tr_launcher *l, const tr_worker_spec *spec, tr_err *err)
         set_failed(w, "%s", spec->fail_reason);
         goto out;
     }
-    spawn_worker(l, w, argv, envp);
+    spawn_worker(l, w, argv, cmd_at, envp);
 out:
     free(argv);
     free(envp);

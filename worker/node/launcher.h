@@ -63,6 +63,9 @@ typedef struct tr_worker_spec {
     const char *lease_path;  /* NULL = no lease; else the agent's lease file (launcher_shim.h) */
     const char *report_glob; /* NULL, or a glob of a file the command writes (an nsys report): once the
                                 worker ended, the newest match written since its start is its report */
+    int switch_ids;          /* 1: the command runs as uid:gid with no supplementary groups (ids.h) */
+    uid_t uid;
+    gid_t gid;
 } tr_worker_spec;
 
 typedef struct tr_worker_status {
@@ -141,8 +144,8 @@ int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_
 int tr_launcher_forget(tr_launcher *l, const char *name, uint32_t attempt, tr_err *err);
 
 /* tr_launcher_exec_worker is the shim's body, called from troupe-node's main
- * when argv[1] is "--exec-worker": argv = {prog, "--exec-worker", WORKDIR, "--",
- * CMD, ARGS...}. Never returns on success; returns 127 on failure after writing
+ * when argv[1] is "--exec-worker": argv = {prog, "--exec-worker", WORKDIR,
+ * ["--as=UID:GID",] "--", CMD, ARGS...}. Never returns on success; returns 127 on failure after writing
  * the reason to stderr (which is the worker's log). */
 int tr_launcher_exec_worker(int argc, char **argv);
 

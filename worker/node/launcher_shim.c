@@ -21,14 +21,18 @@
  *     cannot be started as "troupe-node: cannot start 'CMD': REASON", exit 127.
  *
  * The command itself starts with default signal dispositions and an empty
- * signal mask. */
+ * signal mask, and, given --as=UID:GID, as that user and group only (ids.h):
+ * the shim stays the agent's user, so the worker can neither signal it nor
+ * read the lease file, and the shim can always kill what the worker started. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,9 +113,45 @@ static int parent_gone(long want)
     return want > 0 ? (long)pp != want : pp == 1;
 }
 
+/* drop_ids makes the command's process the worker's own identity for good:
+ * no supplementary groups, then the gid, then the uid (real, effective and
+ * saved, so nothing can switch back), and checks that root's powers are
+ * gone. The worker's files are its job group's too (umask 007): ranks of one
+ * job share a workdir through the job's gid. Never returns on failure. */
+static void drop_ids(const char *cmd, const char *dir, uid_t uid, gid_t gid)
+{
+    uid_t r, e, s;
+    gid_t rg, eg, sg;
+
+    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) {
+        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': cannot switch to uid %u gid %u: %s\n", cmd,
+                (unsigned)uid, (unsigned)gid, strerror(errno));
+        _exit(TR_SHIM_EXIT);
+    }
+    if (getresuid(&r, &e, &s) != 0 || r != uid || e != uid || s != uid || getresgid(&rg, &eg, &sg) != 0 ||
+        rg != gid || eg != gid || sg != gid || getgroups(0, NULL) != 0 || (uid != 0 && setuid(0) == 0)) {
+        fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': uid %u gid %u did not take hold\n", cmd,
+                (unsigned)uid, (unsigned)gid);
+        _exit(TR_SHIM_EXIT);
+    }
+    umask(007);
+    /* Again as the worker: the directory must be usable by its uid, not
+     * only by the agent's. */
+    if (dir[0] != '\0' && chdir(dir) != 0) {
+        fprintf(stderr,
+                TR_SHIM_PREFIX TR_CANNOT_START
+                "'%s': cannot change to directory '%s' as uid %u gid %u: %s (the "
+                "job's workdir must be usable by its workers' ids: README "
+                "\"Isolation\")\n",
+                cmd, dir, (unsigned)uid, (unsigned)gid, strerror(errno));
+        _exit(TR_SHIM_EXIT);
+    }
+}
+
 /* run_command is the forked child: restore what the command must start
- * with, then exec it. Never returns. */
-static void run_command(char **argv, const char *cmd)
+ * with, become the worker's identity (as != NULL), then exec it. Never
+ * returns. */
+static void run_command(char **argv, const char *cmd, const char *dir, const char *as)
 {
     sigset_t none;
     static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGCHLD};
@@ -121,6 +161,15 @@ static void run_command(char **argv, const char *cmd)
     }
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (as != NULL) {
+        unsigned long uid, gid;
+        char tail;
+        if (sscanf(as, "%lu:%lu%c", &uid, &gid, &tail) != 2) {
+            fprintf(stderr, TR_SHIM_PREFIX TR_CANNOT_START "'%s': bad --as '%s'\n", cmd, as);
+            _exit(TR_SHIM_EXIT);
+        }
+        drop_ids(cmd, dir, (uid_t)uid, (gid_t)gid);
+    }
     execvp(cmd, argv);
     /* Say what the errno means for a command line, with what to check. */
     if (errno == ENOENT && strchr(cmd, '/') == NULL) {
@@ -183,19 +232,25 @@ static int supervise(pid_t child, const sigset_t *waitset, const char *lease)
 
 int tr_launcher_exec_worker(int argc, char **argv)
 {
-    const char *dir, *cmd, *env;
+    const char *dir, *cmd, *env, *as = NULL;
     static char lease_buf[4096];
     const char *lease = NULL;
     sigset_t waitset;
     long want = -1;
     pid_t child;
+    int at = 3;
 
-    if (argc < 5 || strcmp(argv[1], "--exec-worker") != 0 || strcmp(argv[3], "--") != 0) {
-        fprintf(stderr, TR_SHIM_PREFIX "usage: troupe-node --exec-worker DIR -- CMD [ARGS...]\n");
+    if (argc > 3 && strncmp(argv[3], "--as=", 5) == 0) {
+        as = argv[3] + 5;
+        at = 4;
+    }
+    if (argc < at + 2 || strcmp(argv[1], "--exec-worker") != 0 || strcmp(argv[at], "--") != 0) {
+        fprintf(stderr,
+                TR_SHIM_PREFIX "usage: troupe-node --exec-worker DIR [--as=UID:GID] -- CMD [ARGS...]\n");
         return TR_SHIM_EXIT;
     }
     dir = argv[2];
-    cmd = argv[4];
+    cmd = argv[at + 1];
     env = getenv(TR_EXEC_PARENT_ENV);
     if (env != NULL) {
         want = strtol(env, NULL, 10);
@@ -237,7 +292,7 @@ int tr_launcher_exec_worker(int argc, char **argv)
         return TR_SHIM_EXIT;
     }
     if (child == 0) {
-        run_command(argv + 4, cmd);
+        run_command(argv + at + 1, cmd, dir, as);
     }
     /* _exit, not return: once the command has ended the shim must end too
      * (the launcher reports the worker over, its GPUs free, only then), and

@@ -1,5 +1,6 @@
 /* troupe-node: the per-machine agent. See --help. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -9,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "ids.h"
 #include "launcher.h"
 #include "log.h"
 #include "names.h"
@@ -26,7 +29,8 @@ const tr_cfg_desc tr_node_config_table[] = {
      "PEM CA that signed the head's certificate (tls+tcp://); workers get it as TROUPE_TLS_CA"},
     {"tls_cert", TR_CFG_STRING, F(tls_cert), NULL, TR_CFG_UNBOUNDED, 0,
      "PEM client certificate for a head with tls_client_auth (signed by its tls_client_ca)"},
-    {"tls_key", TR_CFG_STRING, F(tls_key), NULL, TR_CFG_UNBOUNDED, 0, "PEM private key of tls_cert (mode 0600)"},
+    {"tls_key", TR_CFG_STRING, F(tls_key), NULL, TR_CFG_UNBOUNDED, 0,
+     "PEM private key of tls_cert (mode 0600)"},
     {"tls_server_name", TR_CFG_STRING, F(tls_server_name), NULL, TR_CFG_UNBOUNDED, 0,
      "name the head's certificate must carry (default: the host in head)"},
     {"name", TR_CFG_STRING, F(name), NULL, TR_CFG_UNBOUNDED, 0, "node name (default: the hostname)"},
@@ -49,6 +53,18 @@ const tr_cfg_desc tr_node_config_table[] = {
     {"lease_ms", TR_CFG_INT, F(lease_ms), "0", 0, 6000000, 0,
      "kill the workers after this long without an answered heartbeat; 0 = the lease the head grants "
      "(its lease_ms, shorter than its DEAD timeout); a value here can only shorten it"},
+    {"shared_uid", TR_CFG_BOOL, F(shared_uid), "false", TR_CFG_UNBOUNDED, 0,
+     "run workers as the agent's own user. RISK: every worker can then read the node credential "
+     "(and act as this node) and every other job's worker credential on it. Without root it is the "
+     "only way to run jobs; as root, workers get uids of their own unless this is set"},
+    {"worker_user", TR_CFG_STRING, F(worker_user), NULL, TR_CFG_UNBOUNDED, 0,
+     "as root: run every worker as this user (no supplementary groups) instead of a uid per worker; "
+     "separates workers from the agent but not jobs from each other"},
+    {"worker_uid_range", TR_CFG_STRING, F(worker_uid_range), TR_IDS_DEFAULT_RANGE, TR_CFG_UNBOUNDED, 0,
+     "as root: FIRST-LAST ids handed out as a uid per worker and a gid per job (ids not in passwd or "
+     "group, held host-wide while in use)"},
+    {"worker_id_dir", TR_CFG_STRING, F(worker_id_dir), TR_IDS_DEFAULT_DIR, TR_CFG_UNBOUNDED, 0,
+     "where the agents of this host lock the ids they hand out (one file per id in use)"},
     {NULL, 0, 0, NULL, 0, 0, 0, NULL},
 };
 #undef F
@@ -131,6 +147,47 @@ static int load_token(tr_node_config *c, int argc, char **argv, tr_err *err)
     return TROUPE_OK;
 }
 
+/* setup_isolation decides who workers run as, says so, and closes to them
+ * what is the agent's: the state dir becomes traverse-only (each worker
+ * reaches its own credential's directory by path, lists nothing, and every
+ * file in it is the agent's, 0600), and a token file others can read is
+ * tightened to 0600, or the agent refuses to start. */
+static int setup_isolation(tr_node_agent *a, tr_err *err)
+{
+    tr_ids_opts o = {a->cfg.shared_uid, a->cfg.worker_user, a->cfg.worker_uid_range, a->cfg.worker_id_dir};
+    tr_ids_mode mode;
+    struct stat st;
+    int rv = tr_ids_open(&o, &a->ids, err);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    tr_ids_describe(a->ids, a->isolation, sizeof(a->isolation));
+    mode = tr_ids_get_mode(a->ids);
+    TR_LOG(mode == TR_IDS_DYNAMIC ? TR_LOG_NOTICE : TR_LOG_WARNING, "worker isolation: %s", a->isolation);
+    if (mode != TR_IDS_DYNAMIC && mode != TR_IDS_USER) {
+        return TROUPE_OK;
+    }
+    if (chmod(a->cfg.state_dir, 0711) != 0) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "chmod 711 %s: %s", a->cfg.state_dir,
+                          strerror(errno));
+    }
+    if (a->cfg.token_file != NULL && a->cfg.token_file[0] != '\0' && stat(a->cfg.token_file, &st) == 0 &&
+        (st.st_mode & 077) != 0) {
+        if (chmod(a->cfg.token_file, st.st_mode & 0700) != 0) {
+            return tr_err_set(
+                err, TROUPE_FAILED_PRECONDITION,
+                "token_file %s is readable by group or others (mode %03o) and chmod failed (%s); "
+                "workers run under other uids here and could read the node credential: make it "
+                "0600 and owned by the agent's user",
+                a->cfg.token_file, (unsigned)(st.st_mode & 0777), strerror(errno));
+        }
+        TR_LOG(TR_LOG_NOTICE, "token_file %s was mode %03o; made it %03o so that workers cannot read it",
+               a->cfg.token_file, (unsigned)(st.st_mode & 0777), (unsigned)(st.st_mode & 0700));
+    }
+    return TROUPE_OK;
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -142,7 +199,11 @@ static void usage(FILE *out)
     fprintf(out, "usage: troupe-node [--head URL] [--name NAME] [--labels k=v,...] [--fake-gpus SPEC]\n"
                  "                   [--config node.yaml] [--check-config]\n\n"
                  "Registers this machine's GPUs with troupe-head, heartbeats, runs workers.\n"
-                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n\n");
+                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n\n"
+                 "Isolation: started as root, the agent runs every worker under a uid of its own\n"
+                 "(--worker-uid-range; a gid per job, shared by its ranks) or as --worker-user, never\n"
+                 "as itself. Without root it cannot: it refuses jobs unless --shared-uid is given,\n"
+                 "and then any worker can read the node credential and other jobs' credentials.\n\n");
     tr_cfg_usage(tr_node_config_table, out);
 }
 
@@ -288,6 +349,12 @@ int main(int argc, char **argv)
         tr_cfg_free(tr_node_config_table, &a.cfg);
         return 1;
     }
+    if ((rv = setup_isolation(&a, &err)) != TROUPE_OK) {
+        fprintf(stderr, "troupe-node: %s\n", err.msg);
+        close(a.lock_fd);
+        tr_cfg_free(tr_node_config_table, &a.cfg);
+        return 2;
+    }
     ro.url = a.cfg.head;
     ro.token = a.cfg.token;
     ro.wait_for_server = 1;
@@ -300,6 +367,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "troupe-node: %s: %s\n", troupe_strerror(rv), err.msg);
         tr_rpc_client_close(a.rpc);
         close(a.lock_fd);
+        tr_ids_close(a.ids);
         tr_cfg_free(tr_node_config_table, &a.cfg);
         return rv == TROUPE_CANCELLED ? 0 : 1;
     }
@@ -307,6 +375,7 @@ int main(int argc, char **argv)
     TR_LOG(TR_LOG_NOTICE, "stopping node=%llu", (unsigned long long)a.node_id);
     tr_rpc_client_close(a.rpc);
     close(a.lock_fd);
+    tr_ids_close(a.ids);
     tr_cfg_free(tr_node_config_table, &a.cfg);
     return rv == TROUPE_OK ? 0 : 1;
 }

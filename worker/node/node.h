@@ -27,6 +27,10 @@ typedef struct tr_node_config {
     char *log_level;
     int64_t stop_grace_ms;
     int64_t lease_ms; /* 0 = the head's; else at most this (never more than the head's) */
+    int shared_uid;   /* workers run as the agent (ids.h) */
+    char *worker_user;
+    char *worker_uid_range;
+    char *worker_id_dir;
 } tr_node_config;
 
 extern const tr_cfg_desc tr_node_config_table[];
@@ -61,6 +65,8 @@ typedef struct tr_node_agent {
     /* Workers (agent.c, sync.c). The main loop owns the launcher; the sync
      * thread only hands over new assignment sets under mu. */
     tr_launcher *launcher;
+    struct tr_ids *ids;  /* who workers run as (ids.h); the main loop's */
+    char isolation[256]; /* tr_ids_describe, registered with the head */
     pthread_t sync_thread;
     int sync_started;
     pthread_mutex_t mu;

@@ -16,14 +16,17 @@
  * A report carries at most LOG_BATCH of each worker's output and REPORT_LOG_MAX
  * in all (well inside the head's frame); while more is waiting, the next
  * report goes out on the next step instead of after the usual period. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gpus.h"
+#include "ids.h"
 #include "log.h"
-#include "node_sync.h"
 #include "node.h"
+#include "node_sync.h"
 #include "safefile.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
@@ -110,11 +113,12 @@ static const Troupe__V1__WorkerAssignment *assigned(const Troupe__V1__NodeSyncRe
     return NULL;
 }
 
-/* credential_path names the file holding a worker's credential:
+/* credential_dir names the directory holding a worker's credential:
  * STATE_DIR/credentials/JOB-ATTEMPT-WORKER (worker names are [A-Za-z0-9._-],
- * the head's name rules; anything else would not be a file name here). */
-static void credential_path(const tr_node_agent *a, uint64_t job, uint32_t attempt, const char *name,
-                            char *path, size_t size)
+ * the head's name rules; anything else would not be a file name here). The
+ * credential itself is the file "token" in it. */
+static void credential_dir(const tr_node_agent *a, uint64_t job, uint32_t attempt, const char *name,
+                           char *path, size_t size)
 {
     snprintf(path, size, "%s/credentials/%llu-%u-%s", a->cfg.state_dir, (unsigned long long)job, attempt,
              strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == strlen(name) &&
@@ -123,10 +127,25 @@ static void credential_path(const tr_node_agent *a, uint64_t job, uint32_t attem
                  : "worker");
 }
 
-/* write_credential stores wa's credential in a file only this user can read
- * (0600, O_NOFOLLOW, in a 0700 directory). */
-static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa, char *path, size_t size,
-                            tr_err *err)
+/* remove_credential deletes a worker's credential and its directory. */
+static void remove_credential(const tr_node_agent *a, uint64_t job, uint32_t attempt, const char *name)
+{
+    char dir[1024], path[1100];
+
+    credential_dir(a, job, attempt, name, dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/token", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* write_credential stores wa's credential where only the worker can read it:
+ * STATE_DIR (traverse only) / credentials (traverse only) / a directory of
+ * the worker's own (0700) / token (0400), both owned by the worker's uid when
+ * it has one (ids.h), else by the agent. The file is written while the
+ * directory is still the agent's, so the worker's uid never holds a directory
+ * that the agent writes into. */
+static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa,
+                            const tr_worker_spec *ws, char *path, size_t size, tr_err *err)
 {
     char dir[1024];
     int rv;
@@ -135,8 +154,27 @@ static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment
     if ((rv = tr_dir_private(dir, err)) != TROUPE_OK) {
         return rv;
     }
-    credential_path(a, wa->job_id, wa->attempt, wa->name, path, size);
-    return tr_file_replace_private(path, wa->credential, strlen(wa->credential), err);
+    if (ws->switch_ids && chmod(dir, 0711) != 0) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "chmod 711 %s: %s", dir, strerror(errno));
+    }
+    remove_credential(a, wa->job_id, wa->attempt, wa->name); /* a start retried */
+    credential_dir(a, wa->job_id, wa->attempt, wa->name, dir, sizeof(dir));
+    if (mkdir(dir, 0700) != 0) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "credential directory %s: %s", dir,
+                          strerror(errno));
+    }
+    snprintf(path, size, "%s/token", dir);
+    if ((rv = tr_file_replace_private(path, wa->credential, strlen(wa->credential), err)) != TROUPE_OK) {
+        rmdir(dir);
+        return rv;
+    }
+    if (ws->switch_ids && (lchown(path, ws->uid, ws->gid) != 0 || chmod(path, 0400) != 0 ||
+                           lchown(dir, ws->uid, ws->gid) != 0)) {
+        rv = tr_err_set(err, TROUPE_FAILED_PRECONDITION, "giving %s to uid %u: %s", path, (unsigned)ws->uid,
+                        strerror(errno));
+        remove_credential(a, wa->job_id, wa->attempt, wa->name);
+    }
+    return rv;
 }
 
 static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
@@ -148,7 +186,7 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
     tr_nsys_cmd nsys = {0};
     char lease[1100];
     size_t ne = 0;
-    tr_err err, gpu_err = {0};
+    tr_err err, gpu_err = {0}, id_err = {0};
     const char *real_visible = getenv("CUDA_VISIBLE_DEVICES");
 
     if (a->n_gpus == 0 || a->gpus[0].simulated || real_visible == NULL || real_visible[0] == '\0') {
@@ -185,11 +223,18 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
         env[ne] = owned[ne];
         ne++;
     }
+    /* Who it runs as (ids.h); an agent that cannot separate workers from
+     * itself and was not told to accept that fails the worker, saying why. */
+    if (tr_ids_acquire(a->ids, wa->job_id, wa->name, wa->attempt, &ws.switch_ids, &ws.uid, &ws.gid,
+                       &id_err) != TROUPE_OK) {
+        ws.switch_ids = 0;
+    }
     /* The worker gets its job's worker credential in a file, never the
      * agent's own credential and never on a command line or in its env. */
-    if (wa->credential != NULL && wa->credential[0] != '\0') {
-        char path[1024];
-        if (write_credential(a, wa, path, sizeof(path), &err) != TROUPE_OK) {
+    if (id_err.code == TROUPE_OK && wa->credential != NULL && wa->credential[0] != '\0') {
+        char path[1100];
+        if (write_credential(a, wa, &ws, path, sizeof(path), &err) != TROUPE_OK) {
+            tr_ids_release(a->ids, wa->job_id, wa->name, wa->attempt);
             TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name, err.msg);
             goto out;
         }
@@ -225,10 +270,17 @@ static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
     ws.report_glob = nsys.report_glob;
     ws.env = env;
     ws.workdir = wa->workdir;
-    ws.fail_reason = gpu_err.code != TROUPE_OK ? gpu_err.msg : nsys.fail_reason[0] ? nsys.fail_reason : NULL;
+    ws.fail_reason = id_err.code != TROUPE_OK    ? id_err.msg
+                     : gpu_err.code != TROUPE_OK ? gpu_err.msg
+                     : nsys.fail_reason[0]       ? nsys.fail_reason
+                                                 : NULL;
     ws.lease_path = tr_node_lease_file(a, lease, sizeof(lease)) ? lease : NULL;
     if (tr_launcher_start(a->launcher, &ws, &err) != TROUPE_OK) {
         TR_LOG(TR_LOG_ERR, "cannot start worker=%s: %s", wa->name, err.msg);
+        if (err.code != TROUPE_ALREADY_EXISTS) { /* no record holds its ids (an existing one keeps them) */
+            remove_credential(a, wa->job_id, wa->attempt, wa->name);
+            tr_ids_release(a->ids, wa->job_id, wa->name, wa->attempt);
+        }
     } else {
         TR_LOG(TR_LOG_INFO, "started worker=%s attempt=%u job=%llu gpus=%zu", wa->name, wa->attempt,
                (unsigned long long)wa->job_id, wa->n_gpus);
@@ -388,9 +440,10 @@ static void forget_settled(tr_node_agent *a)
         if (!drop_drained(a, &st)) {
             continue;
         }
-        char path[1024];
-        credential_path(a, st.job_id, st.attempt, st.name, path, sizeof(path));
-        unlink(path); /* a settled worker's credential no longer works anyway */
+        /* A settled worker's credential no longer works anyway; its ids go
+         * back once nothing of it runs (it has been reaped). */
+        remove_credential(a, st.job_id, st.attempt, st.name);
+        tr_ids_release(a->ids, st.job_id, st.name, st.attempt);
         tr_launcher_forget(a->launcher, st.name, st.attempt, &err);
     }
 }

@@ -11,6 +11,8 @@
  * Name rules (the head's own checks, whatever a client sends):
  *   register-name NAME | register-label KEY VALUE | register-address ADDR | register-gpu-model MODEL |
  *   submit-name NAME | submit-group NAME | submit-label KEY VALUE
+ * Speaking as a worker (the isolation tests): report-failure JOB WORKER ATTEMPT
+ *   sends a ReportFailure "forged" from WORKER of JOB at ATTEMPT.
  * Pages: list-nodes CURSOR (include_dead, no limit) prints
  *   "nodes=N first=ID last=ID next_cursor=C payload=BYTES" after the code line.
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
@@ -150,10 +152,23 @@ static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, s
     static char *cmd[] = {"true"};
     static uint32_t nodes[] = {1};
     Troupe__V1__ListNodesRequest ls = TROUPE__V1__LIST_NODES_REQUEST__INIT;
-    int need = (strcmp(mode, "register-label") == 0 || strcmp(mode, "submit-label") == 0) ? 2 : 1;
+    Troupe__V1__ReportFailureRequest rf = TROUPE__V1__REPORT_FAILURE_REQUEST__INIT;
+    Troupe__V1__WorkerRef from = TROUPE__V1__WORKER_REF__INIT;
+    int need = (strcmp(mode, "register-label") == 0 || strcmp(mode, "submit-label") == 0) ? 2
+               : strcmp(mode, "report-failure") == 0                                      ? 3
+                                                                                          : 1;
 
     if (argc < need) {
         return -1;
+    }
+    if (strcmp(mode, "report-failure") == 0) {
+        from.job_id = strtoull(argv[0], NULL, 10);
+        from.worker = argv[1];
+        from.attempt = (uint32_t)strtoul(argv[2], NULL, 10);
+        rf.from = &from;
+        rf.code = TROUPE_INTERNAL;
+        rf.reason = "forged: a peer went away";
+        return envelope("troupe.v1.Head/ReportFailure", &rf.base, NULL, 0, buf, len);
     }
     if (strcmp(mode, "list-nodes") == 0) {
         ls.include_dead = 1;

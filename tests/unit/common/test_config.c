@@ -351,6 +351,28 @@ static void flags(void **state)
     assert_string_equal(c->listen, "ipc:///x=y"); /* only the first '=' splits */
 }
 
+/* flags_bare_bool: a boolean flag without a value means true, whether last
+ * or followed by another flag; a bool word after it is its value. */
+static void flags_bare_bool(void **state)
+{
+    cfg *c = *state;
+    tr_err err = {0};
+    char *last[] = {"p", "--heartbeat-ms", "300", "--verbose", NULL};
+    char *middle[] = {"p", "--verbose", "--heartbeat-ms", "400", NULL};
+    char *valued[] = {"p", "--verbose", "off", "--heartbeat-ms", "500", NULL};
+
+    TR_ASSERT_OK(tr_cfg_apply_args(table, c, 4, last, &err), &err);
+    assert_int_equal(c->verbose, 1);
+    assert_int_equal(c->heartbeat_ms, 300);
+    c->verbose = 0;
+    TR_ASSERT_OK(tr_cfg_apply_args(table, c, 4, middle, &err), &err);
+    assert_int_equal(c->verbose, 1);
+    assert_int_equal(c->heartbeat_ms, 400);
+    TR_ASSERT_OK(tr_cfg_apply_args(table, c, 5, valued, &err), &err);
+    assert_int_equal(c->verbose, 0);
+    assert_int_equal(c->heartbeat_ms, 500);
+}
+
 static void flags_meta(void **state)
 {
     tr_err err = {0};
@@ -511,6 +533,7 @@ int main(int argc, char **argv)
         T(empty_file),     T(unknown_key),     T(malformed_yaml),         T(wrong_shapes),
         T(bounds),         T(numbers),         T(bools),                  T(strings_replace),
         T(env),            T(flags),           T(flags_meta),             T(flags_errors),
+        T(flags_bare_bool),
         T(set_and_find),   T(precedence),      T(validate_required),      T(print_redacts),
         T(usage_hides_secret_defaults),
     };

@@ -108,7 +108,7 @@ static void fx_close(fx *f)
 static long start(fx *f, const char *name, uint32_t attempt, const char *const *argv, const char *const *env,
                   const char *workdir)
 {
-    tr_worker_spec s = {7, name, attempt, argv, env, workdir, NULL, NULL, NULL};
+    tr_worker_spec s = {7, name, attempt, argv, env, workdir, NULL, NULL, NULL, 0, 0, 0};
     long i;
 
     OK(tr_launcher_start(f->l, &s, &terr));
@@ -362,7 +362,7 @@ static void refused_start(void **state)
     char mark[PATH_MAX + 16], cmd[PATH_MAX + 32];
     const char *argv[] = {"sh", "-c", cmd, NULL};
     const char *why = "GPU index '9' is not in this agent's CUDA_VISIBLE_DEVICES='4,5'";
-    tr_worker_spec s = {7, "refused", 0, argv, NULL, NULL, why, NULL, NULL};
+    tr_worker_spec s = {7, "refused", 0, argv, NULL, NULL, why, NULL, NULL, 0, 0, 0};
     tr_worker_status st;
     char *log;
     fx f;
@@ -390,8 +390,8 @@ static void report_found(void **state)
 {
     char old[PATH_MAX + 32], glob_pat[PATH_MAX + 32], want[PATH_MAX + 32], cmd[2 * PATH_MAX + 64];
     const char *argv[] = {"sh", "-c", cmd, NULL}, *none[] = {"true", NULL};
-    tr_worker_spec s = {7, "rep", 0, argv, NULL, NULL, NULL, NULL, glob_pat};
-    tr_worker_spec s2 = {7, "norep", 0, none, NULL, NULL, NULL, NULL, NULL};
+    tr_worker_spec s = {7, "rep", 0, argv, NULL, NULL, NULL, NULL, glob_pat, 0, 0, 0};
+    tr_worker_spec s2 = {7, "norep", 0, none, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     struct timespec past[2] = {{1000000000, 0}, {1000000000, 0}}; /* 2001 */
     tr_worker_status st;
     int fd;
@@ -433,6 +433,37 @@ static void bad_workdir(void **state)
     CONTAINS(st.message, "cannot start 'true'");
     CONTAINS(st.message, dir);
     CONTAINS(st.message, "No such file or directory");
+    fx_close(&f);
+}
+
+/* switch_ids: a worker given its own ids runs as exactly them, with no
+ * supplementary group and no capability left; and it must be able to enter
+ * its workdir as itself (the fixture's 0700 directory is root's). */
+static void switch_ids(void **state)
+{
+    const char *argv[] = {"sh", "-c", "echo $(id -u) $(id -g) $(id -G); grep ^CapEff: /proc/self/status",
+                          NULL};
+    tr_worker_spec s = {7, "ids", 0, argv, NULL, "/", NULL, NULL, NULL, 1, 65534, 65534};
+    tr_worker_status st;
+    char *log;
+    fx f;
+
+    (void)state;
+    if (geteuid() != 0) {
+        skip(); /* only root can hand out another uid */
+    }
+    fx_open(&f, 1000);
+    OK(tr_launcher_start(f.l, &s, &terr));
+    assert_int_equal(wait_end(&f, "ids", 0, WAIT_END_MS).exit_code, 0);
+    log = read_all(&f, "ids", 0);
+    assert_string_equal(log, "65534 65534 65534\nCapEff:\t0000000000000000\n");
+    free(log);
+    s.name = "ids-wd";
+    s.workdir = f.dir;
+    OK(tr_launcher_start(f.l, &s, &terr));
+    st = wait_end(&f, "ids-wd", 0, WAIT_END_MS);
+    assert_int_equal(st.phase, TR_WORKER_FAILED_TO_START);
+    assert_non_null(strstr(st.message, "as uid 65534 gid 65534: Permission denied"));
     fx_close(&f);
 }
 
@@ -681,7 +712,7 @@ static void group_cleanup_after_stop(void **state)
 static int pdeath_helper(char **argv)
 {
     const char *wargv[] = {"sh", "-c", "echo ready; exec sleep 100", NULL};
-    tr_worker_spec s = {1, "pd", 0, wargv, NULL, NULL, NULL, NULL, NULL};
+    tr_worker_spec s = {1, "pd", 0, wargv, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     int64_t deadline = tr_now_ms() + 2000;
     tr_launcher *l = NULL;
     char *buf = NULL;
@@ -884,7 +915,7 @@ static void duplicate(void **state)
 {
     const char *sleeper[] = {"sleep", "100", NULL};
     const char *missing[] = {"troupe-no-such-command", NULL};
-    tr_worker_spec s = {7, "x", 0, sleeper, NULL, NULL, NULL, NULL, NULL};
+    tr_worker_spec s = {7, "x", 0, sleeper, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     fx f;
 
     fx_open(&f, 1000);
@@ -932,7 +963,7 @@ static void bad_arguments(void **state)
     const char *ok[] = {"true", NULL};
     const char *empty[] = {NULL};
     const char *badenv[] = {"NOEQUALS", NULL};
-    tr_worker_spec s = {1, "a/b", 0, ok, NULL, NULL, NULL, NULL, NULL};
+    tr_worker_spec s = {1, "a/b", 0, ok, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     tr_launcher *l = (tr_launcher *)1;
     tr_worker_status st;
     fx f;
@@ -967,7 +998,7 @@ static void bad_arguments(void **state)
 static void log_dir_unusable(void **state)
 {
     const char *ok[] = {"true", NULL};
-    tr_worker_spec s = {1, "w", 0, ok, NULL, NULL, NULL, NULL, NULL};
+    tr_worker_spec s = {1, "w", 0, ok, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     char file[PATH_MAX + 16], logs[PATH_MAX + 32];
     tr_launcher *l;
     tr_worker_status st;
@@ -1004,6 +1035,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(planted_symlink),
     cmocka_unit_test(bad_workdir),
     cmocka_unit_test(workdir),
+    cmocka_unit_test(switch_ids),
     cmocka_unit_test(environment),
     cmocka_unit_test(stop_sigterm),
     cmocka_unit_test(stop_grace_sigkill),
