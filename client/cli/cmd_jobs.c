@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "text.h"
 #include "json.h"
 
 static int parse_id(const char *s, uint64_t *id)
@@ -111,8 +112,9 @@ void tr_cli_gpus_str(const troupe_worker *w, char *buf, size_t size)
 static void job_table(const troupe_job *j)
 {
     int64_t end = j->ended_ms ? j->ended_ms : tr_cli_now_ms();
+    char reason[4200];
     printf("job       %" PRIu64 " (%s)\n", j->id, j->name);
-    printf("state     %s: %s\n", troupe_job_state_name(j->state), j->reason);
+    printf("state     %s: %s\n", troupe_job_state_name(j->state), tr_text_escape(reason, sizeof(reason), j->reason));
     printf("time      queued %.1f s, ran %.1f s\n",
            tr_cli_secs(j->submitted_ms, j->started_ms ? j->started_ms : end), tr_cli_secs(j->started_ms, end));
     printf("restarts  %u of %u\n", j->restarts, j->max_restarts);
