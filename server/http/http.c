@@ -119,6 +119,7 @@ struct tr_http {
     log_gate closes; /* the guard thread's */
     uint64_t logged_idle, logged_old, logged_excess; /* the totals at its last line */
     log_gate refusals; /* the worker thread's */
+    log_gate logins;   /* the worker thread's */
 };
 
 /* ---- responses ------------------------------------------------------------ */
@@ -308,8 +309,9 @@ static void cookie_set(tr_http_res *res, const char *cred)
 
 /* login handles POST /login (form field "token"): a good credential sets
  * the HttpOnly cookie and sends the browser to the dashboard. */
-static void login(tr_head *h, const tr_http_req *rq, tr_http_res *res)
+static void login(tr_http *x, const tr_http_req *rq, tr_http_res *res)
 {
+    tr_head *h = x->h;
     char form[MAX_BODY + 1], cred[1024];
     const char *why = "";
     int st;
@@ -324,7 +326,11 @@ static void login(tr_head *h, const tr_http_req *rq, tr_http_res *res)
     }
     st = h->cfg.token == NULL || h->cfg.token[0] == '\0' ? 200 : check_credential(h, cred, &why);
     if (st != 200) {
-        TR_LOG(TR_LOG_WARNING, "http: refused login: %s", why);
+        uint64_t held = 0;
+        if (gate_pass(&x->logins, tr_now_ms(), 1, &held)) { /* a guesser must not flood the log either */
+            TR_LOG(TR_LOG_WARNING, "http: refused login: %s (%llu logins refused since the last such line, one line "
+                   "per %d s at most)", why, (unsigned long long)held, LOG_EVERY_MS / 1000);
+        }
         res->status = 303;
         tr_strlcpy(res->location, "/login?failed=1", sizeof(res->location));
         return;
@@ -362,7 +368,7 @@ static void route(tr_http *x, const tr_http_req *rq, tr_http_res *res)
     } else if (strncmp(rq->path, "/api/", 5) == 0 && get) {
         tr_http_api(x->h, rq, res);
     } else if (strcmp(rq->path, "/login") == 0 && strcmp(rq->method, "POST") == 0) {
-        login(x->h, rq, res);
+        login(x, rq, res);
     } else if (strcmp(rq->path, "/logout") == 0) {
         snprintf(res->set_cookie, sizeof(res->set_cookie), "%s=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
                  COOKIE);
