@@ -43,18 +43,23 @@ cat "$T/frames.out"
 base=$(field "$T/frames.json" rss_before_kb)
 peak=$(field "$T/frames.json" rss_peak_kb)
 after=$(field "$T/frames.json" rss_after_kb)
+# A sanitizer build's allocator keeps freed memory in quarantine and pads
+# every block: its RSS says nothing of the head's, so only the release build
+# is held to the figures (the behaviour below is checked in both).
+sanitized=0
+[ "$(nm "$HEAD_BIN" 2>/dev/null | grep -c __asan_init)" = 0 ] || sanitized=1
 # The budget (64 MiB) plus the connections' own bookkeeping (a few KiB each)
 # and the head's base; the old head reached ~180 MB here.
-[ "$((peak - base))" -lt $((100 * 1024)) ] ||
+[ "$sanitized" = 1 ] || [ "$((peak - base))" -lt $((100 * 1024)) ] ||
     fail "head RSS grew by $(((peak - base) / 1024)) MB under 3,000 strangers x 60 KiB (bound: 64 MiB budget + overhead)"
 [ "$(field "$T/frames.json" status_failed)" = 0 ] || fail "troupe status failed under the flood: $(cat "$T/frames.out")"
 grep -q "inflight_budget_bytes=67108864 is held by connections that never authenticated: closed the oldest" \
     "$T/head.log" || fail "no log line for strangers displaced to keep the budget"
 [ "$(cli -o json status | jq .connections.displaced)" -gt 0 ] || fail "displaced strangers not counted"
 # Gone again: the heap is trimmed a sweep or two after they closed.
-[ "$((after - base))" -lt $((24 * 1024)) ] ||
+[ "$sanitized" = 1 ] || [ "$((after - base))" -lt $((24 * 1024)) ] ||
     fail "head RSS still $(((after - base) / 1024)) MB above its start 3 s after the strangers closed"
-pass "3,000 strangers x 60 KiB: RSS +$(((peak - base) / 1024)) MB at peak, +$(((after - base) / 1024)) MB after they closed"
+pass "3,000 strangers x 60 KiB: RSS +$(((peak - base) / 1024)) MB at peak, +$(((after - base) / 1024)) MB after they closed$([ "$sanitized" = 0 ] || echo " (sanitizer build: figures not held to the bound)")"
 kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
 unset TROUPE_TOKEN_FILE
 
