@@ -275,9 +275,11 @@ static int wait_all(tr_cli *cli, const uint64_t *ids, size_t n)
             lost_since = 0;
             version = j->version;
             if (tr_cli_terminal(j->state)) {
+                char shown[1024];
                 fprintf(stderr, "troupe: job %" PRIu64 " (%s) %s after %.1f s: %s\n", j->id, j->name,
                         troupe_job_state_name(j->state),
-                        tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
+                        tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms),
+                        tr_text_escape(shown, sizeof(shown), j->reason));
                 failed |= j->state != TROUPE_JOB_SUCCEEDED;
                 if (cli->json) {
                     tr_cli_job_json(stdout, j);
