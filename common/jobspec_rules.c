@@ -13,8 +13,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "names.h"
 #include "jobspec_int.h"
+#include "names.h"
 
 int tr_js_name_ok(const char *s)
 {

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "names.h"
 #include "failure.h"
 #include "jobs.h"
 #include "log.h"
+#include "names.h"
 #include "util.h"
 
 #define FAILURES_MAX 32     /* kept per job; older ones are dropped and counted */

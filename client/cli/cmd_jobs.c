@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "text.h"
 #include "json.h"
+#include "text.h"
 
 static int parse_id(const char *s, uint64_t *id)
 {

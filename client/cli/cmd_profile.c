@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "text.h"
 #include "json.h"
+#include "text.h"
 
 void tr_cli_runtime_json(FILE *out, const troupe_job *j)
 {

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "text.h"
 #include "json.h"
 #include "live.h"
+#include "text.h"
 
 volatile sig_atomic_t tr_cli_interrupted;
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "text.h"
 #include "json.h"
+#include "text.h"
 
 static void rank_json(FILE *out, const troupe_health_rank *r)
 {
