@@ -60,6 +60,9 @@ void tr_js_free_argv(char **argv, size_t argc);
  * are removed lexically. *out is malloc'd. */
 int tr_js_resolve_dir(const char *base, const char *dir, char **out, tr_err *err);
 
+/* Worker patterns are at most this many bytes (printable ASCII). */
+#define TR_JS_GLOBS_MAX 1024
+
 /* tr_js_globs_check checks profile worker patterns: comma-separated fnmatch
  * globs, at least one non-empty, every '[' closed. */
 int tr_js_globs_check(const char *s, tr_err *err);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "jobspec_int.h"
+#include "names.h"
 
 int tr_js_name_ok(const char *s)
 {
@@ -398,7 +399,13 @@ int tr_js_globs_check(const char *s, tr_err *err)
 {
     size_t count = 0;
     const char *p = s ? s : "";
+    /* Shown by `troupe job` and kept with the job: no control bytes (a
+     * newline would forge a line of its own), and a bounded length. */
+    int rv = tr_text_check("worker patterns", p, TR_JS_GLOBS_MAX, err);
 
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
     for (;;) {
         size_t len = strcspn(p, ",");
         const char *a = p, *b = p + len;

@@ -26,6 +26,9 @@ int tr_conns_init(tr_conns *t, const tr_conns_limits *lim)
     t->mask = n - 1;
     t->live = 0;
     t->unauth = 0;
+    t->limit = t->lim.frame_max;
+    t->charged = 0;
+    t->released = 0;
     return 0;
 }
 
@@ -57,6 +60,7 @@ static void insert(tr_conns *t, const tr_conn *c)
     t->slot[i] = *c;
     t->live++;
     t->unauth += c->authed ? 0 : 1;
+    t->charged += c->charge;
 }
 
 /* erase removes the entry at slot i, shifting later entries of its probe run
@@ -67,6 +71,11 @@ static void erase(tr_conns *t, size_t i)
 
     t->live--;
     t->unauth -= t->slot[i].authed ? 0 : 1;
+    t->charged -= t->slot[i].charge;
+    t->released += t->slot[i].charge;
+    if (t->unauth == 0) {
+        t->limit = t->lim.frame_max; /* no stranger left to hold an old, larger frame */
+    }
     for (;;) {
         size_t home;
         j = (j + 1) & t->mask;
@@ -99,22 +108,114 @@ static size_t oldest_stranger(const tr_conns *t)
     return best;
 }
 
-int tr_conns_add(tr_conns *t, uint32_t id, int64_t now, uint32_t *displaced)
+/* idle_longest: the slot of the connection with nothing in flight whose last
+ * request or reply is the oldest, or (size_t)-1. */
+static size_t idle_longest(const tr_conns *t)
+{
+    size_t best = (size_t)-1;
+
+    for (size_t i = 0; i <= t->mask; i++) {
+        const tr_conn *c = &t->slot[i];
+        if (c->id != 0 && c->inflight == 0 && (best == (size_t)-1 || c->last_ms < t->slot[best].last_ms)) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+static size_t pow2_at_most(size_t x)
+{
+    size_t p = 1;
+
+    while (p <= x / 2) {
+        p *= 2;
+    }
+    return p;
+}
+
+/* fair_share is the per-frame limit n strangers may have: budget / n, a power
+ * of two (fewer changes as counts move) between the floor and frame_max. */
+static size_t fair_share(const tr_conns_limits *lim, size_t n)
+{
+    size_t limit;
+
+    if (n == 0 || lim->budget / n >= lim->frame_max) {
+        return lim->frame_max;
+    }
+    limit = pow2_at_most(lim->budget / n);
+    if (limit < lim->frame_floor) {
+        limit = lim->frame_floor;
+    }
+    return limit < lim->frame_max ? limit : lim->frame_max;
+}
+
+/* make_room displaces one connection when the budget has less than the floor
+ * left or the table is at its cap; 0, or -1 (refuse: *why says why). A
+ * stranger's charge is at least the floor, so one displacement is enough. */
+static int make_room(tr_conns *t, uint32_t *displaced, int *why)
+{
+    size_t victim;
+
+    if (t->lim.budget - t->charged < t->lim.frame_floor) {
+        victim = oldest_stranger(t);
+        *why = TR_CONN_WHY_BUDGET;
+        if (victim == (size_t)-1) {
+            *why = TR_CONN_WHY_BUDGET_BUSY;
+            return -1;
+        }
+    } else if (t->live >= t->lim.max_conns) {
+        /* Without credentials a stranger is only a connection whose first
+         * call has not arrived yet (a client that just connected): the one
+         * idle longest goes, whether it made a call or not. */
+        victim = t->lim.displace_idle ? idle_longest(t) : oldest_stranger(t);
+        *why = t->lim.displace_idle ? TR_CONN_WHY_CAP_IDLE : TR_CONN_WHY_CAP_STRANGER;
+        if (victim == (size_t)-1) {
+            *why = TR_CONN_WHY_CAP_BUSY;
+            return -1;
+        }
+    } else {
+        *why = TR_CONN_WHY_NONE;
+        return 0;
+    }
+    *displaced = t->slot[victim].id;
+    erase(t, victim);
+    return 0;
+}
+
+int tr_conns_add(tr_conns *t, uint32_t id, int64_t now, uint32_t *displaced, int *why)
 {
     tr_conn c = {.id = id, .opened_ms = now, .last_ms = now};
+    int dummy;
+    size_t room;
 
     *displaced = 0;
+    why = why ? why : &dummy;
+    *why = TR_CONN_WHY_NONE;
     if (id == 0 || find(t, id) != NULL) {
         return TR_CONN_ADMITTED; /* not ours to count twice */
     }
-    if (t->live >= t->lim.max_conns) {
-        size_t victim = oldest_stranger(t);
-        if (victim == (size_t)-1) {
-            return TR_CONN_REFUSED;
-        }
-        *displaced = t->slot[victim].id;
-        erase(t, victim);
+    if (make_room(t, displaced, why) != 0) {
+        return TR_CONN_REFUSED;
     }
+    /* Its charge: the limit, no more than its fair share or what is left. */
+    room = t->lim.budget - t->charged;
+    c.charge = fair_share(&t->lim, t->unauth + 1);
+    if (c.charge > t->limit) {
+        c.charge = t->limit;
+    }
+    if (c.charge > pow2_at_most(room)) {
+        c.charge = pow2_at_most(room);
+    }
+    /* A full budget halves the limit: under a flood it falls to the floor and
+     * strangers grow toward budget / floor, instead of a few holding large
+     * frames and displacing each other in turn. */
+    if (*why == TR_CONN_WHY_BUDGET && c.charge > t->limit / 2) {
+        c.charge = t->limit / 2;
+    }
+    if (c.charge < t->lim.frame_floor) {
+        c.charge = t->lim.frame_floor; /* room >= floor: it fits */
+    }
+    t->limit = c.charge;
     insert(t, &c);
     return TR_CONN_ADMITTED;
 }
@@ -140,6 +241,15 @@ void tr_conns_begin(tr_conns *t, uint32_t id, int authed, int64_t now)
     if (authed && !c->authed) {
         c->authed = 1;
         t->unauth--;
+        t->charged -= c->charge; /* its frame arrived whole: nothing of it is held as a stranger's */
+        c->charge = 0;
+        if (t->unauth == 0) {
+            t->limit = t->lim.frame_max;
+        }
+    } else if (!c->authed && c->charge > t->limit) {
+        /* Its frame arrived whole; the next one is read at the limit now. */
+        t->charged -= c->charge - t->limit;
+        c->charge = t->limit;
     }
 }
 
@@ -187,17 +297,48 @@ size_t tr_conns_expire(tr_conns *t, int64_t now, uint32_t *out, size_t max, size
 
 size_t tr_conns_frame_limit(const tr_conns *t)
 {
-    size_t share, limit = 1;
+    return t->limit;
+}
 
-    if (t->unauth == 0 || t->lim.budget / t->unauth >= t->lim.frame_max) {
-        return t->lim.frame_max;
+/* charged_at is what the strangers would be charged together at limit. */
+static size_t charged_at(const tr_conns *t, size_t limit)
+{
+    size_t sum = 0;
+
+    for (size_t i = 0; i <= t->mask; i++) {
+        const tr_conn *c = &t->slot[i];
+        if (c->id != 0 && !c->authed) {
+            sum += c->charge > limit ? c->charge : limit;
+        }
     }
-    share = t->lim.budget / t->unauth;
-    while (limit <= share / 2) { /* a power of two: fewer changes as counts move */
-        limit *= 2;
+    return sum;
+}
+
+void tr_conns_relax(tr_conns *t)
+{
+    size_t want = fair_share(&t->lim, t->unauth);
+
+    /* Halve from the fair share until every stranger's charge fits. */
+    for (; want > t->limit; want /= 2) {
+        size_t sum = charged_at(t, want);
+        if (sum <= t->lim.budget) {
+            for (size_t i = 0; i <= t->mask; i++) {
+                tr_conn *c = &t->slot[i];
+                if (c->id != 0 && !c->authed && c->charge < want) {
+                    c->charge = want;
+                }
+            }
+            t->charged = sum;
+            t->limit = want;
+            return;
+        }
     }
-    if (limit < t->lim.frame_floor) {
-        limit = t->lim.frame_floor;
-    }
-    return limit < t->lim.frame_max ? limit : t->lim.frame_max;
+}
+
+size_t tr_conns_released(tr_conns *t)
+{
+    size_t n = t->released;
+
+    t->released = 0;
+    return n;
 }

@@ -16,6 +16,7 @@
 #include "failure.h"
 #include "jobs.h"
 #include "log.h"
+#include "names.h"
 #include "util.h"
 
 #define FAILURES_MAX 32     /* kept per job; older ones are dropped and counted */
@@ -78,6 +79,14 @@ static int check_from(tr_rpc_call *call, const tr_head_job *hj, const Troupe__V1
     }
     if (req->reason == NULL || req->reason[0] == '\0') {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "a failure report needs a reason");
+    }
+    /* Stored and shown by `troupe job`: a newline would print a line the
+     * head never wrote (troupe_worker_fail escapes and cuts for its callers). */
+    if (tr_text_check("failure reason", req->reason, REASON_MAX, err) != TROUPE_OK) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "failure reason of %zu bytes refused: it must be %s, at most %d bytes (escape newlines "
+                          "and other control bytes, as troupe_worker_fail does)",
+                          strlen(req->reason), TR_TEXT_RULE, REASON_MAX);
     }
     *out = w;
     return TROUPE_OK;

@@ -42,12 +42,14 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"contexts", TR_CFG_INT, F(contexts), "64", 1, 4096, 0, "concurrent RPC contexts"},
     {"max_connections", TR_CFG_INT, F(max_connections), "16384", 1, 1000000, 0,
      "open connections at most (lowered to fit the descriptor limit less fd_reserve); at the cap a new "
-     "connection displaces the oldest that never authenticated, or is refused (logged)"},
+     "connection displaces the oldest that never authenticated (without a token: the one idle longest), or is "
+     "refused (logged)"},
     {"fd_reserve", TR_CFG_INT, F(fd_reserve), "128", 16, 65536, 0,
      "descriptors kept for the head's own files (state store, logs) that connections may not take"},
     {"inflight_budget_bytes", TR_CFG_INT, F(inflight_budget_bytes), "67108864", 65536, 68719476736LL, 0,
-     "frame bytes unauthenticated connections may hold together: with many of them the largest frame "
-     "accepted drops toward 64 KiB (a larger one closes its connection)"},
+     "frame bytes unauthenticated connections may hold together, whatever their number or order: with many "
+     "of them the largest frame accepted drops toward 64 KiB (a larger one closes its connection), and past "
+     "the budget the oldest idle one is closed to admit a new one (at most this / 64 KiB of them)"},
     {"preauth_timeout_ms", TR_CFG_INT, F(preauth_timeout_ms), "10000", 100, 3600000, 0,
      "a connection that made no authenticated call this long after opening is closed"},
     {"tls_cert", TR_CFG_STRING, F(tls_cert), NULL, TR_CFG_UNBOUNDED, 0,

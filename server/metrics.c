@@ -38,6 +38,10 @@
 #define MAX_POINTS_PER_REPORT 20000
 #define MAX_QUEUED_POINTS 400000 /* past it reports are refused (the worker keeps them) */
 #define MAX_NAME 128
+/* No worker numbers 2^53 points (a million a second for 285 years): a seq,
+ * `reported` or `dropped` past it is a forged report, and it also keeps the
+ * counters exact in JSON and in SQLite's signed integers. */
+#define MAX_SEQ (((uint64_t)1 << 53) - 1)
 #define MAX_FILTER 64
 #define DEFAULT_PAGE 5000
 #define MAX_PAGE 20000
@@ -79,6 +83,8 @@ typedef struct batch {
     stream *st;      /* set by the writer */
     stream before;   /* st as it was, restored when the round fails */
     int gone;        /* its job was deleted: refused, nothing written */
+    int refused;     /* a status: the report does not fit what the head has seen (why) */
+    char why[256];
     uint64_t acked;  /* st->last_seq once the round committed: what the answer says
                       * (the answerer never reads st, which the writer changes or frees meanwhile) */
 } batch;
@@ -460,6 +466,81 @@ static int save_stream(metrics_svc *s, sqlite3_stmt *up, sqlite3_stmt *add, cons
  * stream has one row; with rounds of several reports per worker, as when the
  * writer is behind, one per report was work thrown away). On error the
  * streams are as they were and nothing was written. */
+/* stored_between counts the stream's points on disk with seq in [a, b];
+ * -1 when the store cannot say. Only for a report older than the stream
+ * (rare: a scan of the job's points). */
+static int64_t stored_between(metrics_svc *s, const stream *st, uint64_t a, uint64_t b)
+{
+    sqlite3_stmt *q = NULL;
+    int64_t n = -1;
+
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT COUNT(*) FROM metric_points WHERE job = ?1 AND worker = ?2 AND attempt = ?3 "
+                           "AND seq BETWEEN ?4 AND ?5",
+                           -1, &q, NULL) != SQLITE_OK) {
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)st->job);
+    sqlite3_bind_text(q, 2, st->worker, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)st->attempt);
+    sqlite3_bind_int64(q, 4, (sqlite3_int64)a);
+    sqlite3_bind_int64(q, 5, (sqlite3_int64)b);
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        n = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    return n;
+}
+
+/* report_fits checks a report against what the head has seen of its
+ * stream; TROUPE_OK, or a status with the reason in why. Two reports do not:
+ *  - one older than a report already settled (its `reported` below the
+ *    stream's) whose points are not all on disk: they were counted as
+ *    dropped when the later report settled their seqs, and answering OK
+ *    would tell the worker they are stored. (A resend of points that are
+ *    stored is answered OK, as any resend.)
+ *  - one that would count more points as dropped (seq gaps, and seqs up to
+ *    `reported` never sent) than the worker says it dropped in all: a worker
+ *    numbers every point, kept or dropped, and counts each one it drops
+ *    before it reports past it (common/metric_buf.h), so more gaps than drops
+ *    is a forged count, which would stay in the head-wide
+ *    troupe_metric_points_dropped_total for good. */
+static int report_fits(metrics_svc *s, const stream *st, const Troupe__V1__ReportMetricsRequest *req, char *why,
+                       size_t size)
+{
+    uint64_t last = st->last_seq, gaps = 0;
+
+    if (req->reported < st->reported && req->n_points > 0) {
+        uint64_t a = req->points[0]->seq, b = req->points[req->n_points - 1]->seq;
+        int64_t on_disk = b <= st->last_seq ? stored_between(s, st, a, b) : -1;
+        if (on_disk != (int64_t)req->n_points) {
+            snprintf(why, size,
+                     "this report settles seqs up to %llu, but a later one already settled up to %llu: of its "
+                     "%zu points %lld are stored and the rest were counted dropped then; nothing stored now",
+                     (unsigned long long)req->reported, (unsigned long long)st->reported, req->n_points,
+                     (long long)(on_disk < 0 ? 0 : on_disk));
+            return TROUPE_FAILED_PRECONDITION;
+        }
+    }
+    for (size_t i = 0; i < req->n_points; i++) {
+        uint64_t seq = req->points[i]->seq;
+        if (seq > last) {
+            gaps += seq - last - 1;
+            last = seq;
+        }
+    }
+    gaps += req->reported > last ? req->reported - last : 0;
+    if (gaps > 0 && st->dropped + gaps > req->dropped) {
+        snprintf(why, size,
+                 "this report would count %llu more points as dropped (%llu in all) but the worker says it dropped "
+                 "%llu: nothing stored (seqs up to `reported` must be sent, or counted in `dropped`)",
+                 (unsigned long long)gaps, (unsigned long long)(st->dropped + gaps),
+                 (unsigned long long)req->dropped);
+        return TROUPE_INVALID_ARGUMENT;
+    }
+    return TROUPE_OK;
+}
+
 static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
 {
     sqlite3_stmt *up = NULL, *add = NULL;
@@ -486,6 +567,10 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
         if ((b->st = stream_find(s, from->job_id, from->worker, from->attempt, 1)) == NULL) {
             rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
             break;
+        }
+        if ((b->refused = report_fits(s, b->st, req_of(b), b->why, sizeof(b->why))) != TROUPE_OK) {
+            b->st = NULL; /* nothing of it is applied */
+            continue;
         }
         b->before = *b->st;
         rv = insert_points(s, b, rows, &n_rows, err);
@@ -579,6 +664,11 @@ static void answer_batch(void *arg, tr_rq_item *it, int rv, const tr_err *err)
     if (rv == TROUPE_OK && b->gone) {
         tr_rpc_reply_error(it->call, TROUPE_NOT_FOUND, "job %llu was deleted, and its metrics with it",
                            (unsigned long long)req_of(b)->from->job_id);
+    } else if (rv == TROUPE_OK && b->refused != TROUPE_OK) {
+        TR_LOG(TR_LOG_INFO, "refused ReportMetrics job=%llu worker=%s attempt=%u: %s",
+               (unsigned long long)req_of(b)->from->job_id, req_of(b)->from->worker, req_of(b)->from->attempt,
+               b->why);
+        tr_rpc_reply_error(it->call, b->refused, "%s", b->why);
     } else if (rv == TROUPE_OK) {
         Troupe__V1__ReportMetricsReply rep = TROUPE__V1__REPORT_METRICS_REPLY__INIT;
         rep.acked_seq = b->acked;
@@ -850,6 +940,12 @@ int tr_metrics_check_report(const Troupe__V1__ReportMetricsRequest *req, tr_err 
     if (req->reported < prev) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "reported %llu is below the last point's seq %llu",
                           (unsigned long long)req->reported, (unsigned long long)prev);
+    }
+    if (req->reported > MAX_SEQ || req->dropped > MAX_SEQ) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "reported %llu, dropped %llu: no worker numbers more than %llu points (a forged report?)",
+                          (unsigned long long)req->reported, (unsigned long long)req->dropped,
+                          (unsigned long long)MAX_SEQ);
     }
     return TROUPE_OK;
 }

@@ -2,9 +2,12 @@
  *
  * One head per state dir: two heads on one SQLite file would both serve and
  * hand out the same job and node ids. The head holds an exclusive flock on
- * DIR/head.lock for its whole life (the kernel drops it when the process
- * dies, kill -9 included, so a stale lock file never blocks a restart). The
- * file holds the owner's pid, for the message the second head prints.
+ * the state dir itself for its whole life (the kernel drops it when the
+ * process dies, kill -9 included, so nothing stale ever blocks a restart).
+ * The lock is on the directory, not on a file in it: a lock file removed by
+ * hand (`rm head.lock`) let a second head create a fresh one, lock that, and
+ * serve the same head.db. DIR/head.lock only holds the owner's pid, for the
+ * message the second head prints.
  *
  * Ids never go backwards: a head.db that is fresh or empty (0 bytes, restored
  * from an old backup, deleted by hand) beside an old logs/ directory would
@@ -25,10 +28,23 @@
 #include "log.h"
 #include "util.h"
 
+/* lock_owner reads the pid the owner wrote into DIR/head.lock ("" if none). */
+static void lock_owner(const char *path, char *owner, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t n = fd >= 0 ? pread(fd, owner, size - 1, 0) : -1;
+
+    owner[n > 0 ? n : 0] = '\0';
+    owner[strcspn(owner, "\n")] = '\0';
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
 int tr_head_lock_state_dir(tr_head *h, tr_err *err)
 {
     char path[4200], owner[32] = "";
-    int fd;
+    int fd, pid_fd;
     ssize_t n;
 
     h->lock_fd = -1;
@@ -37,27 +53,31 @@ int tr_head_lock_state_dir(tr_head *h, tr_err *err)
                           strerror(errno));
     }
     snprintf(path, sizeof(path), "%s/head.lock", h->cfg.state_dir);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd = open(h->cfg.state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "cannot open lock file %s: %s", path, strerror(errno));
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "cannot open state dir %s: %s", h->cfg.state_dir,
+                          strerror(errno));
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
-        n = pread(fd, owner, sizeof(owner) - 1, 0);
-        owner[n > 0 ? n : 0] = '\0';
-        owner[strcspn(owner, "\n")] = '\0';
         close(fd);
         if (e == EWOULDBLOCK) {
+            lock_owner(path, owner, sizeof(owner));
             return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                              "state dir %s is in use by another troupe-head (pid %s, holding %s); stop that "
-                              "one first, or give this one its own --state-dir",
-                              h->cfg.state_dir, owner[0] ? owner : "unknown", path);
+                              "state dir %s is in use by another troupe-head (pid %s, holding a lock on the "
+                              "directory); stop that one first, or give this one its own --state-dir",
+                              h->cfg.state_dir, owner[0] ? owner : "unknown");
         }
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "cannot lock %s: %s", path, strerror(e));
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION, "cannot lock state dir %s: %s", h->cfg.state_dir,
+                          strerror(e));
     }
+    pid_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     n = snprintf(owner, sizeof(owner), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, owner, (size_t)n, 0) != n) {
+    if (pid_fd < 0 || write(pid_fd, owner, (size_t)n) != n) {
         TR_LOG(TR_LOG_WARNING, "cannot write the pid into %s: %s", path, strerror(errno));
+    }
+    if (pid_fd >= 0) {
+        close(pid_fd);
     }
     h->lock_fd = fd;
     return TROUPE_OK;
@@ -66,7 +86,7 @@ int tr_head_lock_state_dir(tr_head *h, tr_err *err)
 void tr_head_unlock_state_dir(tr_head *h)
 {
     if (h->lock_fd >= 0) {
-        close(h->lock_fd); /* drops the flock; the file stays (removing it would race a new head) */
+        close(h->lock_fd); /* drops the flock on the directory; head.lock stays (only a pid) */
         h->lock_fd = -1;
     }
 }

@@ -3,8 +3,10 @@
  * Opens N TCP connections to a head that never show a credential: each
  * completes nng's SP handshake as a REQ peer and then either sends the
  * header of a FRAME-byte frame and all of its body but the last byte
- * (--mode frames: the head allocates the frame and waits for the rest), or
- * sends nothing more (--mode idle). With --raw the SP handshake is skipped
+ * (--mode frames: the head allocates the frame and waits for the rest),
+ * sends nothing more (--mode idle), or sends one whole Ping without a
+ * credential and then nothing (--mode ping: against a head without
+ * credentials that is a connection that has made a call). With --raw the SP handshake is skipped
  * too (a bare TCP connection). While the connections are held it samples the
  * head's RSS (/proc/PID/status) and times `troupe status` the way the CLI
  * does it: a fresh connection, GetCluster, close.
@@ -40,9 +42,14 @@ typedef struct conn {
 typedef struct opts {
     const char *url, *token_file, *json, *label, *mode;
     long pid;
-    int conns, samples, raw, hold_ms;
+    int conns, samples, raw, hold_ms, after_ms;
     size_t frame;
 } opts;
+
+/* The Ping frame of --mode ping: SP header (8-byte length, REQ request id)
+ * and the envelope. */
+static uint8_t *ping_frame;
+static size_t ping_len;
 
 typedef struct result {
     long rss_before_kb, rss_peak_kb, rss_after_kb;
@@ -123,7 +130,9 @@ static size_t conn_bytes(const opts *o, const conn *c, uint8_t *buf, size_t cap)
 
     while (n < cap && off + n < c->total) {
         size_t at = off + n;
-        if (at < 8) {
+        if (at >= 8 && ping_frame != NULL) {
+            buf[n] = ping_frame[at - 8];
+        } else if (at < 8) {
             buf[n] = sp[at];
         } else if (at < 16) {
             buf[n] = (uint8_t)((uint64_t)o->frame >> (8 * (15 - at)));
@@ -264,7 +273,10 @@ static int open_conns(const opts *o, const struct sockaddr_in *sa, conn *cs, res
         }
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         cs[i].fd = fd;
-        cs[i].total = o->raw ? 0 : (strcmp(o->mode, "frames") == 0 ? 16 + o->frame - 1 : 8);
+        cs[i].total = o->raw                             ? 0
+                      : strcmp(o->mode, "frames") == 0 ? 16 + o->frame - 1
+                      : strcmp(o->mode, "ping") == 0   ? 8 + ping_len
+                                                       : 8;
         r->opened++;
     }
     return 0;
@@ -307,7 +319,9 @@ static void usage(void)
 {
     fprintf(stderr, "usage: troupe-bench-preauth --head tcp://HOST:PORT --head-pid PID [--token-file F]\n"
                     "       [--mode frames|idle] [--raw] [--conns N] [--frame-bytes B] [--samples K]\n"
-                    "       [--hold-ms MS] [--label L] [--json FILE]\n");
+                    "       [--hold-ms MS] [--after-ms MS] [--label L] [--json FILE]\n"
+                    "  --mode ping: one Ping each, then idle; --after-ms: wait this long after closing\n"
+                    "  before the after-close RSS (default 500)\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -315,11 +329,13 @@ static int parse(int argc, char **argv, opts *o)
     static const struct option lo[] = {
         {"head", 1, 0, 'h'},    {"head-pid", 1, 0, 'p'},    {"token-file", 1, 0, 't'}, {"mode", 1, 0, 'm'},
         {"raw", 0, 0, 'r'},     {"conns", 1, 0, 'c'},       {"frame-bytes", 1, 0, 'f'}, {"samples", 1, 0, 's'},
-        {"label", 1, 0, 'l'},   {"json", 1, 0, 'j'},        {"hold-ms", 1, 0, 'H'},    {0, 0, 0, 0},
+        {"label", 1, 0, 'l'},   {"json", 1, 0, 'j'},        {"hold-ms", 1, 0, 'H'},    {"after-ms", 1, 0, 'A'},
+        {0, 0, 0, 0},
     };
     int ch;
 
-    *o = (opts){.mode = "frames", .conns = 400, .frame = 4u << 20, .samples = 200, .label = "run", .hold_ms = 2000};
+    *o = (opts){.mode = "frames", .conns = 400, .frame = 4u << 20, .samples = 200, .label = "run", .hold_ms = 2000,
+                .after_ms = 500};
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'h': o->url = optarg; break;
@@ -333,14 +349,44 @@ static int parse(int argc, char **argv, opts *o)
         case 'l': o->label = optarg; break;
         case 'j': o->json = optarg; break;
         case 'H': o->hold_ms = atoi(optarg); break;
+        case 'A': o->after_ms = atoi(optarg); break;
         default: usage(); return -1;
         }
     }
     if (o->url == NULL || o->pid <= 0 || o->conns <= 0 || o->samples <= 0 || o->frame < 2 ||
-        (strcmp(o->mode, "frames") != 0 && strcmp(o->mode, "idle") != 0)) {
+        (strcmp(o->mode, "frames") != 0 && strcmp(o->mode, "idle") != 0 && strcmp(o->mode, "ping") != 0)) {
         usage();
         return -1;
     }
+    return 0;
+}
+
+/* make_ping builds the one Ping frame every --mode ping connection sends. */
+static int make_ping(void)
+{
+    tr_envelope env = {.method = "troupe.v1.Head/Ping", .request_id = 1, .timeout_ms = 5000};
+    uint8_t *body = NULL;
+    size_t len = 0;
+    tr_err err = {0};
+
+    if (tr_envelope_encode_request(&env, &body, &len, &err) != TROUPE_OK) {
+        fprintf(stderr, "preauth: cannot encode a Ping: %s\n", err.msg);
+        return -1;
+    }
+    ping_len = 8 + 4 + len;
+    ping_frame = malloc(ping_len);
+    if (ping_frame == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < 8; i++) {
+        ping_frame[i] = (uint8_t)((uint64_t)(4 + len) >> (8 * (7 - i)));
+    }
+    ping_frame[8] = 0x80; /* REQ request id, the high bit set */
+    ping_frame[9] = 0;
+    ping_frame[10] = 0;
+    ping_frame[11] = 1;
+    memcpy(ping_frame + 12, body, len);
+    free(body);
     return 0;
 }
 
@@ -384,6 +430,9 @@ int main(int argc, char **argv)
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     token = read_token(o.token_file);
+    if (strcmp(o.mode, "ping") == 0 && make_ping() != 0) {
+        return 1;
+    }
     r.rss_before_kb = rss_kb(o.pid);
     pthread_t th;
     pthread_create(&th, NULL, sampler, &o.pid);
@@ -405,7 +454,7 @@ int main(int argc, char **argv)
             close(cs[i].fd);
         }
     }
-    usleep(500000);
+    usleep((useconds_t)o.after_ms * 1000u);
     r.rss_after_kb = rss_kb(o.pid);
     print(&o, &r);
     if (o.json != NULL && write_json(&o, &r) != 0) {

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "text.h"
 
 static int parse_id(const char *s, uint64_t *id)
 {
@@ -113,10 +114,11 @@ void tr_cli_gpus_str(const troupe_worker *w, char *buf, size_t size)
 static void job_table(const troupe_job *j)
 {
     int64_t end = j->ended_ms ? j->ended_ms : tr_cli_now_ms();
+    char reason[4200];
     int stopping;
     int64_t run_end = tr_cli_job_end_ms(j, tr_cli_now_ms(), &stopping);
     printf("job       %" PRIu64 " (%s)\n", j->id, j->name);
-    printf("state     %s: %s\n", troupe_job_state_name(j->state), j->reason);
+    printf("state     %s: %s\n", troupe_job_state_name(j->state), tr_text_escape(reason, sizeof(reason), j->reason));
     if (j->owner != NULL && j->owner[0] != '\0') {
         printf("owner     %s\n", j->owner);
     }
@@ -305,9 +307,11 @@ static int wait_all(tr_cli *cli, const uint64_t *ids, size_t n)
             lost_since = 0;
             version = j->version;
             if (tr_cli_terminal(j->state)) {
+                char shown[1024];
                 fprintf(stderr, "troupe: job %" PRIu64 " (%s) %s after %.1f s: %s\n", j->id, j->name,
                         troupe_job_state_name(j->state),
-                        tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
+                        tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms),
+                        tr_text_escape(shown, sizeof(shown), j->reason));
                 failed |= j->state != TROUPE_JOB_SUCCEEDED;
                 if (cli->json) {
                     tr_cli_job_json(stdout, j);

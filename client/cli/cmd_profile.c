@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "text.h"
 
 void tr_cli_runtime_json(FILE *out, const troupe_job *j)
 {
@@ -58,12 +59,16 @@ void tr_cli_runtime_json(FILE *out, const troupe_job *j)
     fprintf(out, ",\"set_ms\":%lld}", (long long)p->set_ms);
 }
 
-/* profile_text describes the setting in force: "steps 2:4 on *policy*". */
+/* profile_text describes the setting in force: "steps 2:4 on *policy*"
+ * (what a client set is escaped: it cannot forge a line of its own). */
 static void profile_text(const troupe_profile *p, char *buf, size_t size)
 {
+    char steps[300], workers[600];
+
     if (p->version == 0) {
         if (p->spec_steps[0]) {
-            snprintf(buf, size, "steps %s on %s (from the spec)", p->spec_steps, p->spec_workers);
+            snprintf(buf, size, "steps %s on %s (from the spec)", tr_text_escape(steps, sizeof(steps), p->spec_steps),
+                     tr_text_escape(workers, sizeof(workers), p->spec_workers));
         } else {
             snprintf(buf, size, "off");
         }
@@ -71,9 +76,11 @@ static void profile_text(const troupe_profile *p, char *buf, size_t size)
         snprintf(buf, size, "off (troupe profile, version %" PRIu64 ")", p->version);
     } else if (p->next > 0) {
         snprintf(buf, size, "the next %u steps%s%.0u on %s (troupe profile, version %" PRIu64 ")", p->next,
-                 p->align ? " from a multiple of " : "", p->align, p->workers, p->version);
+                 p->align ? " from a multiple of " : "", p->align, tr_text_escape(workers, sizeof(workers), p->workers),
+                 p->version);
     } else {
-        snprintf(buf, size, "steps %s on %s (troupe profile, version %" PRIu64 ")", p->steps, p->workers,
+        snprintf(buf, size, "steps %s on %s (troupe profile, version %" PRIu64 ")",
+                 tr_text_escape(steps, sizeof(steps), p->steps), tr_text_escape(workers, sizeof(workers), p->workers),
                  p->version);
     }
 }
@@ -88,8 +95,9 @@ void tr_cli_runtime_table(const troupe_job *j)
     }
     for (size_t i = 0; i < j->n_failures; i++) {
         const troupe_failure *f = &j->failures[i];
+        char reason[4200];
         printf("failure   rank %u of %s (%s on %s, attempt %u): %s: %s\n", f->rank, f->group, f->worker,
-               f->node[0] ? f->node : "?", f->attempt, f->code, f->reason);
+               f->node[0] ? f->node : "?", f->attempt, f->code, tr_text_escape(reason, sizeof(reason), f->reason));
     }
     if (j->failures_dropped > 0) {
         printf("failure   (%u older reports not kept)\n", j->failures_dropped);

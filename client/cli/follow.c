@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "json.h"
 #include "live.h"
+#include "text.h"
 
 volatile sig_atomic_t tr_cli_interrupted;
 
@@ -122,7 +123,8 @@ static void said(follow_state *f, const troupe_job *j, uint64_t id)
     print_events(j, id, &f->seen);
     /* Why a job waits is not history, just its current reason. */
     if (pending_changed) {
-        fprintf(stderr, "troupe: job %" PRIu64 " PENDING: %s\n", id, j->reason);
+        char shown[1024];
+        fprintf(stderr, "troupe: job %" PRIu64 " PENDING: %s\n", id, tr_text_escape(shown, sizeof(shown), j->reason));
     }
     f->state = (int)j->state;
     snprintf(f->reason, sizeof(f->reason), "%s", j->reason);
@@ -133,11 +135,13 @@ static void said(follow_state *f, const troupe_job *j, uint64_t id)
 static int finish(tr_cli *cli, follow_state *f, const troupe_job *j, uint64_t id)
 {
     int ok = j->state == TROUPE_JOB_SUCCEEDED;
+    char shown[1024];
     if (f->show_live) {
         tr_live_clear(f->live);
     }
     fprintf(stderr, "troupe: job %" PRIu64 " %s after %.1f s: %s\n", id, troupe_job_state_name(j->state),
-            tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms), j->reason);
+            tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, j->ended_ms),
+            tr_text_escape(shown, sizeof(shown), j->reason));
     int stopping;
     int64_t run_end = tr_cli_job_end_ms(j, tr_cli_now_ms(), &stopping);
     fprintf(stderr, "troupe: job %" PRIu64 " time: queued %.1f s, ran %.1f s%s, %u restart%s\n", j->id,

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "text.h"
 
 static void rank_json(FILE *out, const troupe_health_rank *r)
 {
@@ -117,7 +118,7 @@ void tr_cli_health_reason(const troupe_job *j, char *buf, size_t size)
 
     buf[0] = '\0';
     if (j->state != TROUPE_JOB_RUNNING || h == NULL) {
-        snprintf(buf, size, "%s", j->reason);
+        tr_text_escape(buf, size, j->reason); /* it may quote what a client sent */
         return;
     }
     for (size_t i = 0; i < h->n_stalled && off < size; i++) {
@@ -134,6 +135,6 @@ void tr_cli_health_reason(const troupe_job *j, char *buf, size_t size)
         off += (size_t)snprintf(buf + off, size - off, "%smemory %s", off ? "; " : "", h->memory[i].worker);
     }
     if (off == 0) {
-        snprintf(buf, size, "%s", j->reason);
+        tr_text_escape(buf, size, j->reason);
     }
 }

@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text.h"
 #include "worker_int.h"
 
 #define FAIL_REPORT_MS 5000
+#define TR_FAIL_REASON_MAX 1024 /* what the head keeps (server/failure.c) */
 
 static uint32_t report_ms(void)
 {
@@ -31,6 +33,7 @@ TROUPE_API troupe_status troupe_worker_fail(troupe_worker_ctx *w, troupe_status 
     Troupe__V1__WorkerRef ref;
     tr_err e = {0};
     int rv, expected = 0;
+    char shown[TR_FAIL_REASON_MAX + 1];
 
     if (w == NULL) {
         return tr_client_finish(err, &e, tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "worker handle is NULL"));
@@ -50,7 +53,8 @@ TROUPE_API troupe_status troupe_worker_fail(troupe_worker_ctx *w, troupe_status 
     tr_wk_ref(w, &ref);
     req.from = &ref;
     req.code = (int32_t)code;
-    req.reason = (char *)reason;
+    /* The head takes printable ASCII only (it is shown as one line). */
+    req.reason = tr_text_escape(shown, sizeof(shown), reason);
     rv = tr_rpc_client_call(w->rpc, "troupe.v1.Head/ReportFailure", &req.base,
                             &troupe__v1__report_failure_reply__descriptor, (ProtobufCMessage **)&rep, report_ms(),
                             TR_RPC_IDEMPOTENT, &e);

@@ -67,6 +67,29 @@ typedef struct queued {
     struct queued *rnext; /* on x->reading while its body is read */
 } queued;
 
+/* log_gate: one line per LOG_EVERY_MS at most for events a peer can cause
+ * at will (one line per closed connection let one peer write 1,744 lines);
+ * the events in between are counted and the next line says how many. */
+#define LOG_EVERY_MS 10000
+typedef struct log_gate {
+    int64_t next_ms; /* no line before this */
+    uint64_t held;   /* events since the last line */
+} log_gate;
+
+/* gate_pass: 1 if a line may be written now (*held: the events it sums up,
+ * this one included); else counts the event. */
+static int gate_pass(log_gate *g, int64_t now, uint64_t events, uint64_t *held)
+{
+    g->held += events;
+    if (now < g->next_ms || g->held == 0) {
+        return 0;
+    }
+    *held = g->held;
+    g->held = 0;
+    g->next_ms = now + LOG_EVERY_MS;
+    return 1;
+}
+
 typedef struct conn_seen {
     ino_t ino;
     int64_t first_ms;
@@ -91,6 +114,12 @@ struct tr_http {
     conn_seen *conns;
     size_t n_conns, cap_conns;
     uint64_t closed_idle, closed_old, closed_excess;
+    /* Log lines a stranger can cause (closed connections, refused
+     * requests) are counted, and written at most once per LOG_EVERY_MS. */
+    log_gate closes; /* the guard thread's */
+    uint64_t logged_idle, logged_old, logged_excess; /* the totals at its last line */
+    log_gate refusals; /* the worker thread's */
+    log_gate logins;   /* the worker thread's */
 };
 
 /* ---- responses ------------------------------------------------------------ */
@@ -280,8 +309,9 @@ static void cookie_set(tr_http_res *res, const char *cred)
 
 /* login handles POST /login (form field "token"): a good credential sets
  * the HttpOnly cookie and sends the browser to the dashboard. */
-static void login(tr_head *h, const tr_http_req *rq, tr_http_res *res)
+static void login(tr_http *x, const tr_http_req *rq, tr_http_res *res)
 {
+    tr_head *h = x->h;
     char form[MAX_BODY + 1], cred[1024];
     const char *why = "";
     int st;
@@ -296,7 +326,11 @@ static void login(tr_head *h, const tr_http_req *rq, tr_http_res *res)
     }
     st = h->cfg.token == NULL || h->cfg.token[0] == '\0' ? 200 : check_credential(h, cred, &why);
     if (st != 200) {
-        TR_LOG(TR_LOG_WARNING, "http: refused login: %s", why);
+        uint64_t held = 0;
+        if (gate_pass(&x->logins, tr_now_ms(), 1, &held)) { /* a guesser must not flood the log either */
+            TR_LOG(TR_LOG_WARNING, "http: refused login: %s (%llu logins refused since the last such line, one line "
+                   "per %d s at most)", why, (unsigned long long)held, LOG_EVERY_MS / 1000);
+        }
         res->status = 303;
         tr_strlcpy(res->location, "/login?failed=1", sizeof(res->location));
         return;
@@ -334,7 +368,7 @@ static void route(tr_http *x, const tr_http_req *rq, tr_http_res *res)
     } else if (strncmp(rq->path, "/api/", 5) == 0 && get) {
         tr_http_api(x->h, rq, res);
     } else if (strcmp(rq->path, "/login") == 0 && strcmp(rq->method, "POST") == 0) {
-        login(x->h, rq, res);
+        login(x, rq, res);
     } else if (strcmp(rq->path, "/logout") == 0) {
         snprintf(res->set_cookie, sizeof(res->set_cookie), "%s=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
                  COOKIE);
@@ -379,7 +413,11 @@ static nng_http_res *serve(tr_http *x, nng_http_req *req, const char *body, size
         int st = request_credential(req, cred, sizeof(cred)) ? check_credential(x->h, cred, &why)
                                                                : check_credential(x->h, "", &why);
         if (st != 200) {
-            TR_LOG(TR_LOG_INFO, "http: %d %s %s: %s", st, rq.method, rq.path, why);
+            uint64_t held = 0;
+            if (gate_pass(&x->refusals, tr_now_ms(), 1, &held)) {
+                TR_LOG(TR_LOG_INFO, "http: %d %s %s: %s (%llu requests refused since the last such line, one line "
+                       "per %d s at most)", st, rq.method, rq.path, why, (unsigned long long)held, LOG_EVERY_MS / 1000);
+            }
             if (st == 401 && strcmp(rq.path, "/") == 0) {
                 res.status = 303; /* a person at the dashboard: to the login form */
                 tr_strlcpy(res.location, "/login", sizeof(res.location));
@@ -575,14 +613,36 @@ static conn_seen *conn_track(tr_http *x, ino_t ino, int64_t now)
 }
 
 /* guard_close shuts the socket down if fd still holds it (nng may have
- * closed it and the number been reused since the scan looked). */
-static void guard_close(const tr_http_sock *sk, const char *why)
+ * closed it and the number been reused since the scan looked); 1 if it did. */
+static int guard_close(const tr_http_sock *sk)
 {
     struct stat st;
     if (sk->fd >= 0 && fstat(sk->fd, &st) == 0 && st.st_ino == sk->ino) {
         shutdown(sk->fd, SHUT_RDWR);
-        TR_LOG(TR_LOG_INFO, "http: closed a connection %s (idle %u ms)", why, sk->idle_ms);
+        return 1;
     }
+    return 0;
+}
+
+/* closes_log writes the guard's summary line when its gate lets it: what it
+ * closed since the last line, by reason (the counters are totals). */
+static void closes_log(tr_http *x, int64_t now, uint64_t closed)
+{
+    uint64_t held = 0;
+
+    if (!gate_pass(&x->closes, now, closed, &held)) {
+        return;
+    }
+    TR_LOG(TR_LOG_INFO,
+           "http: closed %llu connections since the last such line: %llu idle too long (http_idle_ms=%lld), "
+           "%llu open too long (http_max_conn_ms=%lld), %llu over http_max_conns=%lld (one line per %d s at most)",
+           (unsigned long long)held, (unsigned long long)(x->closed_idle - x->logged_idle),
+           (long long)x->h->cfg.http_idle_ms, (unsigned long long)(x->closed_old - x->logged_old),
+           (long long)x->h->cfg.http_max_conn_ms, (unsigned long long)(x->closed_excess - x->logged_excess),
+           (long long)x->h->cfg.http_max_conns, LOG_EVERY_MS / 1000);
+    x->logged_idle = x->closed_idle;
+    x->logged_old = x->closed_old;
+    x->logged_excess = x->closed_excess;
 }
 
 static int by_idle_desc(const void *a, const void *b)
@@ -609,6 +669,7 @@ static void guard_scan(tr_http *x)
     if (n == 0 || (why = calloc(n, sizeof(*why))) == NULL) {
         x->n_conns = n == 0 ? 0 : x->n_conns; /* none open: forget them all */
         free(sk);
+        closes_log(x, now, 0); /* what the last lines left out */
         return;
     }
     for (size_t i = 0; i < x->n_conns; i++) {
@@ -647,10 +708,11 @@ static void guard_scan(tr_http *x)
         tr_http_socks_find_fds(sk, n);
         for (size_t i = 0; i < n; i++) {
             if (why[i] != NULL) {
-                guard_close(&sk[i], why[i]);
+                guard_close(&sk[i]);
             }
         }
     }
+    closes_log(x, now, n_close);
     for (size_t i = 0; i < x->n_conns; i++) { /* forget closed ones */
         if (x->conns[i].seen) {
             x->conns[kept++] = x->conns[i];

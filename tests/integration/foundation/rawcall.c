@@ -11,8 +11,11 @@
  * Name rules (the head's own checks, whatever a client sends):
  *   register-name NAME | register-label KEY VALUE | register-address ADDR | register-gpu-model MODEL |
  *   submit-name NAME | submit-group NAME | submit-label KEY VALUE
- * Speaking as a worker (the isolation tests): report-failure JOB WORKER ATTEMPT
- *   sends a ReportFailure "forged" from WORKER of JOB at ATTEMPT.
+ * Worker text and counters (admin credential, or none configured):
+ *   report-failure JOB WORKER ATTEMPT [REASON] (default: a forged "a peer went away";
+ *   the isolation tests send it with a stolen worker credential) |
+ *   set-profile JOB WORKERS (WORKERS "@N": a pattern of N bytes) |
+ *   report-metrics JOB WORKER ATTEMPT REPORTED DROPPED [SEQ...] (one point "m" per SEQ)
  * Pages: list-nodes CURSOR (include_dead, no limit) prints
  *   "nodes=N first=ID last=ID next_cursor=C payload=BYTES" after the code line.
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
@@ -141,6 +144,70 @@ static int build_job_call(const char *mode, uint8_t **buf, size_t *len)
 
 /* build_named: a registration or a submit carrying the given strings as
  * they are (the name-rule tests); -1 for an unknown mode or missing args. */
+/* build_worker_call: report-failure, set-profile, report-metrics (see the top). */
+static int build_worker_call(const char *mode, int argc, char **argv, uint8_t **buf, size_t *len)
+{
+    Troupe__V1__WorkerRef ref = TROUPE__V1__WORKER_REF__INIT;
+    int rv = -1;
+
+    if (strcmp(mode, "set-profile") == 0 && argc == 2) {
+        Troupe__V1__SetProfileRequest sp = TROUPE__V1__SET_PROFILE_REQUEST__INIT;
+        Troupe__V1__ProfileControl pc = TROUPE__V1__PROFILE_CONTROL__INIT;
+        char *w = argv[1];
+        if (w[0] == '@') {
+            size_t n = strtoull(w + 1, NULL, 10);
+            w = malloc(n + 1);
+            memset(w, '*', n);
+            w[n] = '\0';
+        }
+        pc.steps = "1:2";
+        pc.workers = w;
+        sp.job_id = strtoull(argv[0], NULL, 10);
+        sp.control = &pc;
+        rv = envelope("troupe.v1.Head/SetProfile", &sp.base, NULL, 0, buf, len);
+        if (w != argv[1]) {
+            free(w);
+        }
+        return rv;
+    }
+    if (argc < 3) {
+        return -1;
+    }
+    ref.job_id = strtoull(argv[0], NULL, 10);
+    ref.worker = argv[1];
+    ref.attempt = (uint32_t)strtoul(argv[2], NULL, 10);
+    if (strcmp(mode, "report-failure") == 0 && (argc == 3 || argc == 4)) {
+        Troupe__V1__ReportFailureRequest rf = TROUPE__V1__REPORT_FAILURE_REQUEST__INIT;
+        rf.from = &ref;
+        rf.code = TROUPE_INTERNAL;
+        rf.reason = argc == 4 ? argv[3] : "forged: a peer went away";
+        return envelope("troupe.v1.Head/ReportFailure", &rf.base, NULL, 0, buf, len);
+    }
+    if (strcmp(mode, "report-metrics") == 0 && argc >= 5) {
+        Troupe__V1__ReportMetricsRequest rm = TROUPE__V1__REPORT_METRICS_REQUEST__INIT;
+        size_t n = (size_t)(argc - 5);
+        Troupe__V1__MetricPoint *pts = calloc(n + 1, sizeof(*pts));
+        Troupe__V1__MetricPoint **pp = calloc(n + 1, sizeof(*pp));
+        for (size_t i = 0; i < n; i++) {
+            troupe__v1__metric_point__init(&pts[i]);
+            pts[i].seq = strtoull(argv[5 + i], NULL, 10);
+            pts[i].step = pts[i].seq;
+            pts[i].name = "m";
+            pts[i].value = 1.0;
+            pp[i] = &pts[i];
+        }
+        rm.from = &ref;
+        rm.reported = strtoull(argv[3], NULL, 10);
+        rm.dropped = strtoull(argv[4], NULL, 10);
+        rm.n_points = n;
+        rm.points = pp;
+        rv = envelope("troupe.v1.Head/ReportMetrics", &rm.base, NULL, 0, buf, len);
+        free(pts);
+        free(pp);
+    }
+    return rv;
+}
+
 static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, size_t *len)
 {
     Troupe__V1__RegisterNodeRequest reg = TROUPE__V1__REGISTER_NODE_REQUEST__INIT;
@@ -152,8 +219,6 @@ static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, s
     static char *cmd[] = {"true"};
     static uint32_t nodes[] = {1};
     Troupe__V1__ListNodesRequest ls = TROUPE__V1__LIST_NODES_REQUEST__INIT;
-    Troupe__V1__ReportFailureRequest rf = TROUPE__V1__REPORT_FAILURE_REQUEST__INIT;
-    Troupe__V1__WorkerRef from = TROUPE__V1__WORKER_REF__INIT;
     int need = (strcmp(mode, "register-label") == 0 || strcmp(mode, "submit-label") == 0) ? 2
                : strcmp(mode, "report-failure") == 0                                      ? 3
                                                                                           : 1;
@@ -161,14 +226,9 @@ static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, s
     if (argc < need) {
         return -1;
     }
-    if (strcmp(mode, "report-failure") == 0) {
-        from.job_id = strtoull(argv[0], NULL, 10);
-        from.worker = argv[1];
-        from.attempt = (uint32_t)strtoul(argv[2], NULL, 10);
-        rf.from = &from;
-        rf.code = TROUPE_INTERNAL;
-        rf.reason = "forged: a peer went away";
-        return envelope("troupe.v1.Head/ReportFailure", &rf.base, NULL, 0, buf, len);
+    if (strcmp(mode, "report-failure") == 0 || strcmp(mode, "set-profile") == 0 ||
+        strcmp(mode, "report-metrics") == 0) {
+        return build_worker_call(mode, argc, argv, buf, len);
     }
     if (strcmp(mode, "list-nodes") == 0) {
         ls.include_dead = 1;

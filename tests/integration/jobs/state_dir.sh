@@ -20,6 +20,19 @@ grep -q "in use by another troupe-head" "$T/second.log" || fail "unclear refusal
 cli status >/dev/null || fail "the first head stopped answering"
 pass "second head refused (exit $rc): $(cat "$T/second.log")"
 
+# --- a removed head.lock does not let a second head in -------------------
+# The lock is on the state dir itself (an old head locked the file head.lock:
+# `rm head.lock` let a second head create and lock a new one, and both handed
+# out job id 1). Re-plant: flock a file in the dir instead of the dir.
+rm -f "$T/state/head.lock"
+rc=0
+timeout 10 "$HEAD_BIN" --listen "tcp://127.0.0.1:$PORT2" --state-dir "$T/state" >"$T/third.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "second head after rm head.lock: exit $rc (want a refusal): $(cat "$T/third.log")"
+grep -q "in use by another troupe-head" "$T/third.log" || fail "unclear refusal after rm head.lock: $(cat "$T/third.log")"
+! (exec 3<>/dev/tcp/127.0.0.1/$PORT2) 2>/dev/null || fail "the second head listens on $PORT2 after rm head.lock"
+cli status >/dev/null || fail "the first head stopped answering"
+pass "rm head.lock: a second head is still refused (exit $rc)"
+
 # --- old logs must not reappear under a new job with the same id --------
 cat >"$T/say.yaml" <<YAML
 name: say

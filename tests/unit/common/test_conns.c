@@ -25,17 +25,17 @@ static void cap_displaces_oldest_stranger(void **state)
 
     (void)state;
     assert_int_equal(tr_conns_init(&t, &l), 0);
-    assert_int_equal(tr_conns_add(&t, 1, 100, &gone), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, 1, 100, &gone, NULL), TR_CONN_ADMITTED);
     assert_int_equal(gone, 0);
-    assert_int_equal(tr_conns_add(&t, 2, 200, &gone), TR_CONN_ADMITTED);
-    assert_int_equal(tr_conns_add(&t, 3, 300, &gone), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, 2, 200, &gone, NULL), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, 3, 300, &gone, NULL), TR_CONN_ADMITTED);
     assert_int_equal(t.live, 3);
     tr_conns_begin(&t, 1, 1, 400); /* 1 authenticated: never displaced */
     tr_conns_end(&t, 1, 401);
-    assert_int_equal(tr_conns_add(&t, 4, 500, &gone), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, 4, 500, &gone, NULL), TR_CONN_ADMITTED);
     assert_int_equal(gone, 2);
     tr_conns_begin(&t, 3, 0, 600); /* 3 has a request in flight: not displaced either */
-    assert_int_equal(tr_conns_add(&t, 5, 700, &gone), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, 5, 700, &gone, NULL), TR_CONN_ADMITTED);
     assert_int_equal(gone, 4);
     assert_int_equal(t.live, 3);
     tr_conns_remove(&t, 2); /* already gone: ignored */
@@ -52,49 +52,150 @@ static void cap_refuses_when_all_authenticated(void **state)
 
     (void)state;
     assert_int_equal(tr_conns_init(&t, &l), 0);
-    tr_conns_add(&t, 7, 0, &gone);
-    tr_conns_add(&t, 8, 0, &gone);
+    tr_conns_add(&t, 7, 0, &gone, NULL);
+    tr_conns_add(&t, 8, 0, &gone, NULL);
     tr_conns_begin(&t, 7, 1, 1);
     tr_conns_begin(&t, 8, 1, 1);
-    assert_int_equal(tr_conns_add(&t, 9, 2, &gone), TR_CONN_REFUSED);
+    assert_int_equal(tr_conns_add(&t, 9, 2, &gone, NULL), TR_CONN_REFUSED);
     assert_int_equal(gone, 0);
     assert_int_equal(t.live, 2);
     assert_int_equal(t.unauth, 0);
     tr_conns_remove(&t, 8);
-    assert_int_equal(tr_conns_add(&t, 9, 3, &gone), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, 9, 3, &gone, NULL), TR_CONN_ADMITTED);
     tr_conns_free(&t);
 }
 
 /* The per-frame limit is budget / strangers, a power of two between the
- * floor and the maximum; authenticated connections do not lower it. */
+ * floor and the maximum, and what strangers may hold together stays within
+ * the budget whatever the order they came in: the first eight were charged
+ * 8 MiB each (they may have started 8 MiB frames before the limit dropped),
+ * so the ninth displaces the oldest; the count of strangers never passes
+ * budget / floor. Authenticated connections do not lower the limit, and it
+ * is raised again by tr_conns_relax. */
 static void frame_limit_shares_budget(void **state)
 {
     tr_conns t;
-    tr_conns_limits l = lim(1000);
+    tr_conns_limits l = lim(16384);
     uint32_t gone, id;
+    int why;
 
     (void)state;
     assert_int_equal(tr_conns_init(&t, &l), 0);
     assert_int_equal(tr_conns_frame_limit(&t), 8u << 20);
     for (id = 1; id <= 8; id++) {
-        tr_conns_add(&t, id, 0, &gone);
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, &why), TR_CONN_ADMITTED);
+        assert_int_equal(gone, 0);
     }
     assert_int_equal(tr_conns_frame_limit(&t), 8u << 20); /* 8 x 8 MiB = the budget */
-    tr_conns_add(&t, 9, 0, &gone);
+    assert_int_equal(t.charged, 64u << 20);
+    assert_int_equal(tr_conns_add(&t, 9, 9, &gone, &why), TR_CONN_ADMITTED);
+    assert_int_equal(gone, 1); /* the oldest 8 MiB holder makes room */
+    assert_int_equal(why, TR_CONN_WHY_BUDGET);
     assert_int_equal(tr_conns_frame_limit(&t), 4u << 20); /* 64 MiB / 9 = 7.1 MiB -> 4 MiB */
-    for (id = 10; id <= 400; id++) {
-        tr_conns_add(&t, id, 0, &gone);
-    }
-    assert_int_equal(tr_conns_frame_limit(&t), 128u << 10); /* 64 MiB / 400 = 164 KiB -> 128 KiB */
-    for (id = 401; id <= 1000; id++) {
-        tr_conns_add(&t, id, 0, &gone);
+    for (id = 10; id <= 12000; id++) {
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, NULL), TR_CONN_ADMITTED);
+        assert_true(t.charged <= l.budget);
+        assert_true(t.unauth <= l.budget / l.frame_floor);
     }
     assert_int_equal(tr_conns_frame_limit(&t), 64u << 10); /* the floor */
-    for (id = 1; id <= 995; id++) {
-        tr_conns_begin(&t, id, 1, 1); /* authenticated now */
+    assert_int_equal(t.unauth, 1024);                      /* 64 MiB / 64 KiB */
+    assert_int_equal(t.charged, 64u << 20);
+    for (id = 12000 - 1023; id <= 12000 - 5; id++) {
+        tr_conns_begin(&t, id, 1, id); /* authenticated now */
     }
     assert_int_equal(t.unauth, 5);
+    assert_int_equal(t.charged, 5u * (64u << 10));
+    assert_int_equal(tr_conns_frame_limit(&t), 64u << 10); /* raised only by relax */
+    tr_conns_relax(&t);
     assert_int_equal(tr_conns_frame_limit(&t), 8u << 20);
+    assert_int_equal(t.charged, 5u * (8u << 20));
+    tr_conns_free(&t);
+}
+
+/* A stranger whose frame arrived whole is charged the limit now, not what
+ * it was charged when the limit was higher; closed strangers' charges are
+ * reported once as released (the heap is trimmed after them). */
+static void charge_follows_frames(void **state)
+{
+    tr_conns t;
+    tr_conns_limits l = lim(100);
+    uint32_t gone;
+
+    (void)state;
+    assert_int_equal(tr_conns_init(&t, &l), 0);
+    tr_conns_add(&t, 1, 1, &gone, NULL); /* 8 MiB */
+    for (uint32_t id = 2; id <= 9; id++) {
+        tr_conns_add(&t, id, id, &gone, NULL);
+    }
+    assert_int_equal(gone, 1);
+    assert_int_equal(tr_conns_frame_limit(&t), 4u << 20);
+    tr_conns_begin(&t, 2, 0, 1); /* a frame without credential: 8 MiB -> 4 MiB */
+    tr_conns_end(&t, 2, 2);
+    assert_int_equal(t.charged, 6u * (8u << 20) + 2u * (4u << 20));
+    assert_int_equal(tr_conns_released(&t), 8u << 20); /* 1, displaced */
+    tr_conns_remove(&t, 2);
+    assert_int_equal(tr_conns_released(&t), 4u << 20);
+    assert_int_equal(tr_conns_released(&t), 0);
+    tr_conns_free(&t);
+}
+
+/* When strangers with calls in flight hold the whole budget a new
+ * connection is refused, not admitted past it. */
+static void budget_refuses_when_strangers_busy(void **state)
+{
+    tr_conns t;
+    tr_conns_limits l = lim(100);
+    uint32_t gone;
+    int why;
+
+    (void)state;
+    l.budget = 128u << 10;
+    l.frame_max = 64u << 10;
+    assert_int_equal(tr_conns_init(&t, &l), 0);
+    tr_conns_add(&t, 1, 0, &gone, NULL);
+    tr_conns_add(&t, 2, 0, &gone, NULL);
+    tr_conns_begin(&t, 1, 0, 1);
+    tr_conns_begin(&t, 2, 0, 1);
+    assert_int_equal(tr_conns_add(&t, 3, 2, &gone, &why), TR_CONN_REFUSED);
+    assert_int_equal(why, TR_CONN_WHY_BUDGET_BUSY);
+    assert_int_equal(gone, 0);
+    tr_conns_end(&t, 1, 3);
+    assert_int_equal(tr_conns_add(&t, 3, 4, &gone, &why), TR_CONN_ADMITTED);
+    assert_int_equal(gone, 1);
+    tr_conns_free(&t);
+}
+
+/* With no credential configured (displace_idle) a call proves nothing: at
+ * the cap the connection idle longest makes room, whether it made a call or
+ * not (a client that has just connected goes last); one with a call in
+ * flight never does. Without displace_idle such a table refuses. */
+static void no_auth_displaces_idle_longest(void **state)
+{
+    tr_conns t;
+    tr_conns_limits l = lim(3);
+    uint32_t gone;
+    int why;
+
+    (void)state;
+    l.displace_idle = 1;
+    assert_int_equal(tr_conns_init(&t, &l), 0);
+    for (uint32_t id = 1; id <= 3; id++) {
+        tr_conns_add(&t, id, 0, &gone, NULL);
+        tr_conns_begin(&t, id, 1, 10);
+    }
+    tr_conns_end(&t, 2, 20); /* 2 idle since 20 */
+    tr_conns_end(&t, 3, 30); /* 3 idle since 30; 1 busy */
+    assert_int_equal(tr_conns_add(&t, 4, 40, &gone, &why), TR_CONN_ADMITTED);
+    assert_int_equal(gone, 2);
+    assert_int_equal(why, TR_CONN_WHY_CAP_IDLE);
+    tr_conns_begin(&t, 4, 1, 50);
+    assert_int_equal(tr_conns_add(&t, 5, 60, &gone, &why), TR_CONN_ADMITTED);
+    assert_int_equal(gone, 3);
+    assert_int_equal(tr_conns_add(&t, 6, 70, &gone, &why), TR_CONN_ADMITTED);
+    assert_int_equal(gone, 5); /* 5 never called, but connected before 6 and is idle since */
+    tr_conns_begin(&t, 6, 1, 80);
+    assert_int_equal(tr_conns_add(&t, 7, 90, &gone, &why), TR_CONN_REFUSED); /* all busy */
+    assert_int_equal(why, TR_CONN_WHY_CAP_BUSY);
     tr_conns_free(&t);
 }
 
@@ -109,10 +210,10 @@ static void expire_preauth_and_idle(void **state)
 
     (void)state;
     assert_int_equal(tr_conns_init(&t, &l), 0);
-    tr_conns_add(&t, 1, 0, &gone);     /* a stranger */
-    tr_conns_add(&t, 2, 0, &gone);     /* authenticates, then idles */
-    tr_conns_add(&t, 3, 0, &gone);     /* authenticated, long call in flight */
-    tr_conns_add(&t, 4, 9000, &gone); /* a younger stranger */
+    tr_conns_add(&t, 1, 0, &gone, NULL);     /* a stranger */
+    tr_conns_add(&t, 2, 0, &gone, NULL);     /* authenticates, then idles */
+    tr_conns_add(&t, 3, 0, &gone, NULL);     /* authenticated, long call in flight */
+    tr_conns_add(&t, 4, 9000, &gone, NULL); /* a younger stranger */
     tr_conns_begin(&t, 2, 1, 10);
     tr_conns_end(&t, 2, 20);
     tr_conns_begin(&t, 3, 1, 10);
@@ -143,10 +244,11 @@ static void table_churn(void **state)
     size_t pre;
 
     (void)state;
+    l.budget = (size_t)1 << 40; /* no budget displacement: this is about the table */
     assert_int_equal(tr_conns_init(&t, &l), 0);
     for (uint32_t round = 0; round < 20; round++) {
         for (uint32_t i = 1; i <= 512; i++) {
-            assert_int_equal(tr_conns_add(&t, round * 1000 + i, round, &gone), TR_CONN_ADMITTED);
+            assert_int_equal(tr_conns_add(&t, round * 1000 + i, round, &gone, NULL), TR_CONN_ADMITTED);
             assert_int_equal(gone, 0);
         }
         for (uint32_t i = 1; i <= 512; i += 2) {
@@ -173,6 +275,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(cap_displaces_oldest_stranger),
         cmocka_unit_test(cap_refuses_when_all_authenticated),
         cmocka_unit_test(frame_limit_shares_budget),
+        cmocka_unit_test(charge_follows_frames),
+        cmocka_unit_test(budget_refuses_when_strangers_busy),
+        cmocka_unit_test(no_auth_displaces_idle_longest),
         cmocka_unit_test(expire_preauth_and_idle),
         cmocka_unit_test(table_churn),
     };

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "names.h"
+#include "text.h"
 
 static void node_names(void **state)
 {
@@ -85,6 +86,22 @@ static void addresses_and_text(void **state)
     TR_ASSERT_CONTAINS(err.msg, "GPU model is 10 bytes");
 }
 
+/* Printers escape what clients sent: a newline or an escape sequence can
+ * never start a line or drive the terminal; the output is cut whole. */
+static void text_escape(void **state)
+{
+    char out[64], tiny[5];
+
+    (void)state;
+    assert_string_equal(tr_text_escape(out, sizeof(out), "disk full\nfailure   FORGED"),
+                        "disk full\\nfailure   FORGED");
+    assert_string_equal(tr_text_escape(out, sizeof(out), "a\tb\r\x1b[31mc\\d\x7f\xc3\xa9"),
+                        "a\\tb\\r\\x1b[31mc\\\\d\\x7f\\xc3\\xa9");
+    assert_string_equal(tr_text_escape(out, sizeof(out), NULL), "");
+    assert_string_equal(tr_text_escape(tiny, sizeof(tiny), "ab\ncd"), "ab\\n"); /* no half escape */
+    assert_string_equal(tr_text_escape(tiny, sizeof(tiny), "abc\x01"), "abc");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -92,6 +109,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(labels),
         cmocka_unit_test(label_lists),
         cmocka_unit_test(addresses_and_text),
+        cmocka_unit_test(text_escape),
     };
     return TR_TEST_MAIN("unit.common.names", tests, argc, argv);
 }
