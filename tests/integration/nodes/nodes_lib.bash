@@ -28,7 +28,7 @@ beat_cmd() {
 no_overlap() {
     awk '{ if (!($1 in last) || $3 > last[$1]) last[$1] = $3; if (!($1 in first) || $3 < first[$1]) first[$1] = $3 }
          END { for (a in last) if ((a + 1) in first && last[a] >= first[a + 1]) {
-                   printf "attempt %d ran until %d, attempt %d began at %d\n", a, last[a], a + 1, first[a + 1]; bad = 1 }
+                   printf "attempt %d ran until %.0f, attempt %d began at %.0f\n", a, last[a], a + 1, first[a + 1]; bad = 1 }
                exit bad }' "$T/beats"
 }
 
