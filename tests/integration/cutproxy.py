@@ -6,7 +6,12 @@
            new connections are accepted and held the same way
   SIGUSR2  heal: move bytes again (what was sent meanwhile is delivered)
   SIGHUP   drop: close every connection now (the peers see them closed);
-           new connections are forwarded as before
+           new connections are forwarded as before (answers too)
+  SIGWINCH lose answers: requests still reach the target, and what it
+           sends back is thrown away (an answer lost after the work was
+           done) until the next SIGHUP; prints "answers lost". The first 8
+           bytes of each connection (the SP handshake) still pass, so a
+           connection made meanwhile opens and its requests arrive
 
 Prints "ready" once listening. Used by tests/integration/nodes/*.sh.
 """
@@ -18,11 +23,16 @@ import threading
 
 listen_port, target_port = int(sys.argv[1]), int(sys.argv[2])
 cut = threading.Event()
+mute = threading.Event()  # answers (target -> client) are thrown away
 lock = threading.Lock()
 conns = []
 
 
-def pump(a, b):
+HANDSHAKE = 8  # nng's SP-over-TCP header, sent by each side first
+
+
+def pump(a, b, answers=False):
+    sent = 0
     try:
         while True:
             if cut.is_set():
@@ -34,6 +44,9 @@ def pump(a, b):
             data = a.recv(65536)
             if not data:
                 break
+            if answers and mute.is_set():
+                data = data[:max(0, HANDSHAKE - sent)]
+            sent += len(data)
             b.sendall(data)
     except (OSError, ValueError):  # ValueError: closed by drop() meanwhile
         pass
@@ -56,7 +69,7 @@ def serve(client):
     with lock:
         conns.append((client, up))
     threading.Thread(target=pump, args=(client, up), daemon=True).start()
-    threading.Thread(target=pump, args=(up, client), daemon=True).start()
+    threading.Thread(target=pump, args=(up, client, True), daemon=True).start()
 
 
 def drop(*_):
@@ -68,11 +81,18 @@ def drop(*_):
                 except OSError:
                     pass
         conns.clear()
+        mute.clear()
+
+
+def lose_answers(*_):
+    mute.set()
+    print("answers lost", flush=True)
 
 
 signal.signal(signal.SIGUSR1, lambda *_: cut.set())
 signal.signal(signal.SIGUSR2, lambda *_: cut.clear())
 signal.signal(signal.SIGHUP, drop)
+signal.signal(signal.SIGWINCH, lose_answers)
 
 ls = socket.socket()
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
