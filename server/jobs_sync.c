@@ -255,6 +255,10 @@ static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
     arena a = {0};
 
     build_set(h, hn, &a, &rep);
+    /* With the report line below, what a test waits on to know an agent
+     * was asked and answered (debug: one line per poll and report). */
+    TR_LOG(TR_LOG_DEBUG, "node sync answered node=%llu version=%llu workers=%zu", (unsigned long long)hn->n->id,
+           (unsigned long long)rep.version, rep.n_workers);
     if (a.oom) {
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory building assignments");
     } else {
@@ -468,6 +472,8 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
     if (req->wait_ms == 0) {
         /* Only report calls carry the agent's complete worker list; a long
          * poll carries none and must not read as "no workers". */
+        TR_LOG(TR_LOG_DEBUG, "node report node=%llu applied=%llu workers=%zu", (unsigned long long)hn->n->id,
+               (unsigned long long)req->version, req->n_reports);
         tr_jobs_apply_reports(h, hn, req);
     }
     if (req->wait_ms > 0 && req->version == safe_version(h, hn)) {
@@ -475,7 +481,8 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
         hn->sync_version = req->version;
-        hn->sync_until = tr_now_ms() + (req->wait_ms < TR_NODE_SYNC_WAIT_MAX_MS ? req->wait_ms : TR_NODE_SYNC_WAIT_MAX_MS);
+        hn->sync_until = tr_now_ms() + ((int64_t)req->wait_ms < h->cfg.node_sync_max_ms ? (int64_t)req->wait_ms
+                                                                                         : h->cfg.node_sync_max_ms);
     } else if (req->wait_ms == 0 && h->store_failing) {
         /* Applied in memory (and retried to disk), but not acknowledged: the
          * agent keeps the report and sends it again. Answered now, not parked:
