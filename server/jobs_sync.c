@@ -255,10 +255,6 @@ static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
     arena a = {0};
 
     build_set(h, hn, &a, &rep);
-    /* With the report line below, what a test waits on to know an agent
-     * was asked and answered (debug: one line per poll and report). */
-    TR_LOG(TR_LOG_DEBUG, "node sync answered node=%llu version=%llu workers=%zu", (unsigned long long)hn->n->id,
-           (unsigned long long)rep.version, rep.n_workers);
     if (a.oom) {
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory building assignments");
     } else {
@@ -278,6 +274,15 @@ static void reply_set_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
     reply_set(h, hn, call);
 }
 
+/* log_answer: with "node report" and "node sync parked", what a test waits
+ * on to know that an agent was asked and what it did (debug: a line per
+ * poll and report). */
+static void log_answer(const tr_head *h, const tr_head_node *hn)
+{
+    TR_LOG(TR_LOG_DEBUG, "node sync answered node=%llu version=%llu", (unsigned long long)hn->n->id,
+           (unsigned long long)safe_version(h, hn));
+}
+
 void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
 {
     tr_rpc_call *call = hn->sync_waiter;
@@ -285,6 +290,7 @@ void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
         return;
     }
     hn->sync_waiter = NULL;
+    log_answer(h, hn);
     reply_set(h, hn, call);
     tr_rpc_call_release(call);
 }
@@ -481,6 +487,8 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
         hn->sync_version = req->version;
+        TR_LOG(TR_LOG_DEBUG, "node sync parked node=%llu version=%llu", (unsigned long long)hn->n->id,
+               (unsigned long long)req->version);
         hn->sync_until = tr_now_ms() + ((int64_t)req->wait_ms < h->cfg.node_sync_max_ms ? (int64_t)req->wait_ms
                                                                                          : h->cfg.node_sync_max_ms);
     } else if (req->wait_ms == 0 && h->store_failing) {
@@ -495,6 +503,7 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
          * only when what it reported is on disk. */
         tr_head_after_commit_or_resend(h, call, reply_set_later, hn->n->id);
     } else {
+        log_answer(h, hn); /* a poll behind the current version */
         reply_set(h, hn, call);
     }
     pthread_mutex_unlock(&h->mu);

@@ -49,7 +49,7 @@ sleep 1
 [ "$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored')" = "$stuck" ] || fail "points stored while failing"
 rm -f "$T/full"
 wait_for 90 "job $id to succeed" is_job_state "$id" SUCCEEDED
-line=$(cli logs "$id" | grep "mx:" || true)
+line=$(cli logs "$id" | grep "mx: reported=" || true)
 [[ "$line" == *"reported=3000 acked=3000 dropped=0 buffered=0 flush=OK"* ]] || fail "worker: $line"
 cli -o json metrics "$id" >"$T/all.json"
 jq -e '.streams[0].stored == 3000 and .streams[0].dropped == 0 and ([.points[].seq] == [range(1; 3001)])' \

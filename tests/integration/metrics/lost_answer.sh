@@ -37,7 +37,7 @@ resent() { [ "$(reports)" -ge 2 ]; }
 wait_for 30 "the worker to send its report again" resent
 kill -HUP "$PROXY_PID" # drop the connection; the next one is answered
 wait_for 60 "job $id SUCCEEDED" is_job_state "$id" SUCCEEDED
-line=$(cli logs "$id" | grep "mx:" || true)
+line=$(cli logs "$id" | grep "mx: reported=" || true)
 [[ "$line" == *"reported=40 acked=40 dropped=0 buffered=0 flush=OK"* ]] || fail "worker: $line"
 cli -o json metrics "$id" >"$T/all.json"
 jq -e '.streams | length == 1 and .[0].stored == 40 and .[0].dropped == 0 and .[0].last_seq == 40' "$T/all.json" >/dev/null ||
