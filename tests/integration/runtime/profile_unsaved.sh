@@ -41,7 +41,7 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
     prof_pid=$!
     wait_for 10 "the head to find its store failing" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = false ]"
     # Refused up front, or taken in memory (logged) and waiting for its save.
-    decided() { grep -q RESOURCE_EXHAUSTED "$T/profile.out" || tail -c +$((mark + 1)) "$T/head.log" | grep -q "job=$id profile version="; }
+    decided() { grep -q RESOURCE_EXHAUSTED "$T/profile.out" || tail -c +$((mark + 1)) "$T/head.log" | grep -c "job=$id profile version=" >/dev/null; }
     wait_for 10 "troupe profile refused, or taken by the head" decided
     if ! grep -q RESOURCE_EXHAUSTED "$T/profile.out"; then
         accepted=1
@@ -58,7 +58,8 @@ echo "accepted at try $try"
 held() {
     local n
     for n in g-0 g-1; do
-        tail -c +$((mark + 1)) "$T/head.log" | grep -q "profile control held job=$id worker=job$id-$n version=" || return 1
+        # grep -c reads it all: no SIGPIPE for tail under pipefail
+        tail -c +$((mark + 1)) "$T/head.log" | grep -c "profile control held job=$id worker=job$id-$n version=" >/dev/null || return 1
     done
 }
 wait_for 10 "the head to hold the unsaved change back from both workers' control polls" held
