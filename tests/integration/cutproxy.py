@@ -3,8 +3,9 @@
 
   SIGUSR1  cut: stop moving bytes both ways, keep every connection open (a
            silent network partition: nothing arrives, nothing is refused);
-           new connections are accepted and held the same way
-  SIGUSR2  heal: move bytes again (what was sent meanwhile is delivered)
+           new connections are accepted and held the same way; prints "cut"
+  SIGUSR2  heal: move bytes again (what was sent meanwhile is delivered);
+           prints "healed"
   SIGHUP   drop: close every connection now (the peers see them closed);
            new connections are forwarded as before (answers too)
   SIGWINCH lose answers: requests still reach the target, and what it
@@ -89,8 +90,16 @@ def lose_answers(*_):
     print("answers lost", flush=True)
 
 
-signal.signal(signal.SIGUSR1, lambda *_: cut.set())
-signal.signal(signal.SIGUSR2, lambda *_: cut.clear())
+def set_cut(on):
+    if on:
+        cut.set()
+    else:
+        cut.clear()
+    print("cut" if on else "healed", flush=True)
+
+
+signal.signal(signal.SIGUSR1, lambda *_: set_cut(True))
+signal.signal(signal.SIGUSR2, lambda *_: set_cut(False))
 signal.signal(signal.SIGHUP, drop)
 signal.signal(signal.SIGWINCH, lose_answers)
 

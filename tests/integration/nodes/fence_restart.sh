@@ -24,7 +24,7 @@ na_id=$(node_id na)
 pass "job $j attempt 0 RUNNING on na (through the proxy); nb ALIVE and free"
 
 t0=$(ms_now)
-kill -USR1 "$PROXY_PID"; sleep 0.1; kill -HUP "$PROXY_PID" # hold new connections, close the open one
+cut_and_drop
 wait_for 5 "na DEAD" bash -c "'$CLI_BIN' -o json nodes | jq -e '.nodes[] | select(.id==$na_id) | .state == \"DEAD\"'"
 t_dead=$(ms_now)
 [ $((t_dead - t0)) -lt 2500 ] || fail "na DEAD only after $((t_dead - t0)) ms: the closed connection was not noticed (the timeout is 8000)"
