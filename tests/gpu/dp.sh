@@ -307,16 +307,24 @@ pid=$(tt_pid "$id" "policy-$K") || fail "no troupe-train process for policy-$K"
 # Stop it, read the step it is at, and kill it only where steps will be run
 # again: at least 2 past a checkpoint (a kill right after checkpoint 400 on
 # a fast GPU left nothing to compare). Else let it run a few steps on.
-last_step() { tail -1 "$T/r.$K" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"])'; }
+# last_step: the step of the file's last complete line (0 when none is).
+last_step() {
+    python3 -c 'import json,sys
+s = 0
+for l in open(sys.argv[1]):
+    try: s = json.loads(l)["step"]
+    except ValueError: pass
+print(s)' "$T/r.$K"
+}
 for try in $(seq 1 20); do
     kill -STOP "$pid"
     at=$(last_step)
     [ "$at" -lt "$RS_STEPS" ] || fail "policy-$K finished all $RS_STEPS steps before it could be killed (raise MGPU_RESTART_STEPS)"
-    [ $((at % RS_EVERY)) -lt 2 ] || break
+    [ "$at" -lt "$RS_EVERY" ] || [ $((at % RS_EVERY)) -lt 2 ] || break
     kill -CONT "$pid"
     wait_for 60 "policy-$K past step $((at + 2))" lines_at_least "$T/r.$K" $((at + 2))
 done
-[ $((at % RS_EVERY)) -ge 2 ] || fail "policy-$K was always within 2 steps of a checkpoint when stopped ($try tries)"
+[ "$at" -ge "$RS_EVERY" ] && [ $((at % RS_EVERY)) -ge 2 ] || fail "policy-$K was always within 2 steps of a checkpoint when stopped ($try tries)"
 echo "policy-$K stopped at step $at (checkpoints every $RS_EVERY): killed"
 kill -9 "$pid"
 kill -CONT "$pid" 2>/dev/null || true
