@@ -4,7 +4,7 @@
 # troupe undrain lets it take work again.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --log-level debug # logs drain answers
 start_node na 4xH100:80GB --stop-grace-ms 1000
 start_node nb 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "2 nodes ALIVE" nodes_alive 2
@@ -39,9 +39,12 @@ w=$(submit "$T/hold.yaml")
 pass "new jobs avoid the draining node $node"
 
 # drain waits for the job there to end, then reports it drained.
+mark=$(head_log_mark)
 cli -o json drain "$node" --max-wait 30 >"$T/drain.json" 2>"$T/drain.err" &
 dp=$!
-sleep 0.5
+# drain asked twice and was told twice that a job still runs there.
+told_running() { [ "$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "drain answered node=[0-9]* name=$node running_jobs=1$")" -ge 2 ]; }
+wait_for 10 "the head to tell drain twice that a job still runs on $node" told_running
 alive "$dp" || fail "drain returned while a job still runs: $(cat "$T/drain.json" "$T/drain.err")"
 touch "$T/go/$h"
 wait "$dp" || fail "drain: $(cat "$T/drain.err")"
