@@ -118,6 +118,7 @@ struct tr_rpc_server {
     tr_tls_errors tls_seen; /* its handshake errors already logged (sweeper only) */
     atomic_uint_least64_t tls_closed; /* its connections closed after they were established */
     int64_t tls_other_prev, tls_other_logged; /* see tls_errors_log */
+    uint64_t tls_sweeps;                      /* tls_errors_log rounds (debug log) */
 };
 
 static void call_cb(void *arg);
@@ -813,6 +814,8 @@ static void tls_errors_log(tr_rpc_server *srv)
                (long long)other, (unsigned long long)(now.timeout - was->timeout));
     }
     *was = now;
+    /* A failure is logged by the second round after it: what a test waits on. */
+    TR_LOG(TR_LOG_DEBUG, "rpc: TLS handshake failures checked round=%llu", (unsigned long long)++srv->tls_sweeps);
 }
 
 /* conns_sweep (the sweeper, about once a second) closes connections past
