@@ -42,7 +42,7 @@ expect() {
 
 # ---- the table covers the service and the head's tables, no more ----------
 "$SCOPECALL" methods | sort >"$T/proto.txt"
-grep -ho '{"troupe\.v1\.Head/[A-Za-z]*"' "$SRC"/server/*.c | sed 's/.*Head\///; s/"$//' | sort >"$T/tables.txt"
+grep -rho --include="*.c" '{"troupe\.v1\.Head/[A-Za-z]*"' "$SRC"/server | sed 's/.*Head\///; s/"$//' | sort >"$T/tables.txt"
 printf '%s\n' "${!SCOPE[@]}" | sort >"$T/decided.txt"
 [ -s "$T/tables.txt" ] && [ "$(wc -l <"$T/proto.txt")" -ge 20 ] || fail "no methods found: $(wc -l <"$T/proto.txt") in the service, $(wc -l <"$T/tables.txt") in $SRC/server"
 ! uniq -d "$T/tables.txt" | grep . || fail "a method registered twice in the head's tables"
