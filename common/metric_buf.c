@@ -137,3 +137,27 @@ void tr_mbuf_stats_get(const tr_mbuf *b, tr_mbuf_stats *st)
     st->dropped = b->dropped;
     st->buffered = b->n;
 }
+
+int tr_mseq_resend(uint64_t seq, uint64_t last_seq)
+{
+    return seq <= last_seq;
+}
+
+int tr_mseq_take(tr_mseq *m, uint64_t seq)
+{
+    if (tr_mseq_resend(seq, m->last_seq)) {
+        return 0;
+    }
+    m->dropped += seq - m->last_seq - 1;
+    m->last_seq = seq;
+    m->stored++;
+    return 1;
+}
+
+void tr_mseq_settle(tr_mseq *m, uint64_t reported)
+{
+    if (reported > m->last_seq) {
+        m->dropped += reported - m->last_seq;
+        m->last_seq = reported;
+    }
+}

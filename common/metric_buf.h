@@ -63,4 +63,24 @@ void tr_mbuf_discard(tr_mbuf *b, uint64_t upto);
 
 void tr_mbuf_stats_get(const tr_mbuf *b, tr_mbuf_stats *st);
 
+/* The receiving side (the head): what it knows of one worker's stream. */
+typedef struct tr_mseq {
+    uint64_t last_seq; /* the highest seq stored or settled */
+    uint64_t stored;   /* points taken */
+    uint64_t dropped;  /* seqs skipped by the sender (its drops) */
+} tr_mseq;
+
+/* tr_mseq_resend: a point with this seq was taken already (seq <= last_seq):
+ * the sender lost the answer and sent it again. */
+int tr_mseq_resend(uint64_t seq, uint64_t last_seq);
+
+/* tr_mseq_take counts the point with this seq (points of one report come in
+ * increasing seq) and returns 1, or returns 0 for a resend, which is not to
+ * be stored again. A gap before seq is points the sender dropped. */
+int tr_mseq_take(tr_mseq *m, uint64_t seq);
+
+/* tr_mseq_settle: the sender has reported every seq up to reported; any it
+ * did not send after the last taken were dropped. */
+void tr_mseq_settle(tr_mseq *m, uint64_t reported);
+
 #endif

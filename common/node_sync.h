@@ -10,7 +10,8 @@
  * registration is cancelled by the agent, not waited out. */
 #define TR_NODE_SYNC_WAIT_MS 50000u
 
-/* The longest wait the head grants, whatever a poll asks. */
+/* The longest wait the head grants, whatever a poll asks (the default of
+ * the head's node_sync_max_ms, which may only lower it). */
 #define TR_NODE_SYNC_WAIT_MAX_MS 60000u
 
 /* What an agent adds to the wait for its call's deadline (the head answers

@@ -122,6 +122,7 @@ struct tr_rpc_server {
     atomic_uint_least64_t tls_closed; /* its connections closed after they were established */
     int64_t tls_other_prev, tls_other_logged; /* see tls_errors_log */
     size_t trim_due; /* strangers' charges released by the last sweep (trim_heap) */
+    uint64_t tls_sweeps;                      /* tls_errors_log rounds (debug log) */
 };
 
 /* Strangers' charges released before the heap is trimmed (trim_heap). */
@@ -876,6 +877,8 @@ static void tls_errors_log(tr_rpc_server *srv)
                (long long)other, (unsigned long long)(now.timeout - was->timeout));
     }
     *was = now;
+    /* A failure is logged by the second round after it: what a test waits on. */
+    TR_LOG(TR_LOG_DEBUG, "rpc: TLS handshake failures checked round=%llu", (unsigned long long)++srv->tls_sweeps);
 }
 
 /* trim_heap gives the heap back to the system a sweep after strangers that

@@ -37,6 +37,9 @@ const tr_cfg_desc tr_head_config_table[] = {
      "change); 0 = always heartbeat_ms"},
     {"disconnect_ms", TR_CFG_INT, F(disconnect_ms), "1000", 0, 600000, 0,
      "an agent whose connection closed (its process died) and that did not reconnect within this is DEAD"},
+    {"node_sync_max_ms", TR_CFG_INT, F(node_sync_max_ms), "60000", 100, 60000, 0,
+     "longest the head holds an agent's wait for new work before answering it with the current set (the agent "
+     "asks again at once); lower it only to see sooner that agents are told nothing unsaved (tests)"},
     {"max_frame_bytes", TR_CFG_INT, F(max_frame_bytes), "4194304", 1024, 1073741824, 0,
      "largest RPC frame accepted; larger frames are dropped"},
     {"contexts", TR_CFG_INT, F(contexts), "64", 1, 4096, 0, "concurrent RPC contexts"},

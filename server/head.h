@@ -43,6 +43,7 @@ typedef struct tr_head_config {
     int64_t dead_after;
     int64_t lease_ms;      /* agents' lease (liveness.h); 0 = automatic */
     int64_t disconnect_ms; /* closed connection -> DEAD after this */
+    int64_t node_sync_max_ms; /* longest a NodeSync long poll is held (node_sync.h) */
     int64_t max_heartbeats_per_s; /* the period told grows beyond it (liveness.h); 0 = fixed */
     int64_t max_frame_bytes;
     int64_t contexts;

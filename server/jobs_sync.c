@@ -275,6 +275,15 @@ static void reply_set_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
     reply_set(h, hn, call);
 }
 
+/* log_answer: with "node report" and "node sync parked", what a test waits
+ * on to know that an agent was asked and what it did (debug: a line per
+ * poll and report). */
+static void log_answer(const tr_head *h, const tr_head_node *hn)
+{
+    TR_LOG(TR_LOG_DEBUG, "node sync answered node=%llu version=%llu", (unsigned long long)hn->n->id,
+           (unsigned long long)safe_version(h, hn));
+}
+
 void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
 {
     tr_rpc_call *call = hn->sync_waiter;
@@ -282,6 +291,7 @@ void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
         return;
     }
     hn->sync_waiter = NULL;
+    log_answer(h, hn);
     reply_set(h, hn, call);
     tr_rpc_call_release(call);
 }
@@ -469,6 +479,8 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
     if (req->wait_ms == 0) {
         /* Only report calls carry the agent's complete worker list; a long
          * poll carries none and must not read as "no workers". */
+        TR_LOG(TR_LOG_DEBUG, "node report node=%llu applied=%llu workers=%zu", (unsigned long long)hn->n->id,
+               (unsigned long long)req->version, req->n_reports);
         tr_jobs_apply_reports(h, hn, req);
     }
     if (req->wait_ms > 0 && req->version == safe_version(h, hn)) {
@@ -476,7 +488,10 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
         hn->sync_version = req->version;
-        hn->sync_until = tr_now_ms() + (req->wait_ms < TR_NODE_SYNC_WAIT_MAX_MS ? req->wait_ms : TR_NODE_SYNC_WAIT_MAX_MS);
+        TR_LOG(TR_LOG_DEBUG, "node sync parked node=%llu version=%llu", (unsigned long long)hn->n->id,
+               (unsigned long long)req->version);
+        hn->sync_until = tr_now_ms() + ((int64_t)req->wait_ms < h->cfg.node_sync_max_ms ? (int64_t)req->wait_ms
+                                                                                         : h->cfg.node_sync_max_ms);
     } else if (req->wait_ms == 0 && h->store_failing) {
         /* Applied in memory (and retried to disk), but not acknowledged: the
          * agent keeps the report and sends it again. Answered now, not parked:
@@ -489,6 +504,7 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
          * only when what it reported is on disk. */
         tr_head_after_commit_or_resend(h, call, reply_set_later, hn->n->id);
     } else {
+        log_answer(h, hn); /* a poll behind the current version */
         reply_set(h, hn, call);
     }
     pthread_mutex_unlock(&h->mu);

@@ -9,7 +9,7 @@
  * committed; when the write fails the whole round is answered UNAVAILABLE
  * and the worker keeps the points and sends them again - nothing
  * acknowledged is lost, nothing is counted twice (seq <= last_seq is a
- * resend and skipped). A gap in a worker's seq is a point the worker dropped
+ * resend and skipped: tr_mseq_take). A gap in a worker's seq is a point the worker dropped
  * (its buffer was full): the head adds it to that stream's `dropped`, in the
  * same transaction as the points, so the count is exact across restarts.
  *
@@ -69,7 +69,8 @@ typedef struct stream {
     uint64_t job;
     char worker[MAX_NAME];
     uint32_t attempt;
-    uint64_t last_seq, stored, dropped, reported, worker_dropped;
+    tr_mseq seq; /* last_seq, stored, dropped (metric_buf.h) */
+    uint64_t reported, worker_dropped;
     uint64_t round; /* the last round that wrote its row (s->round), so a round writes it once */
     snap *snap; /* made after its first commit; owned by s->snaps */
     struct stream *next;
@@ -291,9 +292,9 @@ static int load(metrics_svc *s, tr_err *err)
             rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
             break;
         }
-        st->last_seq = (uint64_t)sqlite3_column_int64(q, 3);
-        st->stored = (uint64_t)sqlite3_column_int64(q, 4);
-        st->dropped = (uint64_t)sqlite3_column_int64(q, 5);
+        st->seq.last_seq = (uint64_t)sqlite3_column_int64(q, 3);
+        st->seq.stored = (uint64_t)sqlite3_column_int64(q, 4);
+        st->seq.dropped = (uint64_t)sqlite3_column_int64(q, 5);
         st->reported = (uint64_t)sqlite3_column_int64(q, 6);
         st->worker_dropped = (uint64_t)sqlite3_column_int64(q, 7);
     }
@@ -403,7 +404,7 @@ static int insert_points(metrics_svc *s, batch *b, row *rows, size_t *n, tr_err 
 
     for (size_t i = 0; i < req->n_points; i++) {
         const Troupe__V1__MetricPoint *p = req->points[i];
-        if (p->seq <= st->last_seq) {
+        if (!tr_mseq_take(&st->seq, p->seq)) {
             continue; /* a resend of what is already on disk */
         }
         rows[*n].st = st;
@@ -415,14 +416,8 @@ static int insert_points(metrics_svc *s, batch *b, row *rows, size_t *n, tr_err 
                 return rv;
             }
         }
-        st->dropped += p->seq - st->last_seq - 1;
-        st->last_seq = p->seq;
-        st->stored++;
     }
-    if (req->reported > st->last_seq) { /* settled by the worker: dropped after the last point */
-        st->dropped += req->reported - st->last_seq;
-        st->last_seq = req->reported;
-    }
+    tr_mseq_settle(&st->seq, req->reported); /* dropped after the last point */
     if (req->reported > st->reported) {
         st->reported = req->reported;
     }
@@ -445,9 +440,9 @@ static int save_stream(metrics_svc *s, sqlite3_stmt *up, sqlite3_stmt *add, cons
         sqlite3_bind_int64(q, 1, (sqlite3_int64)st->job);
         sqlite3_bind_text(q, 2, st->worker, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 3, st->attempt);
-        sqlite3_bind_int64(q, 4, (sqlite3_int64)st->last_seq);
-        sqlite3_bind_int64(q, 5, (sqlite3_int64)st->stored);
-        sqlite3_bind_int64(q, 6, (sqlite3_int64)st->dropped);
+        sqlite3_bind_int64(q, 4, (sqlite3_int64)st->seq.last_seq);
+        sqlite3_bind_int64(q, 5, (sqlite3_int64)st->seq.stored);
+        sqlite3_bind_int64(q, 6, (sqlite3_int64)st->seq.dropped);
         sqlite3_bind_int64(q, 7, (sqlite3_int64)st->reported);
         sqlite3_bind_int64(q, 8, (sqlite3_int64)st->worker_dropped);
         if (sqlite3_step(q) != SQLITE_DONE) {
@@ -631,7 +626,7 @@ static void retain(metrics_svc *s, tr_rq_item *round)
         const batch *b = batch_of(it);
         job_count *c = b->st != NULL ? count_of(s, b->st->job, 1) : NULL;
         if (c != NULL) {
-            c->kept += b->st->stored - b->before.stored;
+            c->kept += b->st->seq.stored - b->before.seq.stored;
         }
     }
     for (job_count *c = s->counts; c != NULL; c = c->next) {
@@ -729,17 +724,17 @@ static void snap_round(metrics_svc *s, tr_rq_item *round)
             s->snaps = sn;
             st->snap = sn;
         }
-        stored += st->stored - b->before.stored;
-        dropped += st->dropped - b->before.dropped;
+        stored += st->seq.stored - b->before.seq.stored;
+        dropped += st->seq.dropped - b->before.seq.dropped;
         if (sn == NULL) {
             continue; /* out of memory: the gauges miss this worker, the store has it */
         }
-        sn->stored = st->stored;
-        sn->dropped = st->dropped;
+        sn->stored = st->seq.stored;
+        sn->dropped = st->seq.dropped;
         for (size_t i = 0; i < req->n_points; i++) {
             const Troupe__V1__MetricPoint *p = req->points[i];
             size_t k = 0;
-            if (p->seq <= b->before.last_seq) {
+            if (tr_mseq_resend(p->seq, b->before.seq.last_seq)) {
                 continue; /* a resend, not stored this round */
             }
             while (k < sn->n_last && strcmp(sn->names[k], p->name) != 0) {
@@ -865,7 +860,7 @@ static int commit_round(void *arg, tr_rq_item *round, tr_err *err)
     if (rv == TROUPE_OK) {
         for (tr_rq_item *it = round; it != NULL; it = it->next) {
             batch *b = batch_of(it);
-            b->acked = b->st != NULL ? b->st->last_seq : 0;
+            b->acked = b->st != NULL ? b->st->seq.last_seq : 0;
         }
         snap_round(s, round);
         retain(s, round);
@@ -1224,7 +1219,7 @@ static int add_streams(metrics_svc *s, const Troupe__V1__GetMetricsRequest *req,
         if (st->job != req->job_id) {
             continue;
         }
-        stored += st->stored;
+        stored += st->seq.stored;
         if (!in_list(req->workers, req->n_workers, st->worker)) {
             continue;
         }
@@ -1237,9 +1232,9 @@ static int add_streams(metrics_svc *s, const Troupe__V1__GetMetricsRequest *req,
             return -1;
         }
         m->attempt = st->attempt;
-        m->stored = st->stored;
-        m->dropped = st->dropped;
-        m->last_seq = st->last_seq;
+        m->stored = st->seq.stored;
+        m->dropped = st->seq.dropped;
+        m->last_seq = st->seq.last_seq;
         m->reported = st->reported;
         m->worker_dropped = st->worker_dropped;
     }

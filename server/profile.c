@@ -112,6 +112,11 @@ static void answer_job(profile_svc *s, uint64_t job_id, int64_t now)
     for (ctl_wait **pp = &s->waiters; *pp != NULL;) {
         ctl_wait *w = *pp;
         if (w->job_id != job_id || !due(w, hj, saved, now)) {
+            if (w->job_id == job_id && hj != NULL && !saved && version_of(hj) != w->after_version) {
+                /* What a test waits on: the news was there and held back. */
+                TR_LOG(TR_LOG_DEBUG, "profile control held job=%llu worker=%s version=%llu: not saved yet",
+                       (unsigned long long)job_id, w->worker, (unsigned long long)version_of(hj));
+            }
             pp = &w->next;
             continue;
         }
@@ -233,6 +238,8 @@ static void worker_control(tr_rpc_call *call, void *user)
         w->next = s->waiters;
         s->waiters = w;
         tr_rpc_defer(call, on_call_expire, s);
+        TR_LOG(TR_LOG_DEBUG, "profile control parked job=%llu worker=%s after=%llu", (unsigned long long)w->job_id,
+               w->worker, (unsigned long long)w->after_version);
         if (w->until < s->next_until) {
             s->next_until = w->until;
             pthread_cond_signal(&s->cv);

@@ -11,8 +11,12 @@
 #      the head's ID"), and every rank trains "over nccl";
 #   3. the loss curve (loss, grad_norm, val_loss per step, every rank alike)
 #      equals one GPU's standalone run with N x the micro-batch within
-#      MGPU_TOL (default 5e-2: bf16 model, different GEMM shapes; the
-#      difference of two standalone runs is printed beside it);
+#      MGPU_TOL (default 5e-2: different GEMM shapes and reduction order).
+#      The run is fp32 at lr 1e-3, where two identical standalone runs
+#      agree far inside that (bf16 at lr 3e-3, grad_norm ~10, moved 3.6%
+#      between two identical runs against a 5% tolerance): the reference is
+#      run twice, both differences are printed, and the check fails when
+#      the reference's own noise exceeds a fifth of the tolerance;
 #   4. `profile: {steps: "2:4", workers: "*policy-P"}` (P = 1, or 0 when
 #      N = 1) made exactly that worker call cudaProfilerStart at step 2 and
 #      cudaProfilerStop at step 4 and profile steps 2 and 3, no other worker
@@ -22,14 +26,17 @@
 #   6. one worker (policy-K, K = N-1) SIGKILLed mid-run fails the job within
 #      MGPU_KILL_DEADLINE_S (default dp.timeout_ms 30 s + 15 s), the reason
 #      names job<ID>-policy-K, and no worker process is left;
-#   7. with `restart: {max_restarts: 1}`, policy-K killed after a checkpoint:
-#      every rank resumes from the checkpoint (a multiple of the checkpoint
-#      cadence), the job SUCCEEDS with 1 restart, and every step the second
-#      attempt repeats matches the first attempt's within the tolerance;
-#   8. for N >= 4, when troupe-train has `--role generation` (weight refit,
-#      issue 13): a job of N/2 policy + N/2 generation workers with the refit
-#      communicator; each generation worker reports refits. Skipped, saying
-#      so, while troupe-train lacks it.
+#   7. with `restart: {max_restarts: 1}`, policy-K killed between two
+#      checkpoints (SIGSTOPped first, killed only once its last step is at
+#      least 2 past a checkpoint, so that steps are run again): every rank
+#      resumes from the checkpoint (a multiple of the checkpoint cadence),
+#      the job SUCCEEDS with 1 restart, and every step the second attempt
+#      repeats matches the first attempt's within the tolerance (at least
+#      one such step: a run with none fails);
+#   8. for N >= 4: a job of N/2 policy + N/2 generation workers with the
+#      refit communicator (troupe-train --role generation, dp_refit.bash);
+#      each generation worker reports refits. A troupe-train without --role
+#      fails the check.
 #
 # N is nvidia-smi's GPU count, or TROUPE_GPUS. Without a GPU (or a build
 # without NCCL) it exits 77, a failure under TROUPE_REQUIRE_GPU=1.
@@ -107,7 +114,7 @@ if [ "$DRY" = 1 ]; then
     RS_STEPS=${MGPU_RESTART_STEPS:-400} RS_EVERY=20 RS_KILL_AT=50
 else
     MODEL="{layers: 4, width: 256, heads: 4, seq_len: 128}"
-    B=8 STEPS=40 PREC=bf16 TOKENS=1048576
+    B=8 STEPS=40 PREC=fp32 TOKENS=1048576
     # Kill mid-interval (350, checkpoints every 100): at 300 (first H200 run)
     # the kill landed while the ranks wrote checkpoint 300, the group resumed
     # from it and no step was run twice, so there was nothing to compare.
@@ -118,7 +125,7 @@ cat >"$T/train.yaml" <<YAML
 seed: 5
 device: $DEVICE
 model: $MODEL
-train: {steps: $STEPS, micro_batch: $B, accum_steps: 2, warmup_steps: 4, lr: 3e-3, grad_clip: 0.5, precision: $PREC}
+train: {steps: $STEPS, micro_batch: $B, accum_steps: 2, warmup_steps: 4, lr: 1e-3, grad_clip: 0.5, precision: $PREC}
 data: {path: $T/data.tok, val_fraction: 0.1}
 eval: {every: 10, batches: 3}
 dp: {mode: on, timeout_ms: 30000}
@@ -163,6 +170,12 @@ standalone() { # standalone NAME SETS...
 standalone ref "train.micro_batch=$((N * B))"
 standalone ref2 "train.micro_batch=$((N * B))"
 noise=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/ref2.json" --tol 1 --independent) || fail "$noise"
+# The curve check means something only far above the reference's own noise.
+noise_rel=$(sed -n 's/.*max relative difference \([0-9.e+-]*\).*/\1/p' <<<"$noise")
+[ -n "$noise_rel" ] || fail "cannot read the noise figure: $noise"
+python3 -c "import sys; sys.exit(0 if float('$noise_rel') <= float('$TOL') / 5 else 1)" ||
+    fail "two identical standalone runs differ by $noise_rel, above a fifth of the tolerance $TOL: the curve check would be below its noise ($noise)"
+echo "noise: two identical standalone runs differ by $noise_rel (tolerance $TOL, at most $TOL/5 allowed)"
 
 # ---- 1-5: the data-parallel job --------------------------------------------
 job dp "$N" "$T/train.yaml" "$OUTDIR/m" 0 "*policy-$P"
@@ -213,7 +226,7 @@ fi
 files=()
 for r in $(seq 0 $K); do files+=("$OUTDIR/m.$r"); done
 out=$(python3 "$COMPARE" "$OUTDIR/ref.json" "${files[@]}" --tol "$TOL") || fail "N=$N vs 1 x $((N * B)): $out (two standalone runs: $noise)"
-pass "loss curve of $N ranks x B $B = one process x B $((N * B)) within $TOL: $out (two standalone runs: $noise)"
+pass "loss curve of $N ranks x B $B = one process x B $((N * B)) within $TOL: $out; two identical standalone runs: $noise_rel"
 
 # 4. profiling range 2:4 on *policy-P only, and its trace
 for r in $(seq 0 $K); do
@@ -290,9 +303,31 @@ sed -e "s/^train: .*/train: {steps: $RS_STEPS, micro_batch: $B, warmup_steps: 4,
 job restart "$N" "$T/cfg-restart.yaml" "$T/r" 1
 id=$(submit "$T/restart.yaml")
 wait_for 120 "policy-$K of job $id to pass step $RS_KILL_AT" lines_at_least "$T/r.$K" "$RS_KILL_AT"
-lines_at_least "$T/r.$K" "$RS_STEPS" && fail "policy-$K finished all $RS_STEPS steps before it could be killed (raise MGPU_RESTART_STEPS)"
 pid=$(tt_pid "$id" "policy-$K") || fail "no troupe-train process for policy-$K"
+# Stop it, read the step it is at, and kill it only where steps will be run
+# again: at least 2 past a checkpoint (a kill right after checkpoint 400 on
+# a fast GPU left nothing to compare). Else let it run a few steps on.
+# last_step: the step of the file's last complete line (0 when none is).
+last_step() {
+    python3 -c 'import json,sys
+s = 0
+for l in open(sys.argv[1]):
+    try: s = json.loads(l)["step"]
+    except ValueError: pass
+print(s)' "$T/r.$K"
+}
+for try in $(seq 1 20); do
+    kill -STOP "$pid"
+    at=$(last_step)
+    [ "$at" -lt "$RS_STEPS" ] || fail "policy-$K finished all $RS_STEPS steps before it could be killed (raise MGPU_RESTART_STEPS)"
+    [ "$at" -lt "$RS_EVERY" ] || [ $((at % RS_EVERY)) -lt 2 ] || break
+    kill -CONT "$pid"
+    wait_for 60 "policy-$K past step $((at + 2))" lines_at_least "$T/r.$K" $((at + 2))
+done
+[ "$at" -ge "$RS_EVERY" ] && [ $((at % RS_EVERY)) -ge 2 ] || fail "policy-$K was always within 2 steps of a checkpoint when stopped ($try tries)"
+echo "policy-$K stopped at step $at (checkpoints every $RS_EVERY): killed"
 kill -9 "$pid"
+kill -CONT "$pid" 2>/dev/null || true
 finish "$id" restart 600
 L=$OUTDIR/restart.log
 is_jstate "$id" SUCCEEDED || fail "job $id $(jstate "$id") after the restart: $(jreason "$id"); $(tail -n 20 "$L")"
@@ -308,10 +343,8 @@ files=()
 for r in $(seq 0 $K); do files+=("$T/r.$r"); done
 out=$(python3 - "$TOL" "$step" "${files[@]}" <<'PY'
 # Each rank's file holds attempt 0's steps, then attempt 1's from the
-# checkpoint on: the steps both attempts ran must agree. A kill that landed
-# right after the checkpoint it resumed from leaves one unbroken run (attempt
-# 0 ended at exactly that step): said, not failed; the resume itself is
-# checked above.
+# checkpoint on: the steps both attempts ran must agree. The kill was placed
+# past a checkpoint, so an unbroken run (no step run twice) is a failure.
 import json, sys
 tol, resumed, worst, overlap, seamless = float(sys.argv[1]), int(sys.argv[2]), 0.0, 0, 0
 for path in sys.argv[3:]:
@@ -339,9 +372,8 @@ for path in sys.argv[3:]:
             worst = max(worst, d)
             if d > tol:
                 sys.exit(f"FAIL: {path}: step {m['step']} {key} {m[key]} after the restart, {a[key]} before (rel {d:.3g} > {tol})")
-if seamless == len(sys.argv[3:]):
-    print(f"no step was run twice (the kill came right after checkpoint {resumed}): nothing to compare")
-    sys.exit(0)
+if seamless:
+    sys.exit(f"FAIL: {seamless} rank(s) ran no step twice although the kill came past checkpoint {resumed}")
 if overlap == 0:
     sys.exit("FAIL: no step was run by both attempts (the kill came right after a checkpoint?)")
 print(f"{overlap} step(s) run by both attempts agree within {worst:.3g}")
@@ -349,13 +381,18 @@ PY
 ) || fail "$out"
 pass "max_restarts 1: policy-$K killed, every rank resumed at step $step, job SUCCEEDED with 1 restart; $out"
 
-# ---- 8. weight refit to a generation group (N >= 4, when troupe-train has it)
+# ---- 8. weight refit to a generation group (N >= 4) ---------------------------
+# The help goes to a variable first: `--help | grep -q` under pipefail failed
+# when grep quit at its match and troupe-train's next write got SIGPIPE, and
+# the check was skipped on a fast machine. Where N >= 4 the feature is
+# expected: its absence is a failure, not a skip.
+train_help=$("$TRAIN_BIN" --help 2>&1 || true)
 if [ "$N" -lt 4 ]; then
     echo "note: the generation group with refits runs for N >= 4 only (N = $N)"
-elif ! "$TRAIN_BIN" --help 2>&1 | grep -q -- '--role'; then
-    echo "SKIPPED (check 8): troupe-train has no --role generation yet (weight refit, issue 13); the generation group is not run"
+elif ! grep -q -- '--role' <<<"$train_help"; then
+    fail "check 8: troupe-train --help lists no --role (weight refit to a generation group): $(head -3 <<<"$train_help")"
 elif [ ! -f "$HERE/dp_refit.bash" ]; then
-    echo "SKIPPED (check 8): troupe-train has --role but tests/gpu/dp_refit.bash (the refit job and its checks) is not written yet"
+    fail "check 8: tests/gpu/dp_refit.bash (the refit job and its checks) is missing"
 else
     source "$HERE/dp_refit.bash"
     refit_check

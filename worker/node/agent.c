@@ -195,10 +195,15 @@ static void heartbeat(tr_node_agent *a)
         set_lease(a, rep->lease_ms);
         tr_node_lease_renew_locked(a, sent);
         need_register = rep->head_started_ms != a->head_epoch;
+        int64_t was = a->heartbeat_ms;
         if (rep->heartbeat_ms) {
             a->heartbeat_ms = rep->heartbeat_ms;
         }
         pthread_mutex_unlock(&a->id_mu);
+        if (rep->heartbeat_ms && (int64_t)rep->heartbeat_ms != was) {
+            TR_LOG(TR_LOG_INFO, "heartbeat period now %lld ms (was %lld), as the head says",
+                   (long long)rep->heartbeat_ms, (long long)was);
+        }
         if (!a->head_reachable) {
             TR_LOG(TR_LOG_NOTICE, "head reachable again head=%s", a->cfg.head);
         }

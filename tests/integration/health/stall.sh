@@ -84,7 +84,17 @@ health: {stall_after: 200ms}
 YAML
 id=$(submit "$T/b.yaml")
 wait_for 30 "job $id RUNNING" is_job_state "$id" RUNNING
-sleep 1.5
+# The judge had its chance: it judged another job (one that steps) when
+# job $id had been running for 3 stall_after (600 ms).
+cat >"$T/w.yaml" <<YAML
+name: witness
+cluster: {nodes: [4]}
+groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [$HL_WORKER]}]
+YAML
+wit=$(submit "$T/w.yaml")
+started=$(cli -o json job "$id" | jqr .started_ms)
+judged_late() { [ "$(cli -o json job "$wit" | jqr '.health.judged_ms // 0')" -gt $((started + 600)) ]; }
+wait_for 30 "a health judgement (of job $wit) 600 ms after job $id started" judged_late
 [ "$(cli -o json job "$id" | jqr .health.state)" = NONE ] || fail "a job without steps judged: $(health)"
-cli stop "$id" >/dev/null
+cli stop "$id" "$wit" >/dev/null
 pass "a job whose workers report no steps is not judged (NONE), even with stall_after 200 ms"

@@ -17,7 +17,14 @@ id=$(submit_reporter dash 2)
 wait_for 60 "job $id RUNNING" is_job_state "$id" RUNNING
 points() { [ "$(curl -s "$HTTP/api/jobs/$id/metrics?name=loss&last=1" | jq '.points | length')" = 1 ]; }
 wait_for 60 "loss points of job $id" points
-sleep 1
+# The agents' figures show the job's GPUs busy (a heartbeat after they
+# applied it): every GPU a worker holds has memory in use.
+gpus_busy() {
+    cli -o json nodes >"$T/nodes.now"
+    curl -s "$HTTP/api/jobs/$id" | jq -e --slurpfile n "$T/nodes.now" '[.workers[] | .node as $node | .gpus[] as $g |
+        ($n[0].nodes[] | select(.name == $node) | .gpus[] | select(.index == $g) | .stats.memory_used_bytes // 0) > 0] | all' >/dev/null
+}
+wait_for 30 "the agents' figures to show job $id's GPUs busy" gpus_busy
 # placement and GPU totals, read before the page (they hold while the job runs)
 curl -s "$HTTP/api/jobs/$id" >"$T/job.json"
 cli -o json nodes >"$T/nodes.json"

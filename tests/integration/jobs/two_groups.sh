@@ -49,6 +49,11 @@ check "LOCAL_RANK is 0..k-1 on each node in rank order and in GPU order; LOCAL_W
     "$G groups | all(group_by(.TROUPE_NODE) | all(. as \$on | (map(.LOCAL_RANK | tonumber) == [range(\$on | length)]) and (sort_by(gpus[0]) == \$on) and all(.LOCAL_WORLD_SIZE == (\$on | length | tostring))))"
 check "each worker has its group's GPU count: policy 2, generation 1" \
     "$G all((gpus | length) == (if .TROUPE_GROUP == \"policy\" then 2 else 1 end))"
+# CUDA_VISIBLE_DEVICES is exactly what the head assigned the worker (its
+# record in the job), on the node the record names.
+cli -o json job "$id" | jq -c '[.workers[] | {key: .name, value: {node, gpus: (.gpus | map(tostring) | join(","))}}] | from_entries' >"$T/assigned.json"
+check "CUDA_VISIBLE_DEVICES and TROUPE_NODE are the GPUs and node of the worker's record" \
+    "all(.TROUPE_WORKER as \$w | ($(cat "$T/assigned.json"))[\$w] as \$a | \$a != null and .CUDA_VISIBLE_DEVICES == \$a.gpus and .TROUPE_NODE == \$a.node)"
 check "no GPU given twice (node, index), indices within the node's GPUs" \
     "$G [.[] | .TROUPE_NODE as \$n | gpus[] | [\$n, .]] | (length == 10) and (unique | length == 10) and all(.[1] < ({na: 4, nb: 8, nc: 16}[.[0]]))"
 check "one MASTER_ADDR:MASTER_PORT per group, ports from the band and distinct per host" \

@@ -31,7 +31,8 @@ cli stop "$a" "$b" >/dev/null
 
 # The store cannot write: nothing is lost, the worker waits with its points.
 kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
-TROUPE_TEST_STORE_FULL_IF="$T/full" start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
+HTTPM=127.0.0.1:$(free_port)
+TROUPE_TEST_STORE_FULL_IF="$T/full" start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --http "$HTTPM"
 cat >"$T/a.yaml" <<YAML
 name: full
 cluster: {nodes: [4]}
@@ -45,11 +46,16 @@ mark=$(head_log_mark)
 touch "$T/full"
 wait_for 10 "the head to say metrics cannot be saved" bash -c "tail -c +$((mark + 1)) '$T/head.log' | grep -q 'metrics store cannot write'"
 stuck=$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored')
-sleep 1
+# The worker's reports had their chance: the head tried (and failed) to
+# write them twice more since.
+failed_writes() { curl -s -m 5 "http://$HTTPM/metrics" | awk '$1 == "troupe_metric_writes_failed_total" { print $2 }'; }
+f0=$(failed_writes)
+more_failed() { [ "$(failed_writes)" -ge $((f0 + 2)) ]; }
+wait_for 20 "two more failed metric writes" more_failed
 [ "$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored')" = "$stuck" ] || fail "points stored while failing"
 rm -f "$T/full"
 wait_for 90 "job $id to succeed" is_job_state "$id" SUCCEEDED
-line=$(cli logs "$id" | grep "mx:" || true)
+line=$(cli logs "$id" | grep "mx: reported=" || true)
 [[ "$line" == *"reported=3000 acked=3000 dropped=0 buffered=0 flush=OK"* ]] || fail "worker: $line"
 cli -o json metrics "$id" >"$T/all.json"
 jq -e '.streams[0].stored == 3000 and .streams[0].dropped == 0 and ([.points[].seq] == [range(1; 3001)])' \

@@ -20,10 +20,12 @@ w="job$id-policy-0"
 some() { [ "$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored // 0')" -gt 200 ]; }
 wait_for 30 "the worker's first points at the head" some
 kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
-sleep 2.5
+# Away until the worker's buffer is full and it drops points (it says so).
+dropping() { grep -q "mx: buffer full" "$T"/node-*/logs/job"$id"-policy-0.0.log; }
+wait_for 30 "the worker to drop points while the head is away" dropping
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 wait_for 90 "job $id to succeed" is_job_state "$id" SUCCEEDED
-line=$(cli logs "$id" | grep "mx:" || true)
+line=$(cli logs "$id" | grep "mx: reported=" || true)
 [[ "$line" == *"reported=6000 acked=6000"*"buffered=0 flush=OK"* ]] || fail "worker: $line"
 dropped=$(sed 's/.*dropped=\([0-9]*\).*/\1/' <<<"$line")
 [ "$dropped" -gt 0 ] || fail "the worker dropped nothing: the head was not away long enough ($line)"

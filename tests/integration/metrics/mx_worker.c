@@ -4,7 +4,8 @@
  * $MX_NAMES (default "loss,tok_s"), one every $MX_EVERY_US microseconds (0:
  * as fast as it can); point i has step i/names+1 and value RANK*1e6+i, so a
  * test can check order and completeness. $MX_SPECIAL=1 first reports NaN,
- * +inf and -inf as "odd". Then it flushes (up to 60 s) and prints
+ * +inf and -inf as "odd". The first point it has to drop (its buffer full)
+ * prints "mx: buffer full, dropping from point N". Then it flushes (up to 60 s) and prints
  *   mx: reported=R acked=A dropped=D buffered=B flush=CODE [message]
  * and exits 0 when the flush succeeded. */
 #include <math.h>
@@ -50,8 +51,14 @@ int main(void)
         printf("mx: a name with a space was accepted\n");
         return 2;
     }
-    for (long i = 0; i < points; i++) {
-        troupe_worker_metric(w, (uint64_t)(i / (long)n_names + 1), names[i % (long)n_names], rank * 1e6 + (double)i);
+    for (long i = 0, said = 0; i < points; i++) {
+        if (troupe_worker_metric(w, (uint64_t)(i / (long)n_names + 1), names[i % (long)n_names],
+                                 rank * 1e6 + (double)i) == TROUPE_RESOURCE_EXHAUSTED &&
+            !said) {
+            printf("mx: buffer full, dropping from point %ld\n", i + 1); /* what a test can wait for */
+            fflush(stdout);
+            said = 1;
+        }
         if (every_us > 0) {
             struct timespec ts = {every_us / 1000000, (every_us % 1000000) * 1000L};
             nanosleep(&ts, NULL);

@@ -14,7 +14,7 @@ env: {MX_POINTS: "10000", MX_SPECIAL: "1"}
 YAML
 id=$(submit "$T/a.yaml")
 wait_for 60 "job $id to succeed" is_job_state "$id" SUCCEEDED
-cli logs "$id" | grep "mx:" >"$T/mx" || true
+cli logs "$id" | grep "mx: reported=" >"$T/mx" || true
 [ "$(grep -c 'dropped=0 buffered=0 flush=OK' "$T/mx")" = 2 ] || fail "workers: $(cat "$T/mx")"
 cli -o json metrics "$id" >"$T/all.json" || fail "troupe metrics -o json failed"
 for r in 0 1; do

@@ -4,7 +4,7 @@
 # troupe undrain lets it take work again.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --log-level debug # logs drain answers
 start_node na 4xH100:80GB --stop-grace-ms 1000
 start_node nb 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "2 nodes ALIVE" nodes_alive 2
@@ -34,21 +34,26 @@ o=$(submit "$T/hold.yaml")
 wait_for 10 "second job RUNNING" is_job_state "$o" RUNNING
 [ "$(cli -o json job "$o" | jqr '.workers[0].node')" = "$other" ] || fail "placed on the draining node"
 w=$(submit "$T/hold.yaml")
-sleep 0.5
-[ "$(job_state "$w")" = PENDING ] || fail "third job $(job_state "$w"), want PENDING (only the draining node has room... none)"
+# its submit ran a scheduling pass: the scheduler's own reason, not the record's first
+[ "$(job_state "$w")" = PENDING ] && [ "$(job_reason "$w")" != "waiting to be placed" ] || fail "third job $(job_state "$w"), want PENDING (only the draining node has room... none)"
 pass "new jobs avoid the draining node $node"
 
 # drain waits for the job there to end, then reports it drained.
+mark=$(head_log_mark)
 cli -o json drain "$node" --max-wait 30 >"$T/drain.json" 2>"$T/drain.err" &
 dp=$!
-sleep 0.5
+# drain asked twice and was told twice that a job still runs there.
+told_running() { [ "$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "drain answered node=[0-9]* name=$node running_jobs=1$")" -ge 2 ]; }
+wait_for 10 "the head to tell drain twice that a job still runs on $node" told_running
 alive "$dp" || fail "drain returned while a job still runs: $(cat "$T/drain.json" "$T/drain.err")"
 touch "$T/go/$h"
 wait "$dp" || fail "drain: $(cat "$T/drain.err")"
 jq -e --arg n "$node" '.name == $n and .draining and .drained and .running_jobs == 0' "$T/drain.json" >/dev/null ||
     fail "drain -o json: $(cat "$T/drain.json")"
 pass "drain waited for job $h, then: $(cat "$T/drain.json")"
-sleep 0.5
+# Job $h's end released its GPUs, and that release ran a scheduling pass
+# (with the node drained): the waiting job had its chance then.
+wait_for 10 "job $h SUCCEEDED" is_job_state "$h" SUCCEEDED
 [ "$(job_state "$w")" = PENDING ] || fail "the waiting job went to the drained node"
 
 cli undrain "$node" | grep -q "takes new work again" || fail "undrain"

@@ -33,7 +33,7 @@ wait_for 10 "na DEAD" bash -c "'$CLI_BIN' -o json nodes | jq -e '.nodes[] | sele
 t_dead=$(ms_now)
 pass "cut at 0: workers fenced by +$((t_fenced - t0)) ms, node DEAD seen at +$((t_dead - t0)) ms"
 wait_for 15 "attempt 1 running on nb" bash -c "[ \$(ls $T/pids/*.1 2>/dev/null | wc -l) = 2 ]"
-sleep 0.5
+wait_for 10 "attempt 1's first beats" grep -q '^1 ' "$T/beats"
 [ "$(cli -o json job "$job" | jqr '[.workers[].node] | unique | join(",")')" = nb ] || fail "placement: $(cli -o json job "$job")"
 no_overlap || fail "a rank ran twice at once"
 pass "restarted on nb; attempt 0 had stopped before attempt 1 began (no rank ran twice)"

@@ -6,7 +6,7 @@
 # it runs (it was FAILED as "lost" before).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10   # DEAD 1 s, lease 600 ms
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --log-level debug  # DEAD 1 s, lease 600 ms; reports logged
 start_node na 4xH100:80GB --stop-grace-ms 5000
 wait_for 10 "na ALIVE" nodes_alive 1
 mkdir -p "$T/pids"
@@ -55,7 +55,9 @@ wait_for 10 "b placed once na is back" bash -c "[ \"\$('$CLI_BIN' -o json job $b
 [ "$(job_state "$b")" = RUNNING ] || fail "b is $(job_state "$b") once placed on the returned agent: $(cli -o json job "$b" | jqr .reason)"
 wait_for 10 "b's workers started" bash -c "[ \$(ls $T/pids | wc -l) = 2 ]"
 wait_for 10 "b RUNNING" bash -c "'$CLI_BIN' -o json job $b | jq -e '[.workers[] | select(.state==\"RUNNING\")] | length == 2'"
-sleep 1
+# Taken for lost would be at a report from na listing its workers: wait for two.
+mark=$(head_log_mark)
+wait_for 10 "two reports from na (node $(node_id na)) while b runs" reports_after "$mark" "$(node_id na)" 2
 [ "$(job_state "$b")" = RUNNING ] || fail "b is $(job_state "$b"): $(cli -o json job "$b" | jqr .reason)"
 [ "$(cli -o json job "$b" | jqr '[.workers[].node] | unique | join(",")')" = na ] || fail "b not on na: $(cli -o json job "$b")"
 pass "the job waiting for na's return was placed on it at once and runs: $(cli -o json job "$b" | jqr .reason)"

@@ -54,7 +54,7 @@ set -e
 grep -q "ALREADY_EXISTS" <<<"$out" && grep -q "node na (id $id_live) is ALIVE and registered by another agent" <<<"$out" ||
     fail "refusal: $out"
 pass "second agent under the name na refused: $out"
-sleep 1
+# The refusal is the head's answer to the impostor's registration: decided.
 [ "$(node_id na)" = "$id_live" ] && is_state na ALIVE || fail "the live na changed: $(cli -o json nodes)"
 [ "$(cli -o json nodes | jqr '[.nodes[] | select(.name=="na")] | length')" = 2 ] || fail "extra na nodes: $(cli -o json nodes)"
 pass "the live na (node $id_live) is untouched"

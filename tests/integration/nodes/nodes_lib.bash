@@ -11,6 +11,23 @@ start_proxy() {
     wait_for 10 "the proxy to listen" grep -q ready "$T/proxy.log"
 }
 
+# cut_and_drop: the proxy holds every connection, new ones too (SIGUSR1,
+# once it says "cut"), then closes the open ones (SIGHUP): the agent's
+# connection is seen closed and none of its calls gets through.
+cut_and_drop() {
+    local n
+    n=$(grep -c '^cut$' "$T/proxy.log" || true)
+    kill -USR1 "$PROXY_PID"
+    wait_for 5 "the proxy to cut" bash -c "[ \$(grep -c '^cut\$' '$T/proxy.log') -gt $n ]"
+    kill -HUP "$PROXY_PID"
+}
+
+# reports_after MARK ID N: the head logged (debug) at least N reports of
+# node ID after MARK: the agent told it, N times, every worker it runs.
+reports_after() {
+    [ "$(tail -c +$(($1 + 1)) "$T/head.log" | grep -c "node report node=$2 ")" -ge "$3" ]
+}
+
 ms_now() { echo $(( $(date +%s%N) / 1000000 )); }
 
 # node_field NAME FIELD: a field of the newest node of that name.
@@ -28,7 +45,7 @@ beat_cmd() {
 no_overlap() {
     awk '{ if (!($1 in last) || $3 > last[$1]) last[$1] = $3; if (!($1 in first) || $3 < first[$1]) first[$1] = $3 }
          END { for (a in last) if ((a + 1) in first && last[a] >= first[a + 1]) {
-                   printf "attempt %d ran until %d, attempt %d began at %d\n", a, last[a], a + 1, first[a + 1]; bad = 1 }
+                   printf "attempt %d ran until %.0f, attempt %d began at %.0f\n", a, last[a], a + 1, first[a + 1]; bad = 1 }
                exit bad }' "$T/beats"
 }
 

@@ -36,8 +36,10 @@ wait_for 10 "na, nb, nc ALIVE" nodes_alive 3
 wait_for 5 "the period to become 200 ms" has_period 200
 grep -q "heartbeat period now 200 ms (was [0-9]*): 3 agents, at most 15 heartbeats/s" "$T/head.log" ||
     fail "no log line for the new period: $(grep 'heartbeat period' "$T/head.log")"
-# Every agent has had a reply with the new period after a second; then count.
-sleep 1.5
+# Count once every agent has heard of the new period (each logs it, or
+# registered with it).
+told() { local n; for n in na nb nc; do grep -qE "heartbeat period now 200 ms|registered .* heartbeat_ms=200$" "$T/node-$n.log" || return 1; done; }
+wait_for 10 "na, nb and nc to log the 200 ms period" told
 mark=$(head_log_mark)
 b0=$(beats); t0=$(ms_now)
 sleep 4

@@ -9,13 +9,19 @@
 # head: nng re-sends the poll to the new head, and new work starts at once.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-# DEAD after 10 x 200 ms = 2 s.
-start_head --heartbeat-ms 200 --suspect-after 3 --dead-after 10
+# DEAD after 10 x 200 ms = 2 s. The head logs each poll it parks (debug).
+head_args=(--heartbeat-ms 200 --suspect-after 3 --dead-after 10 --log-level debug)
+start_head "${head_args[@]}"
 start_proxy
 NODE_HEAD=$PROXY start_node na 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "na ALIVE" nodes_alive 1
 na_id=$(node_id na)
-sleep 0.5 # the agent's poll is parked at the head
+# parked MARK ID: the head's last word on node ID's polls after MARK is that
+# it parked one (not that it answered it).
+parked() {
+    tail -c +$(($1 + 1)) "$T/head.log" | grep -E "node sync (answered|parked) node=$2 " | tail -1 | grep -q parked
+}
+wait_for 10 "na's poll parked at the head" parked 0 "$na_id"
 
 kill -USR1 "$PROXY_PID"
 wait_for 10 "na DEAD" bash -c "'$CLI_BIN' -o json nodes | jq -e '.nodes[] | select(.id==$na_id) | .state == \"DEAD\"'"
@@ -44,11 +50,13 @@ submit_started() {
 submit_started "on the new node after the cut"
 
 for sig in TERM KILL; do
-    sleep 1 # the idle agent's poll is parked at the head
+    id=$(node_id na)
+    wait_for 10 "the idle agent's poll parked at the head" parked 0 "$id"
     kill "-$sig" "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
-    start_head --heartbeat-ms 200 --suspect-after 3 --dead-after 10
+    mark=$(head_log_mark)
+    start_head "${head_args[@]}"
     wait_for 15 "na ALIVE after the head's SIG$sig" bash -c \
         "'$CLI_BIN' -o json nodes | jq -e '[.nodes[] | select(.name==\"na\" and .state==\"ALIVE\")] | length == 1'"
-    sleep 1 # the agent's poll reached the new head (re-sent, or asked afresh)
+    wait_for 15 "na's poll parked at the new head (re-sent, or asked afresh)" parked "$mark" "$(node_id na)"
     submit_started "after a head restart by SIG$sig"
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README, "Worker environment": what every worker finds in its environment.
-# Promises (PROMISES.md): LOCAL_WORLD_SIZE, MASTER_ADDR, TROUPE_NODE,
+# Promises (PROMISES.md): LOCAL_WORLD_SIZE, LOCAL_RANK in GPU order, MASTER_ADDR, TROUPE_NODE,
 # TROUPE_JOB_NAME, TROUPE_HEAD, troupe's variables override the job's own,
 # NCCL_NVLS_ENABLE=0 unless the job sets it.
 source "$(dirname "$0")/../lib.sh"
@@ -48,6 +48,24 @@ for f in "$T"/out/*.env; do
     [ "$(val "$w" LOCAL_WORLD_SIZE)" = "${per_node[$n]}" ] || fail "$w: LOCAL_WORLD_SIZE=$(val "$w" LOCAL_WORLD_SIZE), $n runs ${per_node[$n]}"
 done
 pass "LOCAL_WORLD_SIZE is the number of the group's workers on that node"
+
+# LOCAL_RANK follows GPU order: on each node, the workers taken by LOCAL_RANK
+# hold increasing GPUs, and LOCAL_RANK runs 0..k-1 (ea holds 3 or 4 of them,
+# so a reversed or shuffled order shows).
+seen=""
+for n in ea eb; do
+    order=$(for f in "$T"/out/job*.env; do
+        w=$(basename "$f" .env)
+        if [ "$(val "$w" TROUPE_NODE)" = "$n" ]; then echo "$(val "$w" LOCAL_RANK) $(val "$w" CUDA_VISIBLE_DEVICES)"; fi
+    done | sort -n)
+    lrs=$(awk '{ printf "%s%s", sep, $1; sep = "," }' <<<"$order")
+    want=$(seq -s, 0 $((per_node[$n] - 1)))
+    [ "$lrs" = "$want" ] || fail "$n: LOCAL_RANKs $lrs, want $want"
+    awk 'NR > 1 && $2 <= prev { exit 1 } { prev = $2 }' <<<"$order" ||
+        fail "$n: LOCAL_RANK does not follow GPU order (LOCAL_RANK GPU): $(tr '\n' ';' <<<"$order")"
+    seen="$seen $n: $(tr ' \n' ':,' <<<"$order")"
+done
+pass "LOCAL_RANK follows GPU order on each node (LOCAL_RANK:GPU)$seen"
 
 r0=$(grep -lx "RANK=0" "$T"/out/job*.env) || fail "no worker with RANK=0"
 n0=$(sed -n 's/^TROUPE_NODE=//p' "$r0"); want=$([ "$n0" = ea ] && echo 127.0.0.7 || echo 127.0.0.8)

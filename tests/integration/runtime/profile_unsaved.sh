@@ -10,7 +10,7 @@
 source "$(dirname "$0")/../lib.sh"
 : "${RT_WORKER:?}"
 export TROUPE_TEST_STORE_FULL_IF=$T/full
-start_cluster
+start_cluster --log-level debug # the head logs control polls parked and held (debug)
 cat >"$T/job.yaml" <<YAML
 name: unsaved
 cluster: {nodes: [4]}
@@ -20,7 +20,12 @@ env: {RT_STEPS: "600", RT_STEP_MS: "50"}
 YAML
 id=$(submit "$T/job.yaml")
 wait_for 20 "job $id RUNNING" is_job_state "$id" RUNNING
-sleep 1 # the workers' control polls are open
+# polls_open NAME...: each worker's control poll is open at the head.
+polls_open() {
+    local n
+    for n in "$@"; do grep -q "profile control parked job=$id worker=job$id-$n " "$T/head.log" || return 1; done
+}
+wait_for 20 "both workers' control polls open at the head" polls_open g-0 g-1
 profiled() { logs_grep "$id" "rt: profile step"; }
 ! profiled || fail "a worker profiled before any setting: $(cli logs "$id" | grep 'profile step')"
 
@@ -31,10 +36,13 @@ profiled() { logs_grep "$id" "rt: profile step"; }
 accepted=0
 for try in 1 2 3 4 5 6 7 8 9 10; do
     touch "$T/full"
+    mark=$(head_log_mark)
     cli profile "$id" --next 3 --workers '*' >"$T/profile.out" 2>&1 &
     prof_pid=$!
     wait_for 10 "the head to find its store failing" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = false ]"
-    sleep 0.3
+    # Refused up front, or taken in memory (logged) and waiting for its save.
+    decided() { grep -q RESOURCE_EXHAUSTED "$T/profile.out" || tail -c +$((mark + 1)) "$T/head.log" | grep -c "job=$id profile version=" >/dev/null; }
+    wait_for 10 "troupe profile refused, or taken by the head" decided
     if ! grep -q RESOURCE_EXHAUSTED "$T/profile.out"; then
         accepted=1
         break
@@ -45,7 +53,16 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
 done
 [ $accepted = 1 ] || fail "in 10 tries troupe profile was always refused before its own write failed: $(cat "$T/profile.out")"
 echo "accepted at try $try"
-sleep 2 # 40 steps at 50 ms: with the old head both workers had profiled by now
+# The head had the news for both workers' open polls and held it back (the
+# old head answered them at this point, and they profiled a few steps on).
+held() {
+    local n
+    for n in g-0 g-1; do
+        # grep -c reads it all: no SIGPIPE for tail under pipefail
+        tail -c +$((mark + 1)) "$T/head.log" | grep -c "profile control held job=$id worker=job$id-$n version=" >/dev/null || return 1
+    done
+}
+wait_for 10 "the head to hold the unsaved change back from both workers' control polls" held
 if profiled; then
     fail "a worker profiled a change the head has not saved: $(cli logs "$id" | grep 'profile step')"
 fi

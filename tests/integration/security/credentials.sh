@@ -40,7 +40,8 @@ expect_denied "user mints" PERMISSION_DENIED "needs scope admin; this credential
 expect_denied "node lists jobs" PERMISSION_DENIED "ListJobs needs scope user or admin; this credential has scope node" \
     "$CLI_BIN" --token-file "$T/node.tok" jobs
 jq -r .token "$T/short.json" >"$T/short.tok"
-sleep 1.2
+past() { [ "$(date +%s%3N)" -gt "$1" ]; }
+wait_for 10 "the 1 s credential's expiry ($(jq .expires_ms "$T/short.json"))" past "$(jq .expires_ms "$T/short.json")"
 expect_denied "expired node credential" UNAUTHENTICATED "credential" "$CLI_BIN" --token-file "$T/short.tok" status
 pass "scopes: user cannot mint, node cannot list jobs, an expired credential is refused"
 

@@ -27,7 +27,7 @@ netns_cleanup() {
     for ns in "${HOSTS[@]}" "$SW"; do ip netns del "$ns" 2>/dev/null; done
     return 0
 }
-trap 'rc=$?; netns_cleanup; (exit $rc); cleanup' EXIT
+trap 'rc=$?; netns_cleanup; set +e; (exit $rc); cleanup' EXIT
 ip netns add "$SW" 2>/dev/null || skip "cannot create a network namespace here (ip netns add: no CAP_NET_ADMIN?)"
 ip -n "$SW" link add br0 type bridge && ip -n "$SW" link set br0 up && ip -n "$SW" link set lo up ||
     fail "bridge in $SW"

@@ -15,7 +15,8 @@ SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 PLAIN=$HEAD
 HEAD=tls+tcp://127.0.0.1:$PORT
 export TROUPE_HEAD=$HEAD TROUPE_TLS_CA=$T/ca/ca.pem
-TLS_ARGS=(--tls-cert "$T/ca/head.pem" --tls-key "$T/ca/head.key" --tls-client-ca "$T/ca/ca.pem" --tls-client-auth nodes)
+TLS_ARGS=(--tls-cert "$T/ca/head.pem" --tls-key "$T/ca/head.key" --tls-client-ca "$T/ca/ca.pem" --tls-client-auth nodes
+    --log-level debug) # the head logs each round that checks for failed handshakes
 
 start_head --heartbeat-ms 200 "${TLS_ARGS[@]}"
 grep -q "listening url=$HEAD" "$T/head.log" || fail "head not on $HEAD: $(cat "$T/head.log")"
@@ -38,16 +39,22 @@ pass "agent with a client certificate, CLI and workers over $HEAD: job $id SUCCE
 # client's own diagnosis handshake fails too (tls_client_auth all) that is a
 # second failed handshake, which a loaded machine may log a second later: two
 # lines at most.
+# rounds: the head's rounds of checking for failed handshakes so far;
+# two_rounds_after N: two more since N (a failure is logged by then).
+rounds() { grep -c "rpc: TLS handshake failures checked round=" "$T/head.log" || true; }
+two_rounds_after() { [ "$(rounds)" -ge $(($1 + 2)) ]; }
 expect_refused() {
-    local what=$1 want=$2 out rc mark n; shift 2
-    sleep 2.2 # anything earlier is logged by now
+    local what=$1 want=$2 out rc mark n r0; shift 2
+    r0=$(rounds)
+    wait_for 10 "two rounds of the head's handshake check (anything earlier is logged then)" two_rounds_after "$r0"
     mark=$(head_log_mark)
     set +e; out=$("$@" 2>&1); rc=$?; set -e
     [ $rc -ne 0 ] || fail "$what: accepted: $out"
     grep -qF -- "$want" <<<"$out" || fail "$what: client error lacks '$want': $out"
     wait_for 5 "the head to log the refused TLS connection" \
         bash -c "tail -c +$((mark + 1)) '$T/head.log' | grep -q 'rpc: TLS connections refused: '"
-    sleep 2.2
+    r0=$(rounds)
+    wait_for 10 "two more rounds of the head's handshake check" two_rounds_after "$r0"
     n=$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "rpc: TLS connections refused: " || true)
     [ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "$what: expected one log line, got $n: $(tail -c +$((mark + 1)) "$T/head.log")"
     pass "$what: $(tail -n1 <<<"$out") / head: $(tail -c +$((mark + 1)) "$T/head.log" | grep -o 'refused: .*' | cut -c1-60)"
@@ -85,7 +92,7 @@ kill "$NODE_PID_n1"; wait "$NODE_PID_n1" 2>/dev/null || true
 kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
 start_expired() {
     "$HEAD_BIN" --listen "$HEAD" --state-dir "$T/state2" --tls-cert "$T/ca/head-expired.pem" \
-        --tls-key "$T/ca/head-expired.key" >>"$T/head.log" 2>&1 &
+        --tls-key "$T/ca/head-expired.key" --log-level debug >>"$T/head.log" 2>&1 &
     HEAD_PID=$!
     PIDS+=("$HEAD_PID")
 }

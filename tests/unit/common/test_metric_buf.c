@@ -163,6 +163,56 @@ static void wraps(void **state)
     tr_mbuf_free(b);
 }
 
+/* The head's side: a report whose answer was lost comes again, whole or
+ * with new points after it; nothing in it is taken twice. */
+static void resend_taken_once(void **state)
+{
+    tr_mseq m = {0};
+    (void)state;
+    for (uint64_t seq = 1; seq <= 5; seq++) {
+        assert_int_equal(tr_mseq_take(&m, seq), 1);
+    }
+    /* the same report again (its answer was lost), the last point included */
+    for (uint64_t seq = 1; seq <= 5; seq++) {
+        assert_int_equal(tr_mseq_take(&m, seq), 0);
+    }
+    assert_int_equal(m.stored, 5);
+    assert_int_equal(m.last_seq, 5);
+    assert_int_equal(m.dropped, 0);
+    assert_true(tr_mseq_resend(5, 5));
+    assert_false(tr_mseq_resend(6, 5));
+    /* a resend that grew: 4 and 5 again, then 6 and 7 */
+    assert_int_equal(tr_mseq_take(&m, 4), 0);
+    assert_int_equal(tr_mseq_take(&m, 5), 0);
+    assert_int_equal(tr_mseq_take(&m, 6), 1);
+    assert_int_equal(tr_mseq_take(&m, 7), 1);
+    assert_int_equal(m.stored, 7);
+    assert_int_equal(m.dropped, 0);
+}
+
+/* Gaps are the sender's drops, counted once, also when resent. */
+static void gaps_are_drops(void **state)
+{
+    tr_mseq m = {0};
+    (void)state;
+    assert_int_equal(tr_mseq_take(&m, 3), 1); /* 1 and 2 dropped */
+    assert_int_equal(tr_mseq_take(&m, 7), 1); /* 4..6 dropped */
+    assert_int_equal(m.dropped, 5);
+    assert_int_equal(tr_mseq_take(&m, 3), 0);
+    assert_int_equal(tr_mseq_take(&m, 7), 0);
+    assert_int_equal(m.dropped, 5);
+    tr_mseq_settle(&m, 10); /* 8..10 dropped after the last point */
+    assert_int_equal(m.dropped, 8);
+    assert_int_equal(m.last_seq, 10);
+    tr_mseq_settle(&m, 10); /* settled again: nothing more */
+    tr_mseq_settle(&m, 4);
+    assert_int_equal(m.dropped, 8);
+    assert_int_equal(tr_mseq_take(&m, 10), 0);
+    assert_int_equal(tr_mseq_take(&m, 11), 1);
+    assert_int_equal(m.stored, 3);
+    assert_int_equal(m.dropped, 8);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -171,6 +221,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(discard_counts),
         cmocka_unit_test(names),
         cmocka_unit_test(wraps),
+        cmocka_unit_test(resend_taken_once),
+        cmocka_unit_test(gaps_are_drops),
     };
     return TR_TEST_MAIN("unit.common.metric_buf", tests, argc, argv);
 }
