@@ -503,11 +503,11 @@ static int64_t stored_between(metrics_svc *s, const stream *st, uint64_t a, uint
 static int report_fits(metrics_svc *s, const stream *st, const Troupe__V1__ReportMetricsRequest *req, char *why,
                        size_t size)
 {
-    uint64_t last = st->last_seq, gaps = 0;
+    uint64_t last = st->seq.last_seq, gaps = 0;
 
     if (req->reported < st->reported && req->n_points > 0) {
         uint64_t a = req->points[0]->seq, b = req->points[req->n_points - 1]->seq;
-        int64_t on_disk = b <= st->last_seq ? stored_between(s, st, a, b) : -1;
+        int64_t on_disk = b <= st->seq.last_seq ? stored_between(s, st, a, b) : -1;
         if (on_disk != (int64_t)req->n_points) {
             snprintf(why, size,
                      "this report settles seqs up to %llu, but a later one already settled up to %llu: of its "
@@ -525,11 +525,11 @@ static int report_fits(metrics_svc *s, const stream *st, const Troupe__V1__Repor
         }
     }
     gaps += req->reported > last ? req->reported - last : 0;
-    if (gaps > 0 && st->dropped + gaps > req->dropped) {
+    if (gaps > 0 && st->seq.dropped + gaps > req->dropped) {
         snprintf(why, size,
                  "this report would count %llu more points as dropped (%llu in all) but the worker says it dropped "
                  "%llu: nothing stored (seqs up to `reported` must be sent, or counted in `dropped`)",
-                 (unsigned long long)gaps, (unsigned long long)(st->dropped + gaps),
+                 (unsigned long long)gaps, (unsigned long long)(st->seq.dropped + gaps),
                  (unsigned long long)req->dropped);
         return TROUPE_INVALID_ARGUMENT;
     }
