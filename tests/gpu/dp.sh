@@ -302,7 +302,7 @@ for r in $(seq 0 $K); do
         || fail "policy-$r did not resume: $(grep "policy-$r" "$L" | grep -v step= | tail -5)"
     step=${line##*step=}
     [ $((step % RS_EVERY)) = 0 ] && [ "$step" -ge "$RS_EVERY" ] && [ "$step" -lt "$RS_STEPS" ] || fail "policy-$r resumed at step $step"
-    tail -1 "$T/r.$r" | grep -q "\"step\":$RS_STEPS," || fail "rank $r did not reach step $RS_STEPS: $(tail -1 "$T/r.$r")"
+    tail -1 "$T/r.$r" | grep_all "\"step\":$RS_STEPS," || fail "rank $r did not reach step $RS_STEPS: $(tail -1 "$T/r.$r")"
 done
 files=()
 for r in $(seq 0 $K); do files+=("$T/r.$r"); done

@@ -31,7 +31,7 @@ cutl=$(grep -n '^\[troupe\] log cut at ' "$T/big.log" | cut -d: -f1 || true)
 resl=$(grep -n '^\[troupe\] log resumes: ' "$T/big.log" | cut -d: -f1 || true)
 [ -n "$cutl" ] && [ -n "$resl" ] && [ "$(grep -c '^\[troupe\]' "$T/big.log")" = 2 ] ||
     fail "want one cut marker and one resume marker: $(grep '^\[troupe\]' "$T/big.log")"
-sed -n "${cutl}p" "$T/big.log" | grep -q '^\[troupe\] log cut at [0-9]* bytes (head max_job_log_bytes=8192): the output after this is left out, but for the job.s last 2048 bytes' ||
+sed -n "${cutl}p" "$T/big.log" | grep_all '^\[troupe\] log cut at [0-9]* bytes (head max_job_log_bytes=8192): the output after this is left out, but for the job.s last 2048 bytes' ||
     fail "cut marker: $(sed -n "${cutl}p" "$T/big.log")"
 k=$((cutl - 1))
 [ "$k" -gt 100 ] || fail "only $k lines before the cut"
@@ -46,7 +46,7 @@ tailb=$(stat -c %s "$T/tail.log")
 [ "$tailb" -le 2048 ] && [ "$tailb" -gt 1500 ] || fail "tail is $tailb bytes, window 2048"
 # The marker counts exactly the bytes left out between the two markers.
 gone=$(seq $((k + 1)) $((m - 1)) | sed "s/^/[$w] line /" | wc -c)
-sed -n "${resl}p" "$T/big.log" | grep -qx "\[troupe\] log resumes: $gone bytes of output were left out here; the job's last $tailb bytes follow" ||
+sed -n "${resl}p" "$T/big.log" | grep_all -x "\[troupe\] log resumes: $gone bytes of output were left out here; the job's last $tailb bytes follow" ||
     fail "resume marker, want $gone bytes left out and $tailb kept: $(sed -n "${resl}p" "$T/big.log")"
 grep -q "job=$id log cut at" "$T/head.log" || fail "the head did not log the cut"
 pass "2000 lines + a Traceback into a bound of 8192 bytes ($size kept): lines 1..$k, cut marker, $gone bytes left out, lines $m..2000 and the Traceback"
@@ -61,7 +61,7 @@ cluster: {nodes: [2]}
 groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sh, -c, 'echo hello; sleep 30']}]
 YAML
 [ "$(submit "$T/hello.yaml")" = "$next" ] || fail "expected job id $next"
-wait_for 10 "job $next output at the head" bash -c "timeout 3 '$CLI_BIN' logs $next | grep -qx '\[job$next-g-0\] hello'"
+wait_for 10 "job $next output at the head" bash -c "timeout 3 '$CLI_BIN' logs $next | grep_all -x '\[job$next-g-0\] hello'"
 for i in 1 2 3; do
     timeout 3 "$CLI_BIN" status >/dev/null || fail "head stopped answering while a log file blocks (status #$i)"
     timeout 3 "$CLI_BIN" -o json jobs >/dev/null || fail "head stopped answering while a log file blocks (jobs #$i)"
@@ -69,7 +69,7 @@ done
 pass "a log file that blocks on open stalls only the log writer: the head answers, output served from memory"
 
 exec 3<>"$T/state/logs/job-$next.log" # a reader: the writer's open returns
-wait_for 10 "the blocked write to complete" bash -c "timeout 1 dd bs=65536 count=1 status=none <&3 | grep -q hello"
+wait_for 10 "the blocked write to complete" bash -c "timeout 1 dd bs=65536 count=1 status=none <&3 | grep_all hello"
 rm -f "$T/state/logs/job-$next.log"
 timeout 10 "$CLI_BIN" stop "$next" >/dev/null || fail "stop $next"
 start=$(date +%s%N)
