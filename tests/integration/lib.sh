@@ -322,14 +322,13 @@ jqr() { jq -r "$@"; }
 # of its input before it answers. grep -q exits at its first match; under
 # pipefail the writer, killed by SIGPIPE at its next write, then fails the
 # pipeline and the check with it - by timing and output size, a check that
-# fails now and then (or skips a step it gates). Exported: `bash -c` strings
-# in wait_for use it too.
+# fails now and then (or skips a step it gates). (A `bash -c` string does
+# not inherit pipefail: grep -q is safe there.)
 grep_all() {
     local in
     in=$(cat) || return 1
     grep -q "$@" <<<"$in"
 }
-export -f grep_all
 
 is_state() { [ "$(node_state "$1")" = "$2" ]; }
 node_state() { cli -o json nodes | jqr --arg n "$1" '[.nodes[] | select(.name==$n)] | last | .state'; }

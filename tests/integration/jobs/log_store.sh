@@ -61,7 +61,7 @@ cluster: {nodes: [2]}
 groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sh, -c, 'echo hello; sleep 30']}]
 YAML
 [ "$(submit "$T/hello.yaml")" = "$next" ] || fail "expected job id $next"
-wait_for 10 "job $next output at the head" bash -c "timeout 3 '$CLI_BIN' logs $next | grep_all -x '\[job$next-g-0\] hello'"
+wait_for 10 "job $next output at the head" bash -c "timeout 3 '$CLI_BIN' logs $next | grep -qx '\[job$next-g-0\] hello'"
 for i in 1 2 3; do
     timeout 3 "$CLI_BIN" status >/dev/null || fail "head stopped answering while a log file blocks (status #$i)"
     timeout 3 "$CLI_BIN" -o json jobs >/dev/null || fail "head stopped answering while a log file blocks (jobs #$i)"
@@ -69,7 +69,7 @@ done
 pass "a log file that blocks on open stalls only the log writer: the head answers, output served from memory"
 
 exec 3<>"$T/state/logs/job-$next.log" # a reader: the writer's open returns
-wait_for 10 "the blocked write to complete" bash -c "timeout 1 dd bs=65536 count=1 status=none <&3 | grep_all hello"
+wait_for 10 "the blocked write to complete" bash -c "timeout 1 dd bs=65536 count=1 status=none <&3 | grep -q hello"
 rm -f "$T/state/logs/job-$next.log"
 timeout 10 "$CLI_BIN" stop "$next" >/dev/null || fail "stop $next"
 start=$(date +%s%N)

@@ -31,7 +31,7 @@ say() { # WORDS: submit, wait, print the id
     local id; id=$(submit "$T/say-$1.yaml") || fail "submit: $id"
     [ -n "$id" ] || fail "submit printed no job id"
     wait_for 15 "job $id SUCCEEDED" is_job_state "$id" SUCCEEDED
-    wait_for 5 "job $id's log line" bash -c "'$CLI_BIN' logs $id | grep_all '$1'"
+    wait_for 5 "job $id's log line" bash -c "'$CLI_BIN' logs $id | grep -q '$1'"
     echo "$id"
 }
 old1=$(say OLDSECRET1)

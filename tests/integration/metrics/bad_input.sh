@@ -43,7 +43,7 @@ some() { [ "$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored // 0')
 wait_for 30 "the worker's first points at the head" some
 mark=$(head_log_mark)
 touch "$T/full"
-wait_for 10 "the head to say metrics cannot be saved" bash -c "tail -c +$((mark + 1)) '$T/head.log' | grep_all 'metrics store cannot write'"
+wait_for 10 "the head to say metrics cannot be saved" bash -c "tail -c +$((mark + 1)) '$T/head.log' | grep -q 'metrics store cannot write'"
 stuck=$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored')
 sleep 1
 [ "$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored')" = "$stuck" ] || fail "points stored while failing"

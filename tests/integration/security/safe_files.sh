@@ -21,7 +21,7 @@ groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sh, -c, 'echo hell
 YAML
 id=$(submit "$T/j.yaml")
 wait_for 10 "job $id SUCCEEDED" is_job_state "$id" SUCCEEDED
-wait_for 10 "job $id's log on the head" bash -c "'$CLI_BIN' logs $id | grep_all hello"
+wait_for 10 "job $id's log on the head" bash -c "'$CLI_BIN' logs $id | grep -q hello"
 [ -d "$sd" ] || fail "agent default state dir $sd missing"
 [ "$(stat -c %a "$sd")" = 700 ] || fail "agent state dir mode $(stat -c %a "$sd")"
 [ "$(stat -c %a "$sd/logs")" = 700 ] || fail "agent log dir mode $(stat -c %a "$sd/logs")"

@@ -46,7 +46,7 @@ expect_refused() {
     [ $rc -ne 0 ] || fail "$what: accepted: $out"
     grep -qF -- "$want" <<<"$out" || fail "$what: client error lacks '$want': $out"
     wait_for 5 "the head to log the refused TLS connection" \
-        bash -c "tail -c +$((mark + 1)) '$T/head.log' | grep_all 'rpc: TLS connections refused: '"
+        bash -c "tail -c +$((mark + 1)) '$T/head.log' | grep -q 'rpc: TLS connections refused: '"
     sleep 2.2
     n=$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "rpc: TLS connections refused: " || true)
     [ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "$what: expected one log line, got $n: $(tail -c +$((mark + 1)) "$T/head.log")"
