@@ -11,7 +11,8 @@
 # why, where network namespaces cannot be made or entered (not root, no
 # iproute2, a container without CAP_NET_ADMIN, a chroot without /sys): each
 # step is tried once before the test relies on it. Runs in a mount namespace
-# of its own: the bind mounts `ip netns add` makes go away with the test.
+# of its own, on a /run/netns of its own: the names and bind mounts that
+# `ip netns add` makes are seen by no one else and go away with the test.
 source "$(dirname "$0")/../lib.sh"
 [ "$(id -u)" = 0 ] || skip_test "network namespaces need root (run as root to include this test)"
 command -v ip >/dev/null || skip_test "iproute2 (ip) not installed (scripts/setup.sh installs it)"
@@ -35,6 +36,10 @@ try() {
     local what=$1 err; shift
     err=$("$@" 2>&1 >/dev/null) || skip_test "$what failed here: ${err:-no message} (needs CAP_NET_ADMIN and a mounted /sys)"
 }
+# A /run/netns of the test's own: the names `ip netns add` creates there are
+# then seen by no one else either, and vanish with the test.
+mkdir -p /run/netns
+try "a tmpfs on /run/netns" mount -t tmpfs -o size=1m,mode=0755 troupe-netns /run/netns
 try "ip netns add" ip netns add "$SW"
 try "ip netns exec (it remounts /sys)" ip netns exec "$SW" true
 try "a bridge in a namespace (ip link add type bridge)" ip -n "$SW" link add br0 type bridge
