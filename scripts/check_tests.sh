@@ -18,7 +18,8 @@
 #   gpu   runs only on a GPU (or TROUPE_REQUIRE_GPU=1, where a skip fails)
 #   fuzz  built only with -DTROUPE_FUZZ=ON
 #   env   needs what not every machine gives (root, a namespace, a tmpfs,
-#         room to raise a nice value): a skip is listed but not a failure
+#         room to raise a nice value, a second GPU): a skip is listed but
+#         not a failure
 # Every registered test must also take exit 77 as a skip (SKIP_RETURN_CODE).
 set -euo pipefail
 dir=$1 labels=$2 log=$3
