@@ -40,9 +40,10 @@ run_tests() {
 # does), nothing is mounted below it and it is empty; what is, is named and
 # removed, and the check fails.
 left_behind() {
-    local tmp=$1 bad=0 p f procs
-    procs=$(grep -lzxF "TMPDIR=$tmp" /proc/[0-9]*/environ 2>/dev/null | sed -n 's,^/proc/\([0-9]*\)/environ$,\1,p' |
-        grep -vx -e $$ -e "$BASHPID" || true)
+    local tmp=$1 bad=0 p f procs end=$(($(date +%s) + 5))
+    # A process killed by a test's last clean-up may take a moment to go
+    # (an exiting sanitizer build unmaps a lot; an orphan waits to be reaped).
+    while procs=$(live_with "TMPDIR=$tmp") && [ -n "$procs" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.2; done
     for p in $procs; do
         f=$(ps -o pid=,etime=,args= -p "$p" 2>/dev/null) || continue
         echo "left behind: process $f" >&2
@@ -62,6 +63,18 @@ left_behind() {
     rm -rf "$tmp"
     [ $bad = 0 ] || echo "test.sh: the tests left the above behind (a test must clean up what it makes)" >&2
     return $bad
+}
+
+# live_with VAR=VALUE: the pids of live processes (not zombies) whose
+# environment holds VAR=VALUE.
+live_with() {
+    local f p st
+    for f in $(grep -lzxF "$1" /proc/[0-9]*/environ 2>/dev/null); do
+        p=${f#/proc/}; p=${p%/environ}
+        st=$(sed -n 's/^.*) \([A-Za-z]\) .*$/\1/p' "/proc/$p/stat" 2>/dev/null) || continue
+        [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ] && echo "$p"
+    done
+    return 0
 }
 
 # The sanitizer run's leak suppressions (tests/lsan.supp) name functions,
