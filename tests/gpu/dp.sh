@@ -47,8 +47,7 @@ DRY=${TROUPE_GPU_DRYRUN:-0}
 
 skip() {
     if [ "${TROUPE_REQUIRE_GPU:-0}" = 1 ]; then fail "TROUPE_REQUIRE_GPU=1 but: $*"; fi
-    echo "SKIP: $*"
-    trap - EXIT; rm -rf "$T"; exit 77
+    skip_test "$@" # exit 77 through lib.sh's cleanup (its watchdog is stopped too)
 }
 "$TRAIN_BIN" --help >/dev/null 2>&1 || skip "troupe-train does not run (missing libraries?)"
 if [ "$DRY" = 1 ]; then
