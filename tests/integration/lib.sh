@@ -15,14 +15,16 @@ set -euo pipefail
 # `timeout` or `setsid` child), and a process that merely got a recorded pid
 # after the test's own one ended (pids wrap in minutes on a busy machine) is
 # never touched: kill_own reads the tag again right before each signal.
+# The shell is started again as it was first (its own argv, from
+# /proc/PID/cmdline: a script that shifted its arguments before sourcing
+# this file gets them all back, and runs its first lines again).
+mapfile -d '' -t TR_ARGV </proc/$$/cmdline
 _tr_stat=$(</proc/$$/stat)
 read -ra _tr_stat <<<"${_tr_stat##*) }"
 if [ "${TROUPE_TEST_TAG:-}" != "$$.${_tr_stat[19]}" ]; then
-    [[ $- == *x* ]] && _tr_x=-x || _tr_x=
-    TROUPE_TEST_TAG=$$.${_tr_stat[19]} exec bash $_tr_x "$0" "$@"
+    TROUPE_TEST_TAG=$$.${_tr_stat[19]} exec "${TR_ARGV[@]}"
 fi
-unset _tr_stat _tr_x
-TR_ARGS=("$@") # the script's own arguments (private_mounts runs it again)
+unset _tr_stat
 
 HEAD_BIN=$TROUPE_BIN/server/troupe-head
 NODE_BIN=$TROUPE_BIN/worker/node/troupe-node
@@ -179,7 +181,7 @@ private_mounts() {
     trap - EXIT
     kill_own 9 "${WATCHDOG_PID:-}"
     rm -rf "$T"
-    TROUPE_TEST_MOUNTS=$TROUPE_TEST_TAG exec unshare --mount --propagation private bash "$0" "${TR_ARGS[@]}"
+    TROUPE_TEST_MOUNTS=$TROUPE_TEST_TAG exec unshare --mount --propagation private "${TR_ARGV[@]}"
 }
 trap cleanup EXIT
 
