@@ -12,6 +12,8 @@ DEMO_PKGS=(build-essential cmake ninja-build pkg-config procps
       jq)
 # What the test command adds (scripts/test.sh runs the default: everything).
 TEST_PKGS=(git libcmocka-dev clang libclang-rt-14-dev
+      llvm-14   # llvm-symbolizer: the sanitizer run names frames with it, and tests/lsan.supp matches those names
+      util-linux  # unshare: the tests that mount (a tmpfs, network namespaces) do it in a mount namespace of their own
       openssl   # scripts/make-test-ca.sh
       python3   # python3: the cut proxy of the fencing tests (tests/integration/cutproxy.py), the HTTP slow-client test
       prometheus chromium  # promtool checks /metrics and prometheus scrapes it, headless chromium loads the dashboard (integration.http)
@@ -32,7 +34,7 @@ fi
 
 missing=()
 for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
     echo "setup: all packages present"

@@ -27,7 +27,7 @@ source "$HERE/../../tests/integration/nodes/nodes_lib.bash"
 
 start_head   # the defaults
 start_proxy
-grep -o "heartbeat_ms=.*" "$T/head.log" | head -1
+grep -m1 -o "heartbeat_ms=.*" "$T/head.log"
 
 # poll_until JOB STATE...: ms since $t0 when the job is in one of the states.
 poll_until() {
@@ -118,7 +118,7 @@ row cut_rs_decided  "network cut -> restart decided"      "<= 5000"
 row cut_rs_running  "network cut -> new attempt RUNNING"            "<= 5000"
 if [ -n "$OUT" ]; then
     {
-        printf '{"bench":"liveness","rounds":%d,"settings":"%s","results":{' "$ROUNDS" "$(grep -o 'heartbeat_ms=.*' "$T/head.log" | head -1)"
+        printf '{"bench":"liveness","rounds":%d,"settings":"%s","results":{' "$ROUNDS" "$(grep -m1 -o 'heartbeat_ms=.*' "$T/head.log")"
         first=1
         for k in sigterm_left sigterm_job kill9_failed kill9_rs_decided kill9_rs_running cut_failed cut_rs_decided cut_rs_running; do
             [ $first = 1 ] || printf ','; first=0

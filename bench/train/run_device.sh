@@ -74,7 +74,7 @@ stage_profile() {
         --csv --print-summary per-kernel "$bin/troupe-bench-train" --model "${PROF_MODEL:-124M}" \
         --batch "${PROF_B:-16}" --steps 1 --warmup 2 --no-ceiling --profile >"$out/profile.csv" 2>"$out/profile.err"
     echo "profile rc=$?"
-    python3 bench/train/kernels.py "$out/profile.csv" | tee "$out/profile.txt" | head -40
+    python3 bench/train/kernels.py "$out/profile.csv" | tee "$out/profile.txt" | sed -n 1,40p # sed reads all: head would cut tee (and the file) short
 }
 
 stage_summary() {

@@ -54,8 +54,7 @@ DRY=${TROUPE_GPU_DRYRUN:-0}
 
 skip() {
     if [ "${TROUPE_REQUIRE_GPU:-0}" = 1 ]; then fail "TROUPE_REQUIRE_GPU=1 but: $*"; fi
-    echo "SKIP: $*"
-    trap - EXIT; rm -rf "$T"; exit 77
+    skip_test "$@" # exit 77 through lib.sh's cleanup (its watchdog is stopped too)
 }
 "$TRAIN_BIN" --help >/dev/null 2>&1 || skip "troupe-train does not run (missing libraries?)"
 if [ "$DRY" = 1 ]; then
@@ -337,7 +336,7 @@ for r in $(seq 0 $K); do
         || fail "policy-$r did not resume: $(grep "policy-$r" "$L" | grep -v step= | tail -5)"
     step=${line##*step=}
     [ $((step % RS_EVERY)) = 0 ] && [ "$step" -ge "$RS_EVERY" ] && [ "$step" -lt "$RS_STEPS" ] || fail "policy-$r resumed at step $step"
-    tail -1 "$T/r.$r" | grep -q "\"step\":$RS_STEPS," || fail "rank $r did not reach step $RS_STEPS: $(tail -1 "$T/r.$r")"
+    tail -1 "$T/r.$r" | grep_all "\"step\":$RS_STEPS," || fail "rank $r did not reach step $RS_STEPS: $(tail -1 "$T/r.$r")"
 done
 files=()
 for r in $(seq 0 $K); do files+=("$T/r.$r"); done

@@ -2,17 +2,82 @@
 #
 # Every test gets its own temp dir and loopback port, starts real processes,
 # waits only with deadlines (wait_for), and kills everything it started on
-# exit, whatever happens.
+# exit, whatever happens - and nothing else.
 set -euo pipefail
 
 : "${TROUPE_BIN:?TROUPE_BIN must point at the build tree}"
+
+# Which processes are this test's: every one carries TROUPE_TEST_TAG=<pid of
+# the test's shell>.<its start time> in its environment, inherited from the
+# shell (re-executed here once so that its own environment, and with it every
+# subshell's, holds the tag). A process the test started is found by it even
+# when it left the test's process tree or group (an orphaned daemon, a
+# `timeout` or `setsid` child), and a process that merely got a recorded pid
+# after the test's own one ended (pids wrap in minutes on a busy machine) is
+# never touched: kill_own reads the tag again right before each signal.
+# The shell is started again as it was first (its own argv, from
+# /proc/PID/cmdline: a script that shifted its arguments before sourcing
+# this file gets them all back, and runs its first lines again).
+mapfile -d '' -t TR_ARGV </proc/$$/cmdline
+_tr_stat=$(</proc/$$/stat)
+read -ra _tr_stat <<<"${_tr_stat##*) }"
+if [ "${TROUPE_TEST_TAG:-}" != "$$.${_tr_stat[19]}" ]; then
+    TROUPE_TEST_TAG=$$.${_tr_stat[19]} exec "${TR_ARGV[@]}"
+fi
+unset _tr_stat
+
 HEAD_BIN=$TROUPE_BIN/server/troupe-head
 NODE_BIN=$TROUPE_BIN/worker/node/troupe-node
 CLI_BIN=$TROUPE_BIN/client/troupe
 TRAIN_BIN=$TROUPE_BIN/worker/train/troupe-train
 
-T=$(mktemp -d /tmp/troupe-it.XXXXXX)
-PIDS=()
+# TROUPE_TEST_SLOWDOWN: how much slower than idle this machine runs now - the
+# 1-minute load average per CPU, rounded up, between 1 and 4 (or as set by the
+# caller). Deadlines of waits for something that must happen (wait_for,
+# start_head, the watchdog) are multiplied by it: under load they stretch
+# instead of failing; on an idle machine they are what the test says.
+if ! [[ "${TROUPE_TEST_SLOWDOWN:-}" =~ ^[1-9][0-9]*$ ]]; then
+    read -r _tr_load _ </proc/loadavg
+    TROUPE_TEST_SLOWDOWN=$(awk -v l="$_tr_load" -v n="$(nproc)" 'BEGIN { s = int(l / n); if (s < l / n) s++; print (s < 1) ? 1 : (s > 4) ? 4 : s }')
+    unset _tr_load
+fi
+export TROUPE_TEST_SLOWDOWN
+# scaled SECONDS: SECONDS times the slowdown.
+scaled() { echo $(($1 * TROUPE_TEST_SLOWDOWN)); }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/troupe-it.XXXXXX")
+PIDS=() # kept for the tests' own use; cleanup goes by the tag, not by these
+SKIPPED=()
+
+# own_pids [-w] [EXCEPT...]: this test's live processes other than the
+# calling shell, the EXCEPT pids and (with -w) the workers' (a listing: a
+# process may end before its pid is used; kill_own checks again). Call it
+# directly in $(...), not nested: an enclosing subshell carries the tag too.
+# The grep that searches carries it as well, and has ended when it is checked.
+own_pids() {
+    local f p nw=0
+    [ "${1:-}" != -w ] || { nw=1; shift; }
+    for f in $(grep -lzxF "TROUPE_TEST_TAG=$TROUPE_TEST_TAG" /proc/[0-9]*/environ 2>/dev/null); do
+        p=${f#/proc/}; p=${p%/environ}
+        [ "$p" != "$BASHPID" ] || continue
+        [[ " $* " != *" $p "* ]] || continue
+        [ $nw = 0 ] || ! is_worker "$p" || continue
+        ours "$p" && echo "$p"
+    done
+    return 0
+}
+# ours PID: PID is a live process of this test (it carries the tag now).
+ours() { [ "$1" != $$ ] && grep -qzxF "TROUPE_TEST_TAG=$TROUPE_TEST_TAG" "/proc/$1/environ" 2>/dev/null && alive "$1"; }
+# kill_own SIGNAL PID...: signal each PID that is this test's right now.
+kill_own() {
+    local sig=$1 p; shift
+    for p in "$@"; do
+        [ "$p" != "$BASHPID" ] && ours "$p" && kill "-$sig" "$p" 2>/dev/null
+    done
+    return 0
+}
+# is_worker PID: a process of a job's worker (the agent gives each TROUPE_WORKER).
+is_worker() { grep -qz '^TROUPE_WORKER=' "/proc/$1/environ" 2>/dev/null; }
 
 # Agents started by root run each worker under a uid of its own (README
 # "Isolation"), and such a worker can write nowhere in $T (root's, 0700),
@@ -46,15 +111,19 @@ train_pid() {
 # lines_at_least FILE N: FILE has at least N lines.
 lines_at_least() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 
-# cleanup kills what the test started (head, agents, background jobs), then
-# checks the README's promise that a killed agent takes its workers with it:
-# a worker process still alive 5 s later is a leak, named and killed, and it
-# fails the test even when every assertion passed.
+# cleanup kills what the test started (head, agents, proxies, background
+# jobs and whatever they left behind) and nothing else, then checks the
+# README's promise that a killed agent takes its workers with it: a worker
+# process still alive 5 s later is a leak, named and killed, and it fails the
+# test even when every assertion passed. A test that skipped (exit 77, or
+# skip_part) says why, once more, at its end.
 cleanup() {
-    local rc=$? p left="" end
-    [ -z "${WATCHDOG_PID:-}" ] || kill -9 "$WATCHDOG_PID" 2>/dev/null || true
-    for p in "${PIDS[@]}" $(jobs -p); do kill -9 "$p" 2>/dev/null || true; done
-    end=$(( $(date +%s) + 5 ))
+    local rc=$? p left="" end others
+    # Everything but the workers (and the watchdog, which still guards this
+    # cleanup) first.
+    others=$(own_pids -w "${WATCHDOG_PID:-}")
+    kill_own 9 $others
+    end=$(( $(date +%s) + $(scaled 5) ))
     while left=$(worker_pids) && [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
     if [ -n "$left" ]; then
         echo "FAIL: worker processes outlived their agents (leaked):" >&2
@@ -65,48 +134,93 @@ cleanup() {
             echo "    $(grep -E '^(State|PPid|TracerPid|SigPnd|ShdPnd|SigBlk|SigIgn):' /proc/$p/status 2>/dev/null |
                 tr -s '\t\n' '  ') wchan $(cat /proc/$p/wchan 2>/dev/null)" >&2
         done
-        for p in $left; do kill -9 "$p" 2>/dev/null || true; done
-        [ $rc -ne 0 ] || rc=1
+        [ $rc -ne 0 ] && [ $rc -ne 77 ] || rc=1
     fi
+    # Then whatever of the test is left (leaked workers, anything started
+    # meanwhile), until none is: bounded, a process in D state is named.
+    end=$(( $(date +%s) + $(scaled 5) ))
+    while left=$(own_pids "${WATCHDOG_PID:-}") && [ -n "$left" ]; do
+        if [ "$(date +%s)" -ge "$end" ]; then
+            echo "WARNING: processes of this test survive SIGKILL: $(ps -o pid=,stat=,args= -p "${left//$'\n'/,}" 2>/dev/null | tr '\n' ';')" >&2
+            break
+        fi
+        kill_own 9 $left
+        sleep 0.05
+    done
     wait 2>/dev/null || true
-    if [ $rc -ne 0 ]; then
+    if [ $rc = 0 ] && [ ${#SKIPPED[@]} -gt 0 ]; then rc=77; fi
+    if [ $rc = 77 ]; then
+        for p in "${SKIPPED[@]}"; do echo "SKIP: $p"; done
+        [ ${#SKIPPED[@]} -gt 0 ] || echo "SKIP: (the test exited 77 without saying why)"
+    elif [ $rc -ne 0 ]; then
         echo "---- test failed (rc=$rc); logs from $T ----"
         for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 40 "$f"; }; done
         # The workers' own output (a sanitizer's report from a worker that
         # aborted is only there).
         for f in "$T"/node-*/logs/*.log; do [ -s "$f" ] && { echo "== $f"; tail -n 60 "$f"; }; done
     fi
-    rm -rf "$T"
+    # What the test mounted under $T (a tmpfs state dir), deepest first.
+    awk -v t="$T/" 'index($2, t) == 1 { print $2 }' /proc/self/mounts | sort -r |
+        while read -r p; do umount -l "$p" || true; done
+    rm -rf "$T" || echo "WARNING: could not remove $T" >&2
+    kill_own 9 "${WATCHDOG_PID:-}"
     exit $rc
+}
+# skip_test WHY: the test cannot run here (a tool, a privilege, a GPU it needs
+# is missing): exit 77, which ctest counts as skipped - never as passed - and
+# scripts/check_tests.sh lists with WHY. Cleans up like any other end.
+skip_test() { SKIPPED+=("$*"); echo "SKIP: $*"; exit 77; }
+skip() { skip_test "$@"; }
+# skip_part WHY: one part of the test cannot run here; the rest runs, and the
+# test then ends as skipped (77) instead of passed, listing WHY.
+skip_part() { SKIPPED+=("$*"); echo "SKIP (part): $*"; }
+
+# private_mounts: run this test again, from its start, in a mount namespace
+# of its own, before it has started anything: what it mounts (a tmpfs, the
+# bind mounts of `ip netns add`) is seen by no one else and goes away with
+# its last process, even when the test is killed. Skips (77), saying why,
+# where a mount namespace cannot be made (no root, no CAP_SYS_ADMIN).
+private_mounts() {
+    [ "${TROUPE_TEST_MOUNTS:-}" != "$TROUPE_TEST_TAG" ] || return 0
+    local err
+    command -v unshare >/dev/null || skip_test "unshare (util-linux) not installed: no mount namespace of its own"
+    err=$(unshare --mount --propagation private true 2>&1) ||
+        skip_test "cannot make a mount namespace here (unshare --mount: ${err:-failed}; needs root with CAP_SYS_ADMIN)"
+    trap - EXIT
+    kill_own 9 "${WATCHDOG_PID:-}"
+    rm -rf "$T"
+    TROUPE_TEST_MOUNTS=$TROUPE_TEST_TAG exec unshare --mount --propagation private "${TR_ARGV[@]}"
 }
 trap cleanup EXIT
 
-# descendants PID: every process below PID, one per line, parents first.
-descendants() {
-    ps -eo pid=,ppid= | awk -v root="$1" '
-        { kids[$2] = kids[$2] " " $1 }
-        END { n = split(kids[root], q, " "); for (i = 1; i <= n; i++) { print q[i]; m = split(kids[q[i]], k, " "); for (j = 1; j <= m; j++) q[++n] = k[j] } }'
-}
-
-# The watchdog: a test still running TROUPE_TEST_DEADLINE_S seconds after it
-# started (ctest sets it below its TIMEOUT) says what it was waiting on -
-# every process of the test with its state and age, and where gdb is present
-# the stacks of troupe's own processes - then fails the test through cleanup
+# The watchdog: a test still running TROUPE_TEST_DEADLINE_S seconds (times
+# TROUPE_TEST_SLOWDOWN) after it started says what it was waiting on - every
+# process of the test with its state and age, and where gdb is present the
+# stacks of troupe's own processes - then fails the test through cleanup
 # (which prints the logs) instead of being killed by ctest without a word.
+# ctest's TIMEOUT lies above the longest such deadline (integration.cmake):
+# ctest kills only the test's process tree, and an orphaned head or agent
+# would outlive it. Should the shell itself not end within 30 s of that (or
+# die without its cleanup, killed from outside), the watchdog kills what is
+# left of the test, the shell included, and removes $T.
 watchdog() {
-    local shell=$1 secs=$2 p n=0
+    local shell=$1 secs=$2 p n=0 end
     set +e +o pipefail # report what it can: a process may end while it looks
+    end=$(( $(date +%s) + secs ))
     # read -t on a pipe we hold both ends of: a wait with no child process
-    # (a sleep would outlive a watchdog that cleanup kills).
-    read -rt "$secs" _ <> <(:)
+    # (a sleep would outlive a watchdog that cleanup kills). Every 2 s: is
+    # the shell still there (its parent is; an orphan's parent is another)?
+    while [ "$(date +%s)" -lt "$end" ]; do
+        read -rt 2 _ <> <(:)
+        watchdog_parent_is "$shell" || { watchdog_reap "the test's shell died without its cleanup"; return; }
+    done
     {
-        echo "FAIL: the test is still running after $secs s (TROUPE_TEST_DEADLINE_S); its processes:"
-        for p in $(descendants "$shell"); do
-            [ "$p" = "$BASHPID" ] && continue
+        echo "FAIL: the test is still running after $secs s (TROUPE_TEST_DEADLINE_S $TROUPE_TEST_DEADLINE_S x slowdown $TROUPE_TEST_SLOWDOWN); its processes:"
+        for p in $(own_pids); do
             ps -o pid=,ppid=,stat=,etime=,args= -p "$p" 2>/dev/null | cut -c1-200 | sed 's/^/  /'
         done
         if command -v gdb >/dev/null; then
-            for p in $(descendants "$shell"); do
+            for p in $(own_pids); do
                 case "$(cat "/proc/$p/comm" 2>/dev/null)" in troupe*) ;; *) continue ;; esac
                 [ $((n += 1)) -le 4 ] || break
                 echo "  -- stacks of pid $p ($(cat "/proc/$p/comm"))"
@@ -120,15 +234,27 @@ watchdog() {
     } >&2
     # TERM first: bash runs the trap once the command it waits for has ended,
     # which killing the test's processes then makes happen.
-    kill -TERM "$shell" 2>/dev/null || true
-    for p in $(descendants "$shell"); do [ "$p" = "$BASHPID" ] || kill -9 "$p" 2>/dev/null || true; done
+    watchdog_parent_is "$shell" && kill -TERM "$shell" 2>/dev/null
+    kill_own 9 $(own_pids)
+    end=$(( $(date +%s) + 30 ))
+    while watchdog_parent_is "$shell" && [ "$(date +%s)" -lt "$end" ]; do read -rt 1 _ <> <(:); done
+    watchdog_parent_is "$shell" || return 0 # the shell's cleanup ran (and killed this watchdog)
+    watchdog_reap "the test's shell did not end 30 s after the watchdog stopped it" kill
 }
-if [ -n "${TROUPE_TEST_DEADLINE_S:-}" ]; then
-    trap 'echo "FAIL: stopped by the watchdog" >&2; exit 1' TERM
-    watchdog $$ "$TROUPE_TEST_DEADLINE_S" &
-    WATCHDOG_PID=$!
-    disown "$WATCHDOG_PID" # cleanup kills it; no "Killed" line from bash
-fi
+# watchdog_parent_is SHELL: the watchdog is still SHELL's child (SHELL lives).
+watchdog_parent_is() {
+    local st
+    st=$(</proc/$BASHPID/stat) && read -ra st <<<"${st##*) }" && [ "${st[1]}" = "$1" ]
+}
+# watchdog_reap WHY [kill]: the cleanup the shell could not do: kill every
+# process of the test (with kill: the shell too), remove $T.
+watchdog_reap() {
+    local i
+    echo "FAIL: $1; the watchdog kills what is left of the test and removes $T" >&2
+    [ "${2:-}" = kill ] && watchdog_parent_is "$$" && kill -9 "$$" 2>/dev/null
+    for i in 1 2 3 4 5; do kill_own 9 $(own_pids); done
+    rm -rf "$T"
+}
 
 # free_port picks a loopback TCP port nobody listens on, below the kernel's
 # ephemeral range (32768-60999 by default): a port in that range can be the
@@ -153,13 +279,15 @@ export TROUPE_HEAD=$HEAD
 fail() { echo "FAIL: $*" >&2; exit 1; }
 pass() { echo "ok: $*"; }
 
-# wait_for SECONDS WHAT CMD...: retry CMD until it succeeds or time is up.
+# wait_for SECONDS WHAT CMD...: retry CMD until it succeeds or SECONDS times
+# TROUPE_TEST_SLOWDOWN have passed (a wait for something that must happen; a
+# check that something does NOT happen within a time must not use it).
 wait_for() {
     local secs=$1 what=$2; shift 2
-    local end=$(( $(date +%s%N) / 1000000 + secs * 1000 ))
+    local end=$(( $(date +%s%N) / 1000000 + secs * TROUPE_TEST_SLOWDOWN * 1000 ))
     while ! "$@" >/dev/null 2>&1; do
         if [ $(( $(date +%s%N) / 1000000 )) -ge $end ]; then
-            fail "timed out after ${secs}s waiting for: $what"
+            fail "timed out after $((secs * TROUPE_TEST_SLOWDOWN))s waiting for: $what$([ "$TROUPE_TEST_SLOWDOWN" = 1 ] || echo " (${secs}s x slowdown $TROUPE_TEST_SLOWDOWN)")"
         fi
         sleep 0.1
     done
@@ -200,6 +328,17 @@ logs_grep() {
     return $rc
 }
 jqr() { jq -r "$@"; }
+# grep_all GREP-ARGS...: `grep -q` for the end of a pipeline, which reads all
+# of its input before it answers. grep -q exits at its first match; under
+# pipefail the writer, killed by SIGPIPE at its next write, then fails the
+# pipeline and the check with it - by timing and output size, a check that
+# fails now and then (or skips a step it gates). (A `bash -c` string does
+# not inherit pipefail: grep -q is safe there.)
+grep_all() {
+    local in
+    in=$(cat) || return 1
+    grep -q "$@" <<<"$in"
+}
 
 is_state() { [ "$(node_state "$1")" = "$2" ]; }
 node_state() { cli -o json nodes | jqr --arg n "$1" '[.nodes[] | select(.name==$n)] | last | .state'; }
@@ -215,7 +354,7 @@ head_log_mark() { stat -c %s "$T/head.log" 2>/dev/null || echo 0; }
 reregistered() {
     local mark=$1 n; shift
     for n in "$@"; do
-        tail -c +$((mark + 1)) "$T/head.log" | grep -qE "node registered node=[0-9]+ name=$n .* again=1\$" || return 1
+        tail -c +$((mark + 1)) "$T/head.log" | grep_all -E "node registered node=[0-9]+ name=$n .* again=1\$" || return 1
         is_state "$n" ALIVE || return 1
     done
 }
@@ -250,3 +389,11 @@ alive() {
     st=$(sed -n 's/^.*) \([A-Za-z]\) .*$/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
     [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
+
+# The watchdog starts last: its subshell has the functions defined above.
+if [ -n "${TROUPE_TEST_DEADLINE_S:-}" ]; then
+    trap 'echo "FAIL: stopped by the watchdog" >&2; exit 1' TERM
+    watchdog $$ "$(scaled "$TROUPE_TEST_DEADLINE_S")" &
+    WATCHDOG_PID=$!
+    disown "$WATCHDOG_PID" # cleanup kills it last (kill_own: only while it is ours); no "Killed" line
+fi

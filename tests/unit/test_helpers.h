@@ -9,6 +9,7 @@
 #ifndef TR_TEST_HELPERS_H
 #define TR_TEST_HELPERS_H
 
+#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,14 +71,46 @@
         }                                                                                          \
     } while (0)
 
+/* The directories tr_test_tmpdir made in this file's cases, removed with all
+ * they hold when the process exits - also after a failed assertion, whose
+ * longjmp skips the case's own clean-up. (A head under test writes its state
+ * dir full; a case that forgot its rmdir left one per run in /tmp.) */
+static char tr_test_dirs_[16][320] __attribute__((unused));
+static int tr_test_ndirs_ __attribute__((unused));
+
+static inline int tr_test_rm_one_(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static inline void tr_test_rm_dirs_(void)
+{
+    for (int i = 0; i < tr_test_ndirs_; i++) {
+        nftw(tr_test_dirs_[i], tr_test_rm_one_, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
 /* tr_test_tmpdir makes a fresh directory under $TMPDIR (or /tmp) and writes its
- * path into buf; fails the test on error. */
+ * path into buf; fails the test on error. The directory and what is in it
+ * are removed at exit. */
 static inline void tr_test_tmpdir(char *buf, size_t size, const char *tag)
 {
     const char *base = getenv("TMPDIR");
     snprintf(buf, size, "%s/troupe-%s-XXXXXX", (base && base[0]) ? base : "/tmp", tag);
     if (mkdtemp(buf) == NULL) {
         fail_msg("mkdtemp %s failed", buf);
+    }
+    if (tr_test_ndirs_ == 0) {
+        atexit(tr_test_rm_dirs_);
+    }
+    if (tr_test_ndirs_ < (int)(sizeof(tr_test_dirs_) / sizeof(tr_test_dirs_[0]))) {
+        snprintf(tr_test_dirs_[tr_test_ndirs_++], sizeof(tr_test_dirs_[0]), "%s", buf);
+    } else {
+        fail_msg("tr_test_tmpdir: more than %d directories in one process", tr_test_ndirs_);
     }
 }
 

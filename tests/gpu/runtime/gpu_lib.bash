@@ -2,11 +2,11 @@
 # ../../integration/lib.sh. Skips (exit 77) without a usable GPU, or fails
 # under TROUPE_REQUIRE_GPU=1 so that a lent machine never skips silently.
 
-# skip WHY: exit 77 (ctest SKIP_RETURN_CODE), a failure under TROUPE_REQUIRE_GPU=1.
+# skip WHY: exit 77 (ctest SKIP_RETURN_CODE) through lib.sh's cleanup, which
+# stops what the test started; a failure under TROUPE_REQUIRE_GPU=1.
 skip() {
     if [ "${TROUPE_REQUIRE_GPU:-0}" = 1 ]; then fail "TROUPE_REQUIRE_GPU=1 but: $*"; fi
-    echo "SKIP: $*"
-    trap - EXIT; rm -rf "$T"; exit 77
+    skip_test "$@"
 }
 
 # gpu_require [nccl]: a GPU and a troupe-train that runs (with nccl: one built

@@ -16,7 +16,7 @@ pass "cmake --install put programs, library, pc file, headers, completion, units
 
 # The installed programs run from the prefix alone (the CLI finds libtroupe by its RPATH).
 mv "$P" "$T/moved" && P=$T/moved
-env -i PATH="$P/bin:/usr/bin:/bin" troupe --version | grep -q "^troupe " || fail "installed troupe does not run"
+env -i PATH="$P/bin:/usr/bin:/bin" troupe --version | grep_all "^troupe " || fail "installed troupe does not run"
 for b in troupe troupe-head troupe-node troupe-train; do
     "$P/bin/$b" --help >"$T/help" 2>&1 || fail "$b --help failed: $(cat "$T/help")"
     grep -qi "usage" "$T/help" || fail "$b --help prints no usage"

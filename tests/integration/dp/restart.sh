@@ -40,7 +40,7 @@ for r in 0 1; do
     step=${line##*step=}
     [ $((step % 20)) = 0 ] && [ "$step" -ge 40 ] && [ "$step" -lt 400 ] || fail "policy-$r resumed at step $step"
     [ -f "$T/ckpt/data-rank-$r.pos" ] || fail "no data position of rank $r"
-    tail -1 "$T/m.$r" | grep -q '"step":400,' || fail "rank $r did not reach step 400: $(tail -1 "$T/m.$r")"
+    tail -1 "$T/m.$r" | grep_all '"step":400,' || fail "rank $r did not reach step 400: $(tail -1 "$T/m.$r")"
 done
 out=$(python3 "$HERE/compare.py" "$T/ref" "$T/m.0" "$T/m.1" --tol 1e-5) || fail "$out"
 pass "rank 1 killed at step >= 50, group restarted, both ranks resumed at step $step and matched the uninterrupted curve: $out"

@@ -22,7 +22,7 @@ expect_code() {
     if [ "$3" = - ]; then
         [ "$n" = 0 ] || fail "$1: expected no log line, got: $(new_log "$mark")"
     else
-        [ "$n" = 1 ] && new_log "$mark" | grep " warning: " | grep -qF -- "$3" ||
+        [ "$n" = 1 ] && new_log "$mark" | grep " warning: " | grep_all -F -- "$3" ||
             fail "$1: expected one log line with '$3', got $n: $(new_log "$mark")"
     fi
     pass "$1 -> $2: ${out#*message=}"
@@ -67,7 +67,7 @@ done
 pass "random bytes on the TCP port"
 
 # The head still serves everyone, and nothing was half-registered.
-"$RAW" "$HEAD" ping | grep -q "(OK)" || fail "head stopped serving"
+"$RAW" "$HEAD" ping | grep_all "(OK)" || fail "head stopped serving"
 [ "$(cli -o json nodes | jqr .count)" = 1 ] || fail "a bad registration left a node behind"
 [ "$(cli -o json jobs | jqr .count)" = 0 ] || fail "a bad submission left a job behind"
 kill -0 "$HEAD_PID" || fail "head died"

@@ -24,7 +24,7 @@ wait_for 5 "node-b DEAD after kill -9" is_state node-b DEAD
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 # Window: dead_after (10) x heartbeat (100 ms) = 1 s, plus one reaper tick.
 [ $ms -le 2500 ] || fail "node-b took ${ms} ms to be declared DEAD (window 1000 ms)"
-cli nodes | grep -Eq "node-b.*DEAD.*(no heartbeat|connection to its agent closed)" || fail "DEAD reason not shown: $(cli nodes)"
+cli nodes | grep_all -E "node-b.*DEAD.*(no heartbeat|connection to its agent closed)" || fail "DEAD reason not shown: $(cli nodes)"
 pass "kill -9 of an agent: DEAD after ${ms} ms (window 1000 ms)"
 
 kill -9 "$HEAD_PID"

@@ -23,7 +23,7 @@ jq -e '.health.stragglers[0] | .by_compute and .ratio > 3 and .ratio < 4.5 and .
 jq -e '[.events[] | select(.kind == "STRAGGLER") | .message][0]
        | test("^rank 1 \\(job'"$id"'-dp-1 on na, GPU [0-9]+\\): median compute \\(forward\\+backward\\+optimizer\\) 150 ms over the last 5 steps, [0-9.]+x the group.s 40 ms$")' \
     "$T/j.json" >/dev/null || fail "event: $(jq -c '[.events[] | select(.kind == "STRAGGLER")]' "$T/j.json")"
-cli job "$id" | grep -qE "^straggler rank 1 job$id-dp-1 on na GPU [0-9]+: 150 ms of compute per step, [0-9.]+x the group's 40 ms" \
+cli job "$id" | grep_all -E "^straggler rank 1 job$id-dp-1 on na GPU [0-9]+: 150 ms of compute per step, [0-9.]+x the group's 40 ms" \
     || fail "troupe job: $(cli job "$id")"
 step=$(cli -o json metrics "$id" --name step_ms --last 8 | jq '[.points[].value] | (max - min) < 60')
 [ "$step" = true ] || fail "whole steps differ more than expected: $(cli -o json metrics "$id" --name step_ms --last 8 | jq -c '[.points[].value]')"

@@ -28,9 +28,9 @@ jq -e '[.events[] | select(.kind == "MEMORY") | .message] | length == 2
        and any(test("^rank 1 \\(job'"$id"'-grow-1 on na, GPU [0-9]+\\): allocated GPU memory grows 4.00 MiB per step over the last 10 steps \\([0-9.]+ GiB now\\)$"))
        and any(test("^rank 0 \\(job'"$id"'-policy-0 on na, GPU [0-9]+\\): allocated GPU memory at 98% of the GPU.s 80.00 GiB$"))' \
     "$T/j.json" >/dev/null || fail "events: $(jq -c '[.events[] | select(.kind == "MEMORY")]' "$T/j.json")"
-cli job "$id" | grep -qE "^memory    rank 1 job$id-grow-1 on na GPU [0-9]+: allocated GPU memory grows 4.00 MiB per step" \
+cli job "$id" | grep_all -E "^memory    rank 1 job$id-grow-1 on na GPU [0-9]+: allocated GPU memory grows 4.00 MiB per step" \
     || fail "troupe job: $(cli job "$id")"
-cli job "$id" | grep -qE "^memory    rank 0 job$id-policy-0 on na GPU [0-9]+: allocated GPU memory at 98% of 80.00 GiB" \
+cli job "$id" | grep_all -E "^memory    rank 0 job$id-policy-0 on na GPU [0-9]+: allocated GPU memory at 98% of 80.00 GiB" \
     || fail "troupe job: $(cli job "$id")"
 [ "$(cli -o json job "$id" | jq '[.health.memory[].worker] | index("job'"$id"'-grow-0")')" = null ] \
     || fail "grow-0 (flat) named: $(memory)"

@@ -70,7 +70,7 @@ kill -STOP "$pid0" "$pid"
 wait_for 15 "both ranks stalled" eval '[ "$(cli -o json job "$id" | jq -c "[.health.stalled[].rank]")" = "[0,1]" ]'
 # The newest STALLED event (under load, rank 1 resumed after SIGCONT can be
 # judged stalled once more before both are stopped: an honest event too).
-cli -o json job "$id" | jqr '[.events[] | select(.kind == "STALLED")] | last | .message' | grep -q "^no rank of the group made progress: " \
+cli -o json job "$id" | jqr '[.events[] | select(.kind == "STALLED")] | last | .message' | grep_all "^no rank of the group made progress: " \
     || fail "second STALLED event: $(cli -o json job "$id" | jq -c .events)"
 kill -CONT "$pid0" "$pid"
 cli stop "$id" >/dev/null

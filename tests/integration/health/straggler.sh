@@ -29,8 +29,8 @@ ratio=$(jqr '.health.stragglers[0].ratio' "$T/j.json")
 msg=$(jqr '[.events[] | select(.kind == "STRAGGLER") | .message][0]' "$T/j.json")
 [[ "$msg" =~ ^rank\ 2\ \(job$id-policy-2\ on\ na,\ GPU\ $gpu\):\ median\ step\ 1[0-9][0-9]\ ms\ over\ the\ last\ 5\ steps,\ [0-9.]+x\ the\ group\'s\ [0-9]+\ ms$ ]] \
     || fail "event: $msg"
-cli job "$id" | grep -qE "^straggler rank 2 job$id-policy-2 on na GPU $gpu: 1[0-9][0-9] ms per step, [0-9.]+x the group's [0-9]+ ms" \
+cli job "$id" | grep_all -E "^straggler rank 2 job$id-policy-2 on na GPU $gpu: 1[0-9][0-9] ms per step, [0-9.]+x the group's [0-9]+ ms" \
     || fail "troupe job: $(cli job "$id")"
-cli jobs | grep -qE "^$id +slow +RUNNING .*straggler rank 2 [0-9.]+x" || fail "troupe jobs: $(cli jobs)"
+cli jobs | grep_all -E "^$id +slow +RUNNING .*straggler rank 2 [0-9.]+x" || fail "troupe jobs: $(cli jobs)"
 cli stop "$id" >/dev/null
 pass "rank 2 at 150 ms/step among 40 ms ranks: named a straggler (${ratio}x, GPU $gpu on na), the others not"

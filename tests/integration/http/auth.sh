@@ -42,7 +42,7 @@ pass "admin and user credentials let in (bearer), node credential 403"
 # the login form: a good credential sets an HttpOnly cookie and sends to /
 curl -s -D "$T/hlogin" -o /dev/null -c "$T/jar" --data-urlencode "token=$(cat "$T/user.tok")" "$HTTP/login"
 grep -qi '^Set-Cookie: troupe_token=.*HttpOnly' "$T/hlogin" || fail "login cookie: $(cat "$T/hlogin")"
-tr -d '\r' <"$T/hlogin" | grep -qix 'Location: /' || fail "login redirect: $(cat "$T/hlogin")"
+tr -d '\r' <"$T/hlogin" | grep_all -ix 'Location: /' || fail "login redirect: $(cat "$T/hlogin")"
 expect_code "cookie" 200 /api/jobs -b "$T/jar"
 expect_code "dashboard with cookie" 200 / -b "$T/jar"
 curl -s -D "$T/hbad" -o /dev/null --data-urlencode "token=wrong" "$HTTP/login"

@@ -8,7 +8,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hlib.bash"
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
-[ -n "$CHROMIUM" ] || { echo "SKIP: chromium not installed (Debian package chromium; scripts/setup.sh installs it)"; exit 0; }
+[ -n "$CHROMIUM" ] || skip_test "chromium not installed (Debian package chromium; scripts/setup.sh installs it)"
 
 # --dead-after 50: node liveness is not what this tests, and at load 20+ the
 # default 1 s (lease 600 ms) let agents kill the workers mid-test.

@@ -7,17 +7,17 @@
 # serves nothing; a bad or taken --http address stops the head with a reason.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hlib.bash"
-command -v promtool >/dev/null || { echo "SKIP: promtool not installed (Debian package prometheus; scripts/setup.sh installs it)"; exit 0; }
+command -v promtool >/dev/null || skip_test "promtool not installed (Debian package prometheus; scripts/setup.sh installs it)"
 
 start_cluster --http "127.0.0.1:$HPORT"
 grep -q "http serving url=$HTTP " "$T/head.log" || fail "head log does not say where HTTP is: $(grep http "$T/head.log")"
 [ "$(cli -o json status | jqr .http)" = "$HTTP" ] || fail "troupe status: $(cli -o json status)"
-cli status | grep -qx "http      $HTTP" || fail "troupe status table: $(cli status)"
+cli status | grep_all -x "http      $HTTP" || fail "troupe status table: $(cli status)"
 pass "HTTP address logged at start and shown by troupe status ($HTTP)"
 
 id=$(submit_reporter prom 2)
 wait_for 60 "job $id RUNNING" is_job_state "$id" RUNNING
-has_loss() { curl -s "$HTTP/metrics" | grep -c "^troupe_train_loss{job_id=\"$id\"" | grep -qx 2; }
+has_loss() { curl -s "$HTTP/metrics" | grep -c "^troupe_train_loss{job_id=\"$id\"" | grep_all -x 2; }
 wait_for 60 "both workers' loss on /metrics" has_loss
 curl -s -D "$T/headers" "$HTTP/metrics" >"$T/metrics.txt"
 grep -qi '^Content-Type: text/plain; version=0.0.4' "$T/headers" || fail "content type: $(cat "$T/headers")"

@@ -35,7 +35,7 @@ curl -s "$HTTP/metrics" >"$T/metrics.txt"
 if command -v promtool >/dev/null; then
     promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1 || fail "promtool: $(cat "$T/promtool.out")"
 else
-    echo "SKIP (promtool part): promtool not installed (Debian package prometheus)"
+    skip_part "promtool part: promtool not installed (Debian package prometheus; scripts/setup.sh installs it)"
 fi
 grep -qx "troupe_job_health{job_id=\"$id\",state=\"stalled\"} 1" "$T/metrics.txt" &&
     grep -qx "troupe_job_health{job_id=\"$id\",state=\"ok\"} 0" "$T/metrics.txt" &&
@@ -48,7 +48,7 @@ awk -v s="${secs:-0}" 'BEGIN { exit !(s >= 2 && s < 60) }' || fail "stalled seco
 pass "/metrics: troupe_job_health stalled 1, 1 stalled rank, rank 1 stalled for $secs s; promtool clean"
 
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
-[ -n "$CHROMIUM" ] || { echo "SKIP (dashboard part): chromium not installed (Debian package chromium)"; exit 0; }
+[ -n "$CHROMIUM" ] || skip_test "dashboard part: chromium not installed (Debian package chromium; scripts/setup.sh installs it)"
 chrome() {
     timeout 90 "$CHROMIUM" --headless --disable-dev-shm-usage --disable-gpu --no-sandbox --no-first-run \
         --hide-scrollbars --user-data-dir="$T/chrome" --window-size=1400,1100 --virtual-time-budget=8000 "$@" \

@@ -30,7 +30,7 @@ curl -s "$HTTP/metrics" >"$T/metrics.txt"
 if command -v promtool >/dev/null; then
     promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1 || fail "promtool: $(cat "$T/promtool.out")"
 else
-    echo "SKIP (promtool part): promtool not installed (Debian package prometheus)"
+    skip_part "promtool part: promtool not installed (Debian package prometheus; scripts/setup.sh installs it)"
 fi
 grep -qx "troupe_job_health{job_id=\"$id\",state=\"ok\"} 1" "$T/metrics.txt" &&
     grep -qx "troupe_job_straggler_ranks{job_id=\"$id\"} 1" "$T/metrics.txt" ||
@@ -42,7 +42,7 @@ awk -v r="${r:-0}" 'BEGIN { exit !(r > 1.3) }' || fail "straggler ratio on /metr
 pass "/metrics: health ok, 1 straggler rank, rank 1's ratio $r; promtool clean"
 
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
-[ -n "$CHROMIUM" ] || { echo "SKIP (dashboard part): chromium not installed (Debian package chromium)"; exit 0; }
+[ -n "$CHROMIUM" ] || skip_test "dashboard part: chromium not installed (Debian package chromium; scripts/setup.sh installs it)"
 timeout 90 "$CHROMIUM" --headless --disable-dev-shm-usage --disable-gpu --no-sandbox --no-first-run \
     --user-data-dir="$T/chrome" --window-size=1400,1100 --virtual-time-budget=8000 --dump-dom "$HTTP/#job=$id" \
     >"$T/dom.html" 2>>"$T/chromium.log" || fail "chromium --dump-dom failed: $(tail -5 "$T/chromium.log")"

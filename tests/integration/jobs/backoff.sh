@@ -42,7 +42,7 @@ sed -e 's/name: crash/name: slowcrash/' -e 's/max_restarts: 5/max_restarts: 2/' 
 id2=$(submit "$T/slow.yaml")
 wait_for 10 "the first back-off" bash -c "'$CLI_BIN' -o json job $id2 | jq -e '.next_restart_ms > 0'"
 next=$(cli -o json job "$id2" | jqr .next_restart_ms)
-cli job "$id2" | grep -q "^next      restart at .* (in [0-9.]* s, crash-loop back-off)" || fail "troupe job should show the next attempt: $(cli job "$id2")"
+cli job "$id2" | grep_all "^next      restart at .* (in [0-9.]* s, crash-loop back-off)" || fail "troupe job should show the next attempt: $(cli job "$id2")"
 pass "troupe job shows: $(cli job "$id2" | grep '^next')"
 kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
 start_head --restart-backoff-ms 3000 --restart-backoff-max-ms 60000

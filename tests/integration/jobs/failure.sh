@@ -15,7 +15,7 @@ set +e; timeout 60 "$CLI_BIN" submit "$T/fail.yaml" >"$T/out" 2>"$T/err"; rc=$?;
 id=$(head -1 "$T/out")
 j=$(cli -o json job "$id")
 [ "$(jqr .state <<<"$j")" = FAILED ] || fail "state $(jqr .state <<<"$j")"
-jqr .reason <<<"$j" | grep -q "worker job$id-bad-1 on node .* exited with code 3" || fail "reason: $(jqr .reason <<<"$j")"
+jqr .reason <<<"$j" | grep_all "worker job$id-bad-1 on node .* exited with code 3" || fail "reason: $(jqr .reason <<<"$j")"
 pass "worker exit 3 -> FAILED: $(jqr .reason <<<"$j")"
 wait_for 10 "all workers of the failed job gone" bash -c "'$CLI_BIN' -o json job $id | jq -e '[.workers[] | select(.state==\"RUNNING\" or .state==\"PENDING\")] | length == 0'"
 pass "the other workers were stopped"
@@ -36,5 +36,5 @@ groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [no-such-command-xy
 YAML
 set +e; timeout 30 "$CLI_BIN" submit "$T/nocmd.yaml" >"$T/out3" 2>&1; rc=$?; set -e
 id3=$(head -1 "$T/out3")
-[ $rc = 1 ] && cli -o json job "$id3" | jqr .reason | grep -q "failed to start.*no-such-command-xyz" || fail "missing command: $(cat "$T/out3")"
+[ $rc = 1 ] && cli -o json job "$id3" | jqr .reason | grep_all "failed to start.*no-such-command-xyz" || fail "missing command: $(cat "$T/out3")"
 pass "missing command -> FAILED with 'failed to start'"

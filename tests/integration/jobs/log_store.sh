@@ -31,7 +31,7 @@ cutl=$(grep -n '^\[troupe\] log cut at ' "$T/big.log" | cut -d: -f1 || true)
 resl=$(grep -n '^\[troupe\] log resumes: ' "$T/big.log" | cut -d: -f1 || true)
 [ -n "$cutl" ] && [ -n "$resl" ] && [ "$(grep -c '^\[troupe\]' "$T/big.log")" = 2 ] ||
     fail "want one cut marker and one resume marker: $(grep '^\[troupe\]' "$T/big.log")"
-sed -n "${cutl}p" "$T/big.log" | grep -q '^\[troupe\] log cut at [0-9]* bytes (head max_job_log_bytes=8192): the output after this is left out, but for the job.s last 2048 bytes' ||
+sed -n "${cutl}p" "$T/big.log" | grep_all '^\[troupe\] log cut at [0-9]* bytes (head max_job_log_bytes=8192): the output after this is left out, but for the job.s last 2048 bytes' ||
     fail "cut marker: $(sed -n "${cutl}p" "$T/big.log")"
 k=$((cutl - 1))
 [ "$k" -gt 100 ] || fail "only $k lines before the cut"
@@ -46,7 +46,7 @@ tailb=$(stat -c %s "$T/tail.log")
 [ "$tailb" -le 2048 ] && [ "$tailb" -gt 1500 ] || fail "tail is $tailb bytes, window 2048"
 # The marker counts exactly the bytes left out between the two markers.
 gone=$(seq $((k + 1)) $((m - 1)) | sed "s/^/[$w] line /" | wc -c)
-sed -n "${resl}p" "$T/big.log" | grep -qx "\[troupe\] log resumes: $gone bytes of output were left out here; the job's last $tailb bytes follow" ||
+sed -n "${resl}p" "$T/big.log" | grep_all -x "\[troupe\] log resumes: $gone bytes of output were left out here; the job's last $tailb bytes follow" ||
     fail "resume marker, want $gone bytes left out and $tailb kept: $(sed -n "${resl}p" "$T/big.log")"
 grep -q "job=$id log cut at" "$T/head.log" || fail "the head did not log the cut"
 pass "2000 lines + a Traceback into a bound of 8192 bytes ($size kept): lines 1..$k, cut marker, $gone bytes left out, lines $m..2000 and the Traceback"

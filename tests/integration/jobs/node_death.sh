@@ -22,7 +22,7 @@ wait_for 10 "workers and their children started" bash -c "[ \$(cat $T/pids/* 2>/
 pids=$(cat "$T"/pids/*)
 kill -9 "$NODE_PID_nc"
 wait_for 10 "job FAILED" is_job_state "$id" FAILED
-cli -o json job "$id" | jqr .reason | grep -q "node nc (id .*) died" || fail "reason: $(cli -o json job "$id" | jqr .reason)"
+cli -o json job "$id" | jqr .reason | grep_all "node nc (id .*) died" || fail "reason: $(cli -o json job "$id" | jqr .reason)"
 pass "agent killed -> job FAILED: $(cli -o json job "$id" | jqr .reason)"
 all_gone() { for p in $pids; do if alive "$p"; then return 1; fi; done; }
 wait_for 5 "orphaned workers gone" all_gone

@@ -68,7 +68,7 @@ start_head
 wait_for 10 "node n1 registers again (ALIVE)" is_state n1 ALIVE
 new2=$(say FRESHER)
 [ "$new2" -gt "$new" ] || fail "a deleted head.db reused job id $new2 (old jobs up to $new)"
-cli logs "$new2" | grep -Eq "OLDSECRET|FRESH from" && fail "job $new2 shows an old job's log: $(cli logs "$new2")"
+cli logs "$new2" | grep_all -E "OLDSECRET|FRESH from" && fail "job $new2 shows an old job's log: $(cli logs "$new2")"
 pass "deleted head.db: new job id $new2, its log is its own"
 
 # The counter row behind the stored records (an old backup of it, a hand
@@ -84,5 +84,5 @@ if command -v sqlite3 >/dev/null; then
     grep -q "found in the jobs table" "$T/head.log" || fail "the head should say why the counter moved"
     pass "counter behind the table: new job id $new3 (stored up to $new2)"
 else
-    echo "skip: sqlite3 CLI not installed; stored-counter case not run"
+    skip_part "stored-counter case: the sqlite3 CLI is not installed (Debian package sqlite3; scripts/setup.sh installs it)"
 fi

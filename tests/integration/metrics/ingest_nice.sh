@@ -6,8 +6,7 @@
 source "$(dirname "$0")/../lib.sh"
 base=$(nice)
 if [ "$base" -gt 12 ]; then
-    pass "skipped: the test runs at nice $base, no room to raise the head's threads by 7"
-    exit 0
+    skip_test "the test runs at nice $base: no room to raise the head's threads by 7"
 fi
 want=$((base + 7))
 start_head --ingest-nice 7 --http off

@@ -17,5 +17,5 @@ cli -o json metrics "$id" >"$T/all.json"
 jq -e '.kept == 500 and .trimmed == 1500 and .streams[0].stored == 2000 and .streams[0].dropped == 0
     and [.points[].seq] == [range(1501; 2001)]' "$T/all.json" >/dev/null \
     || fail "retention: kept $(jq .kept "$T/all.json") trimmed $(jq .trimmed "$T/all.json") first seq $(jq '.points[0].seq' "$T/all.json")"
-cli metrics "$id" 2>&1 >/dev/null | grep -q "1500 older points removed by the head's retention" || fail "table: $(cli metrics "$id" 2>&1 >/dev/null)"
+cli metrics "$id" 2>&1 >/dev/null | grep_all "1500 older points removed by the head's retention" || fail "table: $(cli metrics "$id" 2>&1 >/dev/null)"
 pass "metrics_keep 500: the newest 500 of 2000 kept in order, 1500 trimmed and said so, 0 dropped"

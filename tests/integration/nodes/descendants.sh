@@ -47,11 +47,11 @@ wait_for 10 "worker started" test -s "$T/pids/paused"
 wait_for 10 "worker RUNNING" bash -c "'$CLI_BIN' -o json job $p | jq -e '.workers[0].state == \"RUNNING\"'"
 kill -STOP "$(cat "$T/pids/paused")"
 wait_for 5 "worker shown PAUSED" bash -c "'$CLI_BIN' -o json job $p | jq -e '.workers[0].state == \"PAUSED\" and .workers[0].paused'"
-cli job "$p" | grep -q PAUSED || fail "troupe job does not show PAUSED: $(cli job "$p")"
+cli job "$p" | grep_all PAUSED || fail "troupe job does not show PAUSED: $(cli job "$p")"
 pass "a SIGSTOPped worker shows as PAUSED"
 t0=$(ms_now)
 cli stop "$p" >/dev/null 2>&1 || fail "troupe stop $p"
 dt=$(( $(ms_now) - t0 ))
 [ "$dt" -lt 10000 ] || fail "troupe stop of a paused worker took $dt ms (waited out the grace?)"
-cli -o json job "$p" | jqr '.workers[0].message' | grep -q "SIGTERM" || fail "message: $(cli -o json job "$p" | jqr '.workers[0].message')"
+cli -o json job "$p" | jqr '.workers[0].message' | grep_all "SIGTERM" || fail "message: $(cli -o json job "$p" | jqr '.workers[0].message')"
 pass "troupe stop ended the paused worker in $dt ms with SIGTERM (SIGCONT sent after it)"

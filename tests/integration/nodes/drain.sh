@@ -26,7 +26,7 @@ rc=$?
 set -e
 [ $rc -eq 1 ] && grep -q "still runs 1 job after 1 s; it stays draining" <<<"$out" || fail "drain --max-wait 1: rc=$rc $out"
 [ "$(node_field "$node" draining)" = true ] || fail "not draining"
-cli nodes | grep "$node" | grep -q "ALIVE,DRAINING" || fail "troupe nodes: $(cli nodes)"
+cli nodes | grep "$node" | grep_all "ALIVE,DRAINING" || fail "troupe nodes: $(cli nodes)"
 pass "drain with a deadline that passes: rc=1, $out"
 
 # New work goes elsewhere, then waits rather than land on the drained node.
@@ -56,7 +56,7 @@ pass "drain waited for job $h, then: $(cat "$T/drain.json")"
 wait_for 10 "job $h SUCCEEDED" is_job_state "$h" SUCCEEDED
 [ "$(job_state "$w")" = PENDING ] || fail "the waiting job went to the drained node"
 
-cli undrain "$node" | grep -q "takes new work again" || fail "undrain"
+cli undrain "$node" | grep_all "takes new work again" || fail "undrain"
 wait_for 10 "the waiting job placed on $node after undrain" is_job_state "$w" RUNNING
 [ "$(cli -o json job "$w" | jqr '.workers[0].node')" = "$node" ] || fail "placed on $(cli -o json job "$w" | jqr '.workers[0].node')"
 [ "$(node_field "$node" draining)" = false ] || fail "still draining"

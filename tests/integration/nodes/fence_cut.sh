@@ -41,7 +41,7 @@ grep -q "lease ran out" "$T/node-na.log" || fail "the agent did not log its leas
 grep -q "lease ran out (no contact with the head)" "$T"/node-na/logs/*.0.log || fail "the worker logs do not say why they were killed"
 # and the agent's record of their end says it was troupe's fencing, not
 # "out of memory, or killed by hand?" as for a SIGKILL from outside.
-grep "worker ended job=$job .* attempt=0 .*SIGKILL" "$T/node-na.log" | grep -q "fenced by troupe-node: its lease ran out" ||
+grep "worker ended job=$job .* attempt=0 .*SIGKILL" "$T/node-na.log" | grep_all "fenced by troupe-node: its lease ran out" ||
     fail "the agent's record of the fenced workers does not say why: $(grep "worker ended" "$T/node-na.log")"
 
 # Heal: the agent finds its node DEAD and comes back as a new one.

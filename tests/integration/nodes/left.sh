@@ -29,19 +29,19 @@ reason=$(node_field na reason)
 pass "SIGTERM -> node LEFT after $((t1 - t0)) ms (stop grace included): $reason"
 wait_for 10 "job FAILED" is_job_state "$job" FAILED
 # The agent stops its workers and reports how they ended before it leaves.
-cli -o json job "$job" | jqr .reason | grep -Eq "on node na .*(signal 15|SIGTERM)|node na \(id $id_before\) left" ||
+cli -o json job "$job" | jqr .reason | grep_all -E "on node na .*(signal 15|SIGTERM)|node na \(id $id_before\) left" ||
     fail "job reason: $(cli -o json job "$job" | jqr .reason)"
 pass "its job FAILED: $(cli -o json job "$job" | jqr .reason)"
-cli nodes | grep -q "LEFT" || fail "troupe nodes does not show LEFT: $(cli nodes)"
+cli nodes | grep_all "LEFT" || fail "troupe nodes does not show LEFT: $(cli nodes)"
 [ "$(cli -o json status | jqr '.nodes.alive')" = 0 ] || fail "status still counts na alive"
 [ "$(cli -o json status | jqr '[.nodes.left, .nodes.dead] | @tsv')" = "1	0" ] || fail "status: a LEFT node is not counted as left (and not dead): $(cli -o json status | jq -c .nodes)"
-cli status | grep -q "0 dead, 1 left" || fail "status table: $(cli status | grep nodes)"
+cli status | grep_all "0 dead, 1 left" || fail "status table: $(cli status | grep nodes)"
 
 # The same agent (same state dir) starts again: a new node that says it came back.
 start_node na 4xH100:80GB --stop-grace-ms 2000
 wait_for 10 "na ALIVE again" is_state na ALIVE
 [ "$(node_field na replaces)" = "$id_before" ] || fail "replaces=$(node_field na replaces), want $id_before"
-node_field na reason | grep -q "came back (was node $id_before, LEFT)" || fail "reason: $(node_field na reason)"
+node_field na reason | grep_all "came back (was node $id_before, LEFT)" || fail "reason: $(node_field na reason)"
 pass "na came back as node $(node_id na): $(node_field na reason)"
 
 # Another agent (its own state dir) under the live name is refused.

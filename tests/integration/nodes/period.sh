@@ -27,7 +27,7 @@ start_node na 1xH100:80GB
 wait_for 10 "na ALIVE" nodes_alive 1
 has_period 100 || fail "1 agent: period $(period), want 100 ($(cli -o json status))"
 [ "$(cli -o json status | jqr .nodes.dead_ms)" = 2000 ] || fail "dead_ms: $(cli -o json status)"
-cli status | grep -q "heartbeat every 100 ms, DEAD after 2000 ms silent" || fail "status table: $(cli status)"
+cli status | grep_all "heartbeat every 100 ms, DEAD after 2000 ms silent" || fail "status table: $(cli status)"
 pass "1 agent: told 100 ms (DEAD after 2000 ms), shown by troupe status"
 
 start_node nb 1xH100:80GB
@@ -49,7 +49,7 @@ rate=$(( (b1 - b0) * 1000 * 10 / (t1 - t0) )) # tenths of a heartbeat per second
 # 3 agents x 5/s = 15/s; at the old 100 ms it would be 30/s.
 [ "$rate" -le 190 ] || fail "3 agents sent $((rate / 10)).$((rate % 10)) heartbeats/s; told 200 ms they send 15/s (30/s at 100 ms)"
 [ "$rate" -ge 90 ] || fail "3 agents sent only $((rate / 10)).$((rate % 10)) heartbeats/s (want about 15)"
-if tail -c +$((mark + 1)) "$T/head.log" | grep -q "to=SUSPECT"; then
+if tail -c +$((mark + 1)) "$T/head.log" | grep_all "to=SUSPECT"; then
     fail "a node beating at its told period was suspected: $(grep to=SUSPECT "$T/head.log")"
 fi
 pass "3 agents: told 200 ms, they sent $((rate / 10)).$((rate % 10)) heartbeats/s (bound 15), none suspected"
@@ -62,7 +62,7 @@ dead_ms=$(( $(ms_now) - t0 ))
 kill -CONT "$NODE_PID_nc"
 [ "$dead_ms" -le 3500 ] || fail "a frozen agent told 200 ms was DEAD after $dead_ms ms; the DEAD timeout is 2000 ms"
 [ "$dead_ms" -ge 1500 ] || fail "a frozen agent was DEAD after only $dead_ms ms (timeout 2000 ms, last heartbeat at most 200 ms before)"
-grep -E "to=DEAD reason=\"no heartbeat for 2[0-9]{3} ms \(period 200 ms\)\"" "$T/head.log" | grep -q "name=nc" ||
+grep -E "to=DEAD reason=\"no heartbeat for 2[0-9]{3} ms \(period 200 ms\)\"" "$T/head.log" | grep_all "name=nc" ||
     fail "DEAD reason: $(grep to=DEAD "$T/head.log")"
 pass "a frozen agent told 200 ms was DEAD in $dead_ms ms (DEAD timeout 2000 ms)"
 

@@ -17,7 +17,7 @@ t0=$(date +%s%N)
 wait_for 5 "fa SUSPECT" is_state fa SUSPECT
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ $ms -le 2000 ] || fail "fa took ${ms} ms to be SUSPECT (window 300 ms)"
-cli nodes | grep -qE "^ *[0-9]+ +fa .*SUSPECT" || fail "troupe nodes does not show fa SUSPECT: $(cli nodes)"
+cli nodes | grep_all -E "^ *[0-9]+ +fa .*SUSPECT" || fail "troupe nodes does not show fa SUSPECT: $(cli nodes)"
 [ "$(node_state fa)" = SUSPECT ] || fail "fa went DEAD too early: $(node_state fa)"
 kill -CONT "$NODE_PID_fa"
 wait_for 5 "fa ALIVE again" is_state fa ALIVE

@@ -21,7 +21,7 @@ waiting() { cli -o json job "$id" | jq -e '.rendezvous[]? | select(.what=="barri
 wait_for 10 "troupe job to show the ranks waiting at the barrier" waiting
 j=$(cli -o json job "$id")
 jq -e '.rendezvous[0].missing | any(test("job1-policy-2 on na"))' <<<"$j" >/dev/null || fail "troupe job: $(jq -c .rendezvous <<<"$j")"
-cli job "$id" | grep -q "waiting   policy epoch 0 barrier:ready: 3/4 ranks arrived; missing: 2 job1-policy-2 on na" || fail "troupe job text: $(cli job "$id")"
+cli job "$id" | grep_all "waiting   policy epoch 0 barrier:ready: 3/4 ranks arrived; missing: 2 job1-policy-2 on na" || fail "troupe job text: $(cli job "$id")"
 pass "troupe job shows the wait: $(jq -c '.rendezvous[0]' <<<"$j")"
 wait_for 15 "the job to fail" is_job_state "$id" FAILED
 cli logs "$id" >"$T/logs"

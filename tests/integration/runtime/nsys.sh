@@ -61,7 +61,7 @@ report=$(jq -r --arg w "job$a-policy-0" '.workers[] | select(.name == $w) | .nsy
 [ "$(cat "$report")" = "fake report" ] || fail "report file $report: $(cat "$report" 2>&1)"
 [ "$(jq -r --arg w "job$a-policy-1" '.workers[] | select(.name == $w) | .nsys_report' "$T/a.json")" = "" ] ||
     fail "policy-1 has a report: $(jq -c .workers "$T/a.json")"
-cli job "$a" | grep -q "^nsys      job$a-policy-0: $report (on node na)$" || fail "troupe job: $(cli job "$a")"
+cli job "$a" | grep_all "^nsys      job$a-policy-0: $report (on node na)$" || fail "troupe job: $(cli job "$a")"
 pass "report recorded and shown: $report"
 
 # A node without nsys: the job's matching worker fails at launch, saying why.

@@ -27,7 +27,7 @@ out=$(cli profile "$id" --steps 30:33 --workers generation)
 grep -q "profile setting version 1" <<<"$out" || fail "troupe profile: $out"
 cli -o json job "$id" | jq -e '.profile.version==1 and .profile.steps=="30:33" and .profile.workers=="generation" and .profile.spec.steps=="2:4"' >/dev/null \
     || fail "troupe job -o json: $(cli -o json job "$id" | jq -c .profile)"
-cli job "$id" | grep -q "^profile   steps 30:33 on generation (troupe profile, version 1)" || fail "troupe job: $(cli job "$id")"
+cli job "$id" | grep_all "^profile   steps 30:33 on generation (troupe profile, version 1)" || fail "troupe job: $(cli job "$id")"
 wait_for 20 "generation-1 to profile step 32" at_step generation-1 32
 out=$(cli profile "$id" --next 3 --align 10 --workers '*policy-1')
 grep -q "version 2" <<<"$out" || fail "troupe profile --next: $out"

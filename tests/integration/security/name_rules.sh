@@ -19,7 +19,7 @@ expect_refused() {
     grep -q "^code=[0-9]* (INVALID_ARGUMENT) " <<<"$out" || fail "$1 $2: expected INVALID_ARGUMENT, got: $out"
     grep -qF -- "$rule" <<<"$out" || fail "$1: the reply does not name the rule '$rule': $out"
     n=$(new_log "$mark" | grep -c " warning: " || true)
-    [ "$n" = 1 ] && new_log "$mark" | grep " warning: " | grep -qF -- "$log" ||
+    [ "$n" = 1 ] && new_log "$mark" | grep " warning: " | grep_all -F -- "$log" ||
         fail "$1: expected one warning with '$log', got $n: $(new_log "$mark")"
     ! grep -q "^$FORGED" "$T/head.log" || fail "$1: a forged line reached the head's log"
     pass "$1 refused: ${out#*message=}"

@@ -7,15 +7,17 @@
 # the three hosts runs to SUCCEEDED; then one node host's link is cut: the head
 # marks it DEAD within its window, the job on it FAILS, and the cut-off agent
 # has killed its own worker first (its lease, the fencing rule); the link
-# restored, the agent comes back as a new node. Skips (exit 77) where network
-# namespaces cannot be made (not root, no iproute2, a container without
-# CAP_NET_ADMIN).
+# restored, the agent comes back as a new node. Skipped (exit 77), saying
+# why, where network namespaces cannot be made or entered (not root, no
+# iproute2, a container without CAP_NET_ADMIN, a chroot without /sys): each
+# step is tried once before the test relies on it. Runs in a mount namespace
+# of its own, on a /run/netns of its own: the names and bind mounts that
+# `ip netns add` makes are seen by no one else and go away with the test.
 source "$(dirname "$0")/../lib.sh"
-SKIP=77
-skip() { trap - EXIT; rm -rf "$T"; echo "SKIP: $*"; exit $SKIP; } # before anything was made
-[ "$(id -u)" = 0 ] || skip "network namespaces need root (run as root to include this test)"
-command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-command -v openssl >/dev/null || skip "openssl not installed (scripts/setup.sh installs it)"
+[ "$(id -u)" = 0 ] || skip_test "network namespaces need root (run as root to include this test)"
+command -v ip >/dev/null || skip_test "iproute2 (ip) not installed (scripts/setup.sh installs it)"
+command -v openssl >/dev/null || skip_test "openssl not installed (scripts/setup.sh installs it)"
+private_mounts
 SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 
 TAG=$$                                  # unique per run: parallel tests never share names
@@ -28,13 +30,24 @@ netns_cleanup() {
     return 0
 }
 trap 'rc=$?; netns_cleanup; set +e; (exit $rc); cleanup' EXIT
-ip netns add "$SW" 2>/dev/null || skip "cannot create a network namespace here (ip netns add: no CAP_NET_ADMIN?)"
-ip -n "$SW" link add br0 type bridge && ip -n "$SW" link set br0 up && ip -n "$SW" link set lo up ||
-    fail "bridge in $SW"
+# try WHAT CMD...: run a setup step; where it fails the machine cannot host
+# this test: skip, with the step and its error.
+try() {
+    local what=$1 err; shift
+    err=$("$@" 2>&1 >/dev/null) || skip_test "$what failed here: ${err:-no message} (needs CAP_NET_ADMIN and a mounted /sys)"
+}
+# A /run/netns of the test's own: the names `ip netns add` creates there are
+# then seen by no one else either, and vanish with the test.
+mkdir -p /run/netns
+try "a tmpfs on /run/netns" mount -t tmpfs -o size=1m,mode=0755 troupe-netns /run/netns
+try "ip netns add" ip netns add "$SW"
+try "ip netns exec (it remounts /sys)" ip netns exec "$SW" true
+try "a bridge in a namespace (ip link add type bridge)" ip -n "$SW" link add br0 type bridge
+ip -n "$SW" link set br0 up && ip -n "$SW" link set lo up || fail "bridge in $SW"
 for i in 0 1 2 3; do
     ns=${HOSTS[$i]}
     ip netns add "$ns" || fail "ip netns add $ns"
-    ip link add "v$i-$TAG" netns "$ns" type veth peer name "p$i" netns "$SW" || fail "veth for $ns"
+    try "a veth pair between namespaces (ip link add type veth)" ip link add "v$i-$TAG" netns "$ns" type veth peer name "p$i" netns "$SW"
     ip -n "$ns" link set "v$i-$TAG" name eth0
     ip -n "$ns" addr add "${ADDR[$i]}/24" dev eth0
     ip -n "$ns" link set eth0 up

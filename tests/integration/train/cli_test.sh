@@ -7,7 +7,7 @@
 set -u
 bin=$(readlink -f "$1")
 mode=$2
-dir=$(mktemp -d /tmp/tr-train-cli-XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/tr-train-cli-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 

@@ -613,8 +613,7 @@ static void thread_nice(void **state)
     base = getpriority(PRIO_PROCESS, 0);
     assert_int_equal(errno, 0);
     if (base + 3 > 19) {
-        print_message("the test runs at nice %d: no room to raise its threads' nice by 3\n", base);
-        skip();
+        TR_SKIP("the test runs at nice %d: no room to raise its threads' nice by 3", base);
     }
     nice_is(3, base + 3);
     assert_int_equal(getpriority(PRIO_PROCESS, 0), base); /* this thread kept its own */
