@@ -177,6 +177,10 @@ uint64_t tr_rpc_server_served(const tr_rpc_server *srv);
 
 /* tr_rpc_server_oversized returns the number of oversized frames refused. */
 uint64_t tr_rpc_server_oversized(const tr_rpc_server *srv);
+/* tr_rpc_server_oversized_replies returns the number of replies that came out
+ * larger than max_frame: each was replaced by RESOURCE_EXHAUSTED ("reply of N
+ * bytes exceeds max_frame_bytes M; not sent") and logged, never sent. */
+uint64_t tr_rpc_server_oversized_replies(const tr_rpc_server *srv);
 
 /* Per-method counts and latency, for the head's /metrics (server/http).
  * Latency is from the request's arrival to its answer, so a deferred call

@@ -96,6 +96,7 @@ struct tr_rpc_server {
     tr_rpc_call *graveyard;
     atomic_uint_least64_t served;
     atomic_uint_least64_t oversized;
+    atomic_uint_least64_t oversized_replies;
     tr_rpc_method_stats *stats; /* n_methods + 1 ("other"); under mu */
     size_t n_stats;
     /* The method table by name hash (open addressing: index + 1, 0 = empty;
@@ -279,11 +280,28 @@ static int answer(tr_rpc_call *call, int code, const char *message, const Protob
 {
     tr_rpc_server *srv = call->srv;
     nng_msg *msg = build_reply(call, code, message, payload);
+    char why[200];
     int rv = TROUPE_OK;
 
     if (msg == NULL && payload != NULL) {
         code = TROUPE_RESOURCE_EXHAUSTED;
         message = "server out of memory";
+        msg = build_reply(call, code, message, NULL);
+    } else if (msg != NULL && nng_msg_len(msg) > srv->opts.max_frame) {
+        /* A peer drops a frame over its receive limit (the same max_frame
+         * on both sides) by closing its connection, and with nng 1.5.2 a
+         * connection closed while a reply larger than the socket buffer is
+         * half written never finishes closing: its send never completes, so
+         * nng's one reaper thread waits on it for ever and no connection of
+         * the process is freed again (a descriptor leaked per reconnect).
+         * The caller gets an error it can read instead, and the log says so. */
+        snprintf(why, sizeof(why), "reply of %zu bytes exceeds max_frame_bytes %zu; not sent", nng_msg_len(msg),
+                 srv->opts.max_frame);
+        TR_LOG(TR_LOG_ERR, "rpc: %s method=%s", why, tr_rpc_call_method(call));
+        atomic_fetch_add(&srv->oversized_replies, 1);
+        nng_msg_free(msg);
+        code = TROUPE_RESOURCE_EXHAUSTED;
+        message = why;
         msg = build_reply(call, code, message, NULL);
     }
     pthread_mutex_lock(&srv->mu);
@@ -1431,4 +1449,9 @@ uint64_t tr_rpc_server_served(const tr_rpc_server *srv)
 uint64_t tr_rpc_server_oversized(const tr_rpc_server *srv)
 {
     return atomic_load(&((tr_rpc_server *)srv)->oversized);
+}
+
+uint64_t tr_rpc_server_oversized_replies(const tr_rpc_server *srv)
+{
+    return atomic_load(&((tr_rpc_server *)srv)->oversized_replies);
 }
