@@ -109,6 +109,7 @@ typedef struct tr_head_node {
      * and the version the parked long poll has applied. An agent is only
      * ever told a version whose changes are on disk. */
     uint64_t bump_seq, unsaved_version, sync_version;
+    int sync_flat; /* the parked long poll's agent knows no common parts (NodeSyncRequest.common_parts) */
     /* Liveness beyond heartbeats (node_life.c). */
     uint32_t pipe;            /* connection of the agent's last call; 0 = none known */
     int64_t dropped_mono;     /* tr_now_ms() when that connection closed; 0 = open */

@@ -1178,7 +1178,8 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
     uint8_t *buf;
     int rv;
 
-    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK || (rv = check_nsys(h, spec, err)) != TROUPE_OK) {
+    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK || (rv = check_nsys(h, spec, err)) != TROUPE_OK ||
+        (rv = tr_jobs_sync_check(h, spec, err)) != TROUPE_OK) {
         return rv;
     }
     /* Deep-copy the spec into a fresh record through its wire form. */

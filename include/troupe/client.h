@@ -117,6 +117,9 @@ typedef struct troupe_node {
     const char *gpu_source;      /* "nvml", "simulated", "none: WHY"; "" before the first */
     double load1;                /* 1-minute load average */
     uint64_t mem_total_bytes, mem_available_bytes;
+    /* Why the head cannot send the node its assignments (a worker too large
+     * for one frame, an agent that takes no parts); "" when it can. */
+    const char *sync_error;
 } troupe_node;
 
 typedef struct troupe_node_list {
