@@ -53,6 +53,9 @@ void tr_jobs_free_one(tr_head_job *hj);
 /* Registry hooks (nodes.c), under h->mu. */
 void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n);
 void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n);
+/* tr_jobs_node_gone opens the node grace: a node that was live is now LEFT or
+ * DEAD (state); jobs no live node could hold wait restart_grace_ms for it. */
+void tr_jobs_node_gone(tr_head *h, const char *name, const char *state);
 uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
 
 /* Internals shared by jobs*.c. */

@@ -54,6 +54,7 @@ const tr_cfg_desc tr_node_config_table[] = {
 #undef F
 
 static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t restart_flag; /* SIGUSR2: stopping to be started again */
 
 /* default_address is how workers elsewhere reach this node (MASTER_ADDR): the
  * hostname when it resolves, else the first non-loopback IPv4 address, else
@@ -133,7 +134,9 @@ static int load_token(tr_node_config *c, int argc, char **argv, tr_err *err)
 
 static void on_signal(int sig)
 {
-    (void)sig;
+    if (sig == SIGUSR2) {
+        restart_flag = 1;
+    }
     stop_flag = 1;
 }
 
@@ -142,7 +145,11 @@ static void usage(FILE *out)
     fprintf(out, "usage: troupe-node [--head URL] [--name NAME] [--labels k=v,...] [--fake-gpus SPEC]\n"
                  "                   [--config node.yaml] [--check-config]\n\n"
                  "Registers this machine's GPUs with troupe-head, heartbeats, runs workers.\n"
-                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n\n");
+                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n"
+                 "SIGTERM or SIGINT: stop the workers, deregister (the node is LEFT) and exit.\n"
+                 "SIGUSR2: the same, for a restart (an upgrade): the head shows the node LEFT \"for a restart\".\n"
+                 "After either (or a crash), the head keeps queued jobs that need this node waiting\n"
+                 "restart_grace_ms for it to register again.\n\n");
     tr_cfg_usage(tr_node_config_table, out);
 }
 
@@ -272,8 +279,10 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     a.stop = &stop_flag;
+    a.restarting = &restart_flag;
 
     pthread_mutex_init(&a.id_mu, NULL);
     if ((rv = tr_node_identity(&a, &err)) != TROUPE_OK) {

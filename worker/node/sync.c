@@ -746,7 +746,11 @@ void tr_node_workers_stop(tr_node_agent *a)
     /* Best effort: tell the head how they ended, with all of their output. */
     while (report(a) == TROUPE_OK && a->more_output && tr_now_ms() < until + 5000) {
     }
-    tr_node_deregister(a, "troupe-node stopped (SIGTERM or SIGINT)");
+    if (a->restarting != NULL && *a->restarting) {
+        tr_node_deregister(a, "troupe-node stopped for a restart (SIGUSR2)", 1);
+    } else {
+        tr_node_deregister(a, "troupe-node stopped (SIGTERM or SIGINT)", 0);
+    }
     tr_rpc_client_shutdown(a->rpc);
     if (a->sync_started) {
         pthread_join(a->sync_thread, NULL);
