@@ -445,9 +445,28 @@ static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call, uint32_t 
         if (fit_all && rep.page == 0 && rep.next == 0 && hn->n->sync_error[0] != '\0') {
             tr_jobs_set_str(&hn->n->sync_error, ""); /* a whole set goes out */
         }
+        TR_LOG(TR_LOG_DEBUG, "node sync reply node=%llu version=%llu page=%u next=%u total=%u workers=%zu jobs=%zu bytes=%zu",
+               (unsigned long long)hn->n->id, (unsigned long long)rep.version, rep.page, rep.next, rep.total,
+               rep.n_workers, rep.n_jobs, troupe__v1__node_sync_reply__get_packed_size(&rep));
         tr_rpc_reply(call, &rep.base);
     }
     arena_free(&a);
+}
+
+/* reply_ack_later acknowledges a report with the node's version only
+ * (NodeSyncRequest.ack_only). */
+static void reply_ack_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
+{
+    Troupe__V1__NodeSyncReply rep = TROUPE__V1__NODE_SYNC_REPLY__INIT;
+    tr_head_node *hn = tr_head_node_find(h, node_id);
+
+    if (hn == NULL) {
+        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is unknown; register again",
+                           (unsigned long long)node_id);
+        return;
+    }
+    rep.version = safe_version(h, hn);
+    tr_rpc_reply(call, &rep.base);
 }
 
 static void reply_set_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
@@ -686,7 +705,7 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
     } else if (req->wait_ms == 0) {
         /* The agent forgets settled workers once this is answered, so answer
          * only when what it reported is on disk. */
-        tr_head_after_commit_or_resend(h, call, reply_set_later, hn->n->id);
+        tr_head_after_commit_or_resend(h, call, req->ack_only ? reply_ack_later : reply_set_later, hn->n->id);
     } else {
         reply_set(h, hn, call, 0, !req->common_parts);
     }

@@ -635,6 +635,7 @@ static int report(tr_node_agent *a)
     pthread_mutex_unlock(&a->mu);
     req.wait_ms = 0;
     req.common_parts = 1;
+    req.ack_only = 1; /* the set comes by the long poll */
     sent = tr_now_ms();
     rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
                             &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep,

@@ -9,7 +9,7 @@
 # 64 one-worker jobs of 72 KB each (4.6 MB of distinct env: several parts);
 # and a spec that no reply could carry is refused at submit with the numbers.
 source "$(dirname "$0")/../lib.sh"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --http off
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --http off --log-level debug
 start_node big 64xH200:141GB --stop-grace-ms 500
 wait_for 10 "1 node ALIVE" nodes_alive 1
 
@@ -70,6 +70,11 @@ done
 [ "${#ids[@]}" = 64 ] || fail "submitted ${#ids[@]} of 64 jobs"
 for id in "${ids[@]}"; do started "$id" 1 4096; done
 pass "64 jobs of 72 KB each (a set in several parts): all RUNNING"
+# The set went in parts, each under the frame; reports (four a second) are
+# acknowledged without it (ack_only), so few replies of megabytes were built.
+grep -q "node sync reply .* page=0 next=[1-9][0-9]* total=64 " "$T/head.log" || fail "the 64-job set did not go in parts"
+big=$(grep -c "node sync reply .* bytes=[0-9]\{7\}" "$T/head.log" || true)
+[ "$big" -le 6 ] || fail "$big NodeSync replies of megabytes were built (reports carried the set?)"
 cli stop "${ids[@]}" >/dev/null
 [ "$(cli -o json nodes | jqr '.nodes[0].sync_error')" = "" ] || fail "sync_error: $(cli -o json nodes | jqr '.nodes[0].sync_error')"
 
