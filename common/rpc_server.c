@@ -295,8 +295,8 @@ static int answer(tr_rpc_call *call, int code, const char *message, const Protob
          * nng's one reaper thread waits on it for ever and no connection of
          * the process is freed again (a descriptor leaked per reconnect).
          * The caller gets an error it can read instead, and the log says so. */
-        snprintf(why, sizeof(why), "reply of %zu bytes exceeds max_frame_bytes %zu; not sent", nng_msg_len(msg),
-                 srv->opts.max_frame);
+        snprintf(why, sizeof(why), "reply of %zu bytes exceeds max_frame_bytes %zu; not sent",
+                 nng_msg_len(msg), srv->opts.max_frame);
         TR_LOG(TR_LOG_ERR, "rpc: %s method=%s", why, tr_rpc_call_method(call));
         atomic_fetch_add(&srv->oversized_replies, 1);
         nng_msg_free(msg);

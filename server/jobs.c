@@ -731,8 +731,8 @@ static void node_grace_reason(const tr_head *h, const char *why, char *buf, size
 
     gmtime_r(&until, &tm);
     strftime(when, sizeof(when), "%H:%M:%S UTC", &tm);
-    snprintf(buf, size, "%s; waiting until %s for node %s (%s) to come back (restart_grace_ms=%lld)", why, when,
-             h->node_gone_name, h->node_gone_state, (long long)h->cfg.restart_grace_ms);
+    snprintf(buf, size, "%s; waiting until %s for node %s (%s) to come back (restart_grace_ms=%lld)", why,
+             when, h->node_gone_name, h->node_gone_state, (long long)h->cfg.restart_grace_ms);
 }
 
 static void restart_grace_reason(const tr_head *h, const char *why, char *buf, size_t size)

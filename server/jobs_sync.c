@@ -223,7 +223,7 @@ static int sendable(const tr_head_job *hj, size_t i, uint64_t node_id, uint64_t 
 size_t tr_jobs_sync_budget(const tr_head *h)
 {
     size_t frame = (size_t)h->cfg.max_frame_bytes < TR_RPC_DEFAULT_MAX_FRAME ? (size_t)h->cfg.max_frame_bytes
-                                                                           : TR_RPC_DEFAULT_MAX_FRAME;
+                                                                             : TR_RPC_DEFAULT_MAX_FRAME;
     return frame > 2 * SYNC_MARGIN ? frame - SYNC_MARGIN : frame / 2;
 }
 
@@ -254,8 +254,8 @@ typedef struct part {
 /* common_for returns the reply's JobCommon of hj (made, with its cost added
  * to *cost, when this is the job's first worker in the part) and adds the
  * group's GroupCommon likewise. NULL when out of memory. */
-static Troupe__V1__JobCommon *common_for(arena *a, part *pt, const tr_head_job *hj, const Troupe__V1__GroupSpec *gs,
-                                         size_t *cost)
+static Troupe__V1__JobCommon *common_for(arena *a, part *pt, const tr_head_job *hj,
+                                         const Troupe__V1__GroupSpec *gs, size_t *cost)
 {
     Troupe__V1__JobCommon *jc = NULL;
     Troupe__V1__GroupCommon *gc;
@@ -346,7 +346,8 @@ static void oversize(tr_head_node *hn, tr_head_job *hj, const Troupe__V1__Worker
              w->name, (unsigned long long)hj->j->id, cost, budget);
     hj->sync_oversize = cost;
     if (strcmp(hn->n->sync_error, why) != 0) {
-        TR_LOG(TR_LOG_ERR, "node sync: node=%llu name=%s %s", (unsigned long long)hn->n->id, hn->n->name, why);
+        TR_LOG(TR_LOG_ERR, "node sync: node=%llu name=%s %s", (unsigned long long)hn->n->id, hn->n->name,
+               why);
         tr_jobs_set_str(&hn->n->sync_error, why);
     }
 }
@@ -432,12 +433,14 @@ static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call, uint32_t 
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory building assignments");
     } else if (flat && troupe__v1__node_sync_reply__get_packed_size(&rep) > tr_jobs_sync_budget(h)) {
         char why[256];
-        snprintf(why, sizeof(why),
-                 "its assignments are %zu bytes, over one NodeSync reply (%zu), and its agent does not take them "
-                 "in parts: upgrade troupe-node",
-                 troupe__v1__node_sync_reply__get_packed_size(&rep), tr_jobs_sync_budget(h));
+        snprintf(
+            why, sizeof(why),
+            "its assignments are %zu bytes, over one NodeSync reply (%zu), and its agent does not take them "
+            "in parts: upgrade troupe-node",
+            troupe__v1__node_sync_reply__get_packed_size(&rep), tr_jobs_sync_budget(h));
         if (strcmp(hn->n->sync_error, why) != 0) {
-            TR_LOG(TR_LOG_ERR, "node sync: node=%llu name=%s %s", (unsigned long long)hn->n->id, hn->n->name, why);
+            TR_LOG(TR_LOG_ERR, "node sync: node=%llu name=%s %s", (unsigned long long)hn->n->id, hn->n->name,
+                   why);
             tr_jobs_set_str(&hn->n->sync_error, why);
         }
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "node %s: %s", hn->n->name, why);
@@ -445,9 +448,11 @@ static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call, uint32_t 
         if (fit_all && rep.page == 0 && rep.next == 0 && hn->n->sync_error[0] != '\0') {
             tr_jobs_set_str(&hn->n->sync_error, ""); /* a whole set goes out */
         }
-        TR_LOG(TR_LOG_DEBUG, "node sync reply node=%llu version=%llu page=%u next=%u total=%u workers=%zu jobs=%zu bytes=%zu",
-               (unsigned long long)hn->n->id, (unsigned long long)rep.version, rep.page, rep.next, rep.total,
-               rep.n_workers, rep.n_jobs, troupe__v1__node_sync_reply__get_packed_size(&rep));
+        TR_LOG(
+            TR_LOG_DEBUG,
+            "node sync reply node=%llu version=%llu page=%u next=%u total=%u workers=%zu jobs=%zu bytes=%zu",
+            (unsigned long long)hn->n->id, (unsigned long long)rep.version, rep.page, rep.next, rep.total,
+            rep.n_workers, rep.n_jobs, troupe__v1__node_sync_reply__get_packed_size(&rep));
         tr_rpc_reply(call, &rep.base);
     }
     arena_free(&a);
@@ -746,12 +751,13 @@ int tr_jobs_sync_check(tr_head *h, const Troupe__V1__JobSpec *sp, tr_err *err)
         gc.n_env = gs->n_env;
         need = 16 + field_size(&jc.base) + own_bound(sp, gs);
         if (need > budget) {
-            rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                            "group %s: a worker's assignment would be %zu bytes (env: and command of the job and "
-                            "the group, and the worker's own part); a node receives at most %zu in one NodeSync "
-                            "reply (max_frame_bytes %lld less the envelope): move large values to a file in "
-                            "workdir",
-                            gs->name, need, budget, (long long)h->cfg.max_frame_bytes);
+            rv = tr_err_set(
+                err, TROUPE_INVALID_ARGUMENT,
+                "group %s: a worker's assignment would be %zu bytes (env: and command of the job and "
+                "the group, and the worker's own part); a node receives at most %zu in one NodeSync "
+                "reply (max_frame_bytes %lld less the envelope): move large values to a file in "
+                "workdir",
+                gs->name, need, budget, (long long)h->cfg.max_frame_bytes);
         }
     }
     if (rv == TROUPE_OK && a.oom) {

@@ -97,10 +97,11 @@ static void nodes_table(const troupe_node_list *l)
         }
         tr_cli_time(seen, sizeof(seen), n->last_seen_ms);
         /* kubectl's "Ready,SchedulingDisabled": the state, and why no new work. */
-        snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state), n->draining ? ",DRAINING" : "",
-                 n->fenced_workers ? ",FENCED" : "", n->sync_error[0] ? ",UNSYNCED" : "");
-        printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %s%s%s\n", (unsigned long long)n->id, n->name,
-               state, n->n_gpus, n->gpus_free, model, util, mem, load, seen, n->reason,
+        snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state),
+                 n->draining ? ",DRAINING" : "", n->fenced_workers ? ",FENCED" : "",
+                 n->sync_error[0] ? ",UNSYNCED" : "");
+        printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %s%s%s\n", (unsigned long long)n->id,
+               n->name, state, n->n_gpus, n->gpus_free, model, util, mem, load, seen, n->reason,
                n->reason[0] && n->sync_error[0] ? "; " : "", n->sync_error);
     }
 }

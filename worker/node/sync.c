@@ -72,8 +72,10 @@ static Troupe__V1__NodeSyncReply *gather_add(gather *g, Troupe__V1__NodeSyncRepl
             return rep; /* the whole set in one reply */
         }
     } else if (g->next == 0 || rep->version != g->version || rep->page != g->next) {
-        TR_LOG(TR_LOG_INFO, "node sync: part at %u of version %llu does not continue the set gathered; "
-               "asking again", rep->page, (unsigned long long)rep->version);
+        TR_LOG(TR_LOG_INFO,
+               "node sync: part at %u of version %llu does not continue the set gathered; "
+               "asking again",
+               rep->page, (unsigned long long)rep->version);
         gather_reset(g);
         troupe__v1__node_sync_reply__free_unpacked(rep, NULL);
         return NULL;
@@ -129,8 +131,8 @@ static void *sync_main(void *arg)
                                 req.wait_ms + TR_NODE_SYNC_MARGIN_MS, 0, &err);
         if (rv != TROUPE_OK) {
             if (g.next != 0) {
-                TR_LOG(TR_LOG_WARNING, "node sync: part at %u of version %llu not received: %s",
-                       g.next, (unsigned long long)g.version, err.msg);
+                TR_LOG(TR_LOG_WARNING, "node sync: part at %u of version %llu not received: %s", g.next,
+                       (unsigned long long)g.version, err.msg);
             }
             gather_reset(&g);
             tr_sleep_ms(200); /* the heartbeat path reports and re-registers */
@@ -291,7 +293,8 @@ static int resolve(const Troupe__V1__NodeSyncReply *set, const Troupe__V1__Worke
 
 static void start_resolved(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa);
 
-static void start_one(tr_node_agent *a, const Troupe__V1__NodeSyncReply *set, const Troupe__V1__WorkerAssignment *wa)
+static void start_one(tr_node_agent *a, const Troupe__V1__NodeSyncReply *set,
+                      const Troupe__V1__WorkerAssignment *wa)
 {
     Troupe__V1__WorkerAssignment whole;
 
