@@ -11,6 +11,8 @@
  * Name rules (the head's own checks, whatever a client sends):
  *   register-name NAME | register-label KEY VALUE | register-address ADDR | register-gpu-model MODEL |
  *   submit-name NAME | submit-group NAME | submit-label KEY VALUE
+ * Agents: sync-flat NODE_ID asks for the node's set as an agent that takes no
+ *   common parts would (an older troupe-node): a long poll at version 0.
  * Pages: list-nodes CURSOR (include_dead, no limit) prints
  *   "nodes=N first=ID last=ID next_cursor=C payload=BYTES" after the code line.
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
@@ -154,6 +156,12 @@ static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, s
 
     if (argc < need) {
         return -1;
+    }
+    if (strcmp(mode, "sync-flat") == 0) {
+        Troupe__V1__NodeSyncRequest sync = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
+        sync.node_id = strtoull(argv[0], NULL, 10);
+        sync.wait_ms = 1000; /* version 0 is not the node's: answered at once */
+        return envelope("troupe.v1.Head/NodeSync", &sync.base, NULL, 0, buf, len);
     }
     if (strcmp(mode, "list-nodes") == 0) {
         ls.include_dead = 1;

@@ -44,7 +44,17 @@ id=$(submit "$T/w64.yaml")
 started "$id" 64 4096
 pass "64 workers x 72 KB of env: all RUNNING with their env"
 [ "$(conns)" -le 8 ] || fail "the head holds $(conns) connections for one agent and a CLI"
+# An agent that takes no common parts (an older troupe-node) would need the
+# whole 4.7 MB in one frame: it is answered RESOURCE_EXHAUSTED with the sizes,
+# never sent a frame it would drop, and the node shows why.
+out=$("${RAWCALL:?}" "$HEAD" sync-flat "$(node_id big)")
+grep -q "code=8 " <<<"$out" && grep -q "does not take them in parts" <<<"$out" || fail "an old agent's poll: $out"
+[ -n "$(cli -o json nodes | jqr '.nodes[0].sync_error')" ] || fail "the node should say why it is not synced"
+cli nodes | grep -q "UNSYNCED" || fail "troupe nodes should show UNSYNCED: $(cli nodes)"
+pass "an agent without common parts: $out"
 cli stop "$id" >/dev/null
+synced() { [ -z "$(cli -o json nodes | jqr '.nodes[0].sync_error')" ]; }
+wait_for 10 "the node's sync_error cleared once a whole set went out" synced
 
 spec w8 8 225 4096 >"$T/w8.yaml"
 [ "$(stat -c %s "$T/w8.yaml")" -gt 900000 ] || fail "the 8-worker spec should be over 900 KB"
