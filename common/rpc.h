@@ -165,9 +165,14 @@ typedef struct tr_rpc_conn_stats {
  * borrowed and must outlive the server. */
 int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_err *err);
 
-/* tr_rpc_server_stop closes the socket, answers deferred calls UNAVAILABLE,
- * waits for running callbacks and frees the server. NULL is a no-op. Must not
- * be called from a handler. */
+/* tr_rpc_server_stop answers deferred calls UNAVAILABLE, waits until every
+ * reference tr_rpc_defer gave is released (an owner may still be between its
+ * answer and its release, on its own thread), closes the socket, waits for
+ * running callbacks and frees the server. The wait is bounded (30 s, logged
+ * every 5 s): a reference still held then is logged and the server is left
+ * allocated (socket closed) rather than freed under its owner. NULL is a
+ * no-op. Must not be called from a handler, nor while holding a lock an
+ * owner needs to release its calls. */
 void tr_rpc_server_stop(tr_rpc_server *srv);
 
 /* tr_rpc_server_served returns the number of requests answered so far. */
@@ -175,6 +180,10 @@ uint64_t tr_rpc_server_served(const tr_rpc_server *srv);
 
 /* tr_rpc_server_oversized returns the number of oversized frames refused. */
 uint64_t tr_rpc_server_oversized(const tr_rpc_server *srv);
+/* tr_rpc_server_oversized_replies returns the number of replies that came out
+ * larger than max_frame: each was replaced by RESOURCE_EXHAUSTED ("reply of N
+ * bytes exceeds max_frame_bytes M; not sent") and logged, never sent. */
+uint64_t tr_rpc_server_oversized_replies(const tr_rpc_server *srv);
 
 /* Per-method counts and latency, for the head's /metrics (server/http).
  * Latency is from the request's arrival to its answer, so a deferred call
@@ -255,8 +264,8 @@ int tr_rpc_reply_error(tr_rpc_call *call, int code, const char *fmt, ...)
  * DEADLINE_EXCEEDED; on_expire (may be NULL) is then called, from the sweeper
  * thread and without server locks held, so the owner can forget the call (it
  * must still release its reference). At tr_rpc_server_stop, deferred calls are
- * answered UNAVAILABLE and on_expire runs for each: release there, because
- * the call is freed when stop returns. */
+ * answered UNAVAILABLE and on_expire runs for each: release there, or soon
+ * after on another thread (stop waits for the release, then frees the call). */
 void tr_rpc_defer(tr_rpc_call *call, void (*on_expire)(tr_rpc_call *call, void *arg), void *arg);
 
 /* tr_rpc_call_release drops a reference taken by tr_rpc_defer. */

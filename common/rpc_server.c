@@ -97,6 +97,7 @@ struct tr_rpc_server {
     tr_rpc_call *graveyard;
     atomic_uint_least64_t served;
     atomic_uint_least64_t oversized;
+    atomic_uint_least64_t oversized_replies;
     tr_rpc_method_stats *stats; /* n_methods + 1 ("other"); under mu */
     size_t n_stats;
     /* The method table by name hash (open addressing: index + 1, 0 = empty;
@@ -287,11 +288,28 @@ static int answer(tr_rpc_call *call, int code, const char *message, const Protob
 {
     tr_rpc_server *srv = call->srv;
     nng_msg *msg = build_reply(call, code, message, payload);
+    char why[200];
     int rv = TROUPE_OK;
 
     if (msg == NULL && payload != NULL) {
         code = TROUPE_RESOURCE_EXHAUSTED;
         message = "server out of memory";
+        msg = build_reply(call, code, message, NULL);
+    } else if (msg != NULL && nng_msg_len(msg) > srv->opts.max_frame) {
+        /* A peer drops a frame over its receive limit (the same max_frame
+         * on both sides) by closing its connection, and with nng 1.5.2 a
+         * connection closed while a reply larger than the socket buffer is
+         * half written never finishes closing: its send never completes, so
+         * nng's one reaper thread waits on it for ever and no connection of
+         * the process is freed again (a descriptor leaked per reconnect).
+         * The caller gets an error it can read instead, and the log says so. */
+        snprintf(why, sizeof(why), "reply of %zu bytes exceeds max_frame_bytes %zu; not sent",
+                 nng_msg_len(msg), srv->opts.max_frame);
+        TR_LOG(TR_LOG_ERR, "rpc: %s method=%s", why, tr_rpc_call_method(call));
+        atomic_fetch_add(&srv->oversized_replies, 1);
+        nng_msg_free(msg);
+        code = TROUPE_RESOURCE_EXHAUSTED;
+        message = why;
         msg = build_reply(call, code, message, NULL);
     }
     pthread_mutex_lock(&srv->mu);
@@ -425,6 +443,9 @@ void tr_rpc_call_release(tr_rpc_call *call)
 
     pthread_mutex_lock(&srv->mu);
     call->refs--; /* the sweeper frees it at its next round (20 ms) */
+    if (call->refs == 0 && srv->stopping) {
+        pthread_cond_broadcast(&srv->cv); /* stop waits for the last reference */
+    }
     pthread_mutex_unlock(&srv->mu);
 }
 
@@ -1404,6 +1425,67 @@ fail:
     return rv;
 }
 
+/* referenced counts the calls an owner still holds (tr_rpc_defer's
+ * reference not yet released) and names the method of one. Caller holds
+ * srv->mu. */
+static size_t referenced(tr_rpc_server *srv, const char **method)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < srv->pool_len; i++) {
+        if (srv->pool[i]->refs > 0) {
+            *method = tr_rpc_call_method(srv->pool[i]);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* wait_references waits until no owner holds a call, as nng's own sockets
+ * wait for their contexts at close: an owner answers a deferred call and
+ * releases it a moment later (the report queue's answerer does so on its
+ * own thread), so an answered call may still be held after every deferred
+ * one was expired; freeing it then would leave the owner a freed call. A
+ * call deferred by a handler that ran during stop is expired here too. The
+ * wait is bounded (STOP_WAIT_MS) and logged; a reference still held then is
+ * the owner's bug, and the server is left allocated rather than freed under
+ * it. Returns 1 when no call is referenced. */
+#define STOP_WAIT_MS 30000
+static int wait_references(tr_rpc_server *srv)
+{
+    int64_t start = tr_now_ms(), logged = start;
+    const char *method = "";
+    size_t held;
+
+    pthread_mutex_lock(&srv->mu);
+    while ((held = referenced(srv, &method)) > 0 && tr_now_ms() - start < STOP_WAIT_MS) {
+        tr_rpc_call *late = collect_expired(srv, 0, 1);
+        struct timespec ts;
+        if (late != NULL) {
+            pthread_mutex_unlock(&srv->mu);
+            expire_list(srv, late, TROUPE_UNAVAILABLE, "server shutting down");
+            pthread_mutex_lock(&srv->mu);
+            continue;
+        }
+        if (tr_now_ms() - logged >= 5000) {
+            logged = tr_now_ms();
+            TR_LOG(TR_LOG_WARNING, "rpc: stop waits for %zu calls their owners still hold (method=%s)", held,
+                   method);
+        }
+        tr_abstime_in(&ts, 100);
+        pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    if (held > 0) {
+        TR_LOG(TR_LOG_ERR,
+               "rpc: %zu calls still held by their owners %d ms after stop (method=%s): the server is left "
+               "allocated",
+               held, STOP_WAIT_MS, method);
+        return 0;
+    }
+    return 1;
+}
+
 void tr_rpc_server_stop(tr_rpc_server *srv)
 {
     tr_rpc_call *pending;
@@ -1423,6 +1505,10 @@ void tr_rpc_server_stop(tr_rpc_server *srv)
     pthread_mutex_unlock(&srv->mu);
     pthread_join(srv->sweeper, NULL);
 
+    if (!wait_references(srv)) {
+        nng_close(srv->sock); /* nothing more arrives; a late answer fails to send */
+        return;               /* left allocated, not freed under an owner that still holds a call */
+    }
     nng_close(srv->sock);
     for (size_t i = 0; i < srv->pool_len; i++) {
         nng_aio_stop(srv->pool[i]->aio);
@@ -1454,4 +1540,9 @@ uint64_t tr_rpc_server_served(const tr_rpc_server *srv)
 uint64_t tr_rpc_server_oversized(const tr_rpc_server *srv)
 {
     return atomic_load(&((tr_rpc_server *)srv)->oversized);
+}
+
+uint64_t tr_rpc_server_oversized_replies(const tr_rpc_server *srv)
+{
+    return atomic_load(&((tr_rpc_server *)srv)->oversized_replies);
 }

@@ -76,8 +76,8 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"master_port_count", TR_CFG_INT, F(master_port_count), "500", 1, 20000, 0,
      "size of the MASTER_PORT band, per host; a group waits PENDING when its host has none free"},
     {"restart_grace_ms", TR_CFG_INT, F(restart_grace_ms), "60000", 0, 86400000, 0,
-     "after the head starts, a PENDING job that no alive or suspect node could hold waits this long "
-     "for agents to register (again) before it FAILS"},
+     "after the head starts, or after a node leaves or dies (an agent restarted), a PENDING job that no "
+     "alive or suspect node could hold waits this long for agents to register (again) before it FAILS"},
     {"restart_backoff_ms", TR_CFG_INT, F(restart_backoff_ms), "1000", 0, 3600000, 0,
      "delay before a failed worker group restarts; doubles with each failure in a row (0 = restart at once)"},
     {"restart_backoff_max_ms", TR_CFG_INT, F(restart_backoff_max_ms), "300000", 0, 86400000, 0,

@@ -110,6 +110,7 @@ typedef struct tr_head_node {
      * and the version the parked long poll has applied. An agent is only
      * ever told a version whose changes are on disk. */
     uint64_t bump_seq, unsaved_version, sync_version;
+    int sync_flat; /* the parked long poll's agent knows no common parts (NodeSyncRequest.common_parts) */
     /* Liveness beyond heartbeats (node_life.c). */
     uint32_t pipe;            /* connection of the agent's last call; 0 = none known */
     int64_t dropped_mono;     /* tr_now_ms() when that connection closed; 0 = open */
@@ -191,6 +192,12 @@ typedef struct tr_head {
     int lock_fd;         /* holds the flock on state_dir/head.lock (statedir.c) */
     int64_t grace_until; /* tr_now_ms() when the restart grace ends (cfg.restart_grace_ms) */
     int grace_over;      /* the pass at its end has run */
+    /* The node grace (jobs.c): a node that was ALIVE or SUSPECT left or died
+     * at node_gone_ms; until node_grace_until the queue waits for it (its
+     * agent restarting) as after a head start. 0 = none open. */
+    int64_t node_grace_until;
+    char node_gone_name[64];
+    char node_gone_state[8]; /* "LEFT" or "DEAD" */
 
     /* Group commit (commit.c): what changed since the last batch. */
     pthread_t committer;

@@ -703,6 +703,39 @@ static int in_restart_grace(const tr_head *h)
     return !h->grace_over && tr_now_ms() < h->grace_until;
 }
 
+/* The node grace: an agent restarted for an upgrade (SIGTERM or SIGUSR2:
+ * its node LEFT), crashed and restarted by systemd (kill -9: its next self
+ * replaces the node, DEAD) or frozen past the DEAD timeout comes back within
+ * seconds, usually as a new node. A job only that node could hold waits for
+ * it, as after a head start, and fails only when the grace is over with no
+ * live node able to hold it (tr_jobs_tick runs that pass). The grace is one
+ * window for the whole head, renewed by each node that goes: it does not
+ * check that the node which went could have held the job (a job refused
+ * nothing alive could hold before it went waits too, at most the grace). */
+void tr_jobs_node_gone(tr_head *h, const char *name, const char *state)
+{
+    h->node_grace_until = tr_now_ms() + h->cfg.restart_grace_ms;
+    tr_strlcpy(h->node_gone_name, name, sizeof(h->node_gone_name));
+    tr_strlcpy(h->node_gone_state, state, sizeof(h->node_gone_state));
+}
+
+static int in_node_grace(const tr_head *h)
+{
+    return h->node_grace_until != 0 && tr_now_ms() < h->node_grace_until;
+}
+
+static void node_grace_reason(const tr_head *h, const char *why, char *buf, size_t size)
+{
+    time_t until = (time_t)((tr_wall_ms() + (h->node_grace_until - tr_now_ms())) / 1000);
+    struct tm tm;
+    char when[32];
+
+    gmtime_r(&until, &tm);
+    strftime(when, sizeof(when), "%H:%M:%S UTC", &tm);
+    snprintf(buf, size, "%s; waiting until %s for node %s (%s) to come back (restart_grace_ms=%lld)", why,
+             when, h->node_gone_name, h->node_gone_state, (long long)h->cfg.restart_grace_ms);
+}
+
 static void restart_grace_reason(const tr_head *h, const char *why, char *buf, size_t size)
 {
     time_t until = (time_t)((h->started_ms + h->cfg.restart_grace_ms) / 1000);
@@ -766,6 +799,10 @@ void tr_jobs_schedule(tr_head *h)
         } else if (dec[i].status == TROUPE_FAILED_PRECONDITION && in_restart_grace(h)) {
             char why[sizeof(dec[i].why.msg) + 200];
             restart_grace_reason(h, dec[i].why.msg, why, sizeof(why));
+            job_wait(h, hj, why);
+        } else if (dec[i].status == TROUPE_FAILED_PRECONDITION && in_node_grace(h)) {
+            char why[sizeof(dec[i].why.msg) + 200];
+            node_grace_reason(h, dec[i].why.msg, why, sizeof(why));
             job_wait(h, hj, why);
         } else {
             job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, dec[i].why.msg);
@@ -1186,7 +1223,8 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
     uint8_t *buf;
     int rv;
 
-    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK || (rv = check_nsys(h, spec, err)) != TROUPE_OK) {
+    if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK || (rv = check_nsys(h, spec, err)) != TROUPE_OK ||
+        (rv = tr_jobs_sync_check(h, spec, err)) != TROUPE_OK) {
         return rv;
     }
     /* Deep-copy the spec into a fresh record through its wire form. */
@@ -1266,6 +1304,10 @@ void tr_jobs_tick(tr_head *h)
     if (!h->grace_over && now >= h->grace_until) {
         h->grace_over = 1;
         tr_jobs_schedule(h); /* jobs kept only by the restart grace fail now */
+    }
+    if (h->node_grace_until != 0 && now >= h->node_grace_until) {
+        h->node_grace_until = 0;
+        tr_jobs_schedule(h); /* jobs kept only by the node grace fail now */
     }
 
     for (size_t k = 0; k < h->n_jobs; k++) {

@@ -38,6 +38,7 @@ typedef struct tr_head_job {
     tr_head_wait *job_waiters;
     tr_head_wait *log_waiters;
     uint64_t save_seq; /* the batch carrying its latest change (commit.c) */
+    size_t sync_oversize; /* a worker's assignment that fits no NodeSync reply (bytes); 0 = none */
 } tr_head_job;
 
 int tr_jobs_init(tr_head *h, tr_err *err); /* scheduler, recovery */
@@ -52,6 +53,9 @@ void tr_jobs_free_one(tr_head_job *hj);
 /* Registry hooks (nodes.c), under h->mu. */
 void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n);
 void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n);
+/* tr_jobs_node_gone opens the node grace: a node that was live is now LEFT or
+ * DEAD (state); jobs no live node could hold wait restart_grace_ms for it. */
+void tr_jobs_node_gone(tr_head *h, const char *name, const char *state);
 uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
 
 /* Internals shared by jobs*.c. */
@@ -93,6 +97,13 @@ int tr_jobs_saved(const tr_head *h, const tr_head_job *hj);
  * is now on disk), tr_jobs_sync_bumped after a node's version moved. */
 void tr_jobs_job_saved(tr_head *h, tr_head_job *hj);
 void tr_jobs_sync_saved(tr_head *h);
+/* tr_jobs_sync_budget: the most bytes of assignments one NodeSync reply
+ * carries (max_frame_bytes, at most the agents' 4 MiB, less the envelope).
+ * tr_jobs_sync_check refuses (INVALID_ARGUMENT, with the numbers) a spec
+ * one of whose workers would not fit one reply with its job's and group's
+ * common part (jobs_sync.c). */
+size_t tr_jobs_sync_budget(const tr_head *h);
+int tr_jobs_sync_check(tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
 void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn);
 void tr_jobs_set_str(char **field, const char *s);
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);

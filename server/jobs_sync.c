@@ -19,6 +19,7 @@
  * batch before that is saved (stopping twice is harmless; running a rank
  * the disk never heard of is not). */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,31 +115,43 @@ static const char *gpu_list(arena *a, const Troupe__V1__WorkerInfo *w)
     return s ? s : "";
 }
 
-/* worker_env layers: safe defaults < job env < group env < troupe's own. */
+/* job_env: the job's common layer, safe defaults < the job's env: entries. */
+static void job_env(arena *a, const Troupe__V1__JobSpec *sp, Troupe__V1__JobCommon *jc)
+{
+    if ((jc->env = arena_alloc(a, (1 + sp->n_env) * sizeof(*jc->env))) == NULL) {
+        return;
+    }
+    env_add(a, jc->env, &jc->n_env, "NCCL_NVLS_ENABLE", "0");
+    for (size_t i = 0; i < sp->n_env; i++) {
+        env_add(a, jc->env, &jc->n_env, sp->env[i]->key, sp->env[i]->value);
+    }
+}
+
+/* worker_env: the worker's own layer, troupe's variables, over the job's and
+ * its group's env: entries (which travel once per reply, JobCommon). */
 static void worker_env(tr_head *h, arena *a, const tr_head_job *hj, const Troupe__V1__WorkerInfo *w,
-                       Troupe__V1__WorkerAssignment *wa)
+                       const Troupe__V1__GroupSpec *flat, Troupe__V1__WorkerAssignment *wa)
 {
     const Troupe__V1__JobSpec *sp = hj->j->spec;
-    const Troupe__V1__GroupSpec *gs = NULL;
     const Troupe__V1__GroupInfo *gi = NULL;
-    size_t cap = 32 + sp->n_env;
+    size_t cap = 24 + (flat ? 1 + sp->n_env + flat->n_env : 0);
 
     for (size_t g = 0; g < sp->n_groups; g++) {
         if (strcmp(sp->groups[g]->name, w->group) == 0) {
-            gs = sp->groups[g];
             gi = g < hj->j->n_groups ? hj->j->groups[g] : NULL;
         }
     }
-    cap += gs ? gs->n_env : 0;
     if ((wa->env = arena_alloc(a, cap * sizeof(*wa->env))) == NULL) {
         return;
     }
-    env_add(a, wa->env, &wa->n_env, "NCCL_NVLS_ENABLE", "0");
-    for (size_t i = 0; i < sp->n_env; i++) {
-        env_add(a, wa->env, &wa->n_env, sp->env[i]->key, sp->env[i]->value);
-    }
-    for (size_t i = 0; gs != NULL && i < gs->n_env; i++) {
-        env_add(a, wa->env, &wa->n_env, gs->env[i]->key, gs->env[i]->value);
+    if (flat != NULL) { /* an agent that knows no common parts: every layer here */
+        env_add(a, wa->env, &wa->n_env, "NCCL_NVLS_ENABLE", "0");
+        for (size_t i = 0; i < sp->n_env; i++) {
+            env_add(a, wa->env, &wa->n_env, sp->env[i]->key, sp->env[i]->value);
+        }
+        for (size_t i = 0; i < flat->n_env; i++) {
+            env_add(a, wa->env, &wa->n_env, flat->env[i]->key, flat->env[i]->value);
+        }
     }
     env_add(a, wa->env, &wa->n_env, "TROUPE_HEAD", h->cfg.advertise ? h->cfg.advertise : h->cfg.listen);
     env_add(a, wa->env, &wa->n_env, "TROUPE_JOB", arena_printf(a, "%llu", (unsigned long long)hj->j->id));
@@ -197,71 +210,270 @@ static int sendable(const tr_head_job *hj, size_t i, uint64_t node_id, uint64_t 
     return w->node_id == node_id && worker_live(w) && (hj->issued == NULL || hj->issued[i] <= safe);
 }
 
-/* build_set fills rep with every worker this node should be running, as of
- * the newest version on disk. */
-static void build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSyncReply *rep)
+/* Paging. A node's set is answered in parts that each stay under
+ * tr_jobs_sync_budget: a job's common part (its env: entries, workdir, each
+ * group's command and env:) goes once per part, before its first worker
+ * there, and a part ends before the worker that would not fit. A worker
+ * whose own part and common part do not fit one frame alone is refused at
+ * submit (tr_jobs_sync_check); one that gets here all the same (the frame
+ * limit lowered across a restart) is left out, logged, and named on the node
+ * (sync_error) and on the worker when it is taken for lost. */
+#define SYNC_MARGIN (16u * 1024u) /* the reply envelope, and length prefixes grown while a part fills */
+
+size_t tr_jobs_sync_budget(const tr_head *h)
 {
-    size_t n = 0;
+    size_t frame = (size_t)h->cfg.max_frame_bytes < TR_RPC_DEFAULT_MAX_FRAME ? (size_t)h->cfg.max_frame_bytes
+                                                                             : TR_RPC_DEFAULT_MAX_FRAME;
+    return frame > 2 * SYNC_MARGIN ? frame - SYNC_MARGIN : frame / 2;
+}
+
+/* field_size: what a message costs as one repeated field of its parent. */
+static size_t field_size(const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    return 1 + (n < 128 ? 1 : n < 16384 ? 2 : n < 2097152 ? 3 : 5) + n;
+}
+
+static const Troupe__V1__GroupSpec *group_spec(const Troupe__V1__JobSpec *sp, const char *name)
+{
+    for (size_t g = 0; g < sp->n_groups; g++) {
+        if (strcmp(sp->groups[g]->name, name) == 0) {
+            return sp->groups[g];
+        }
+    }
+    return sp->n_groups ? sp->groups[0] : NULL;
+}
+
+/* part: the reply being filled, and its cost so far. */
+typedef struct part {
+    Troupe__V1__NodeSyncReply *rep;
+    size_t used;
+    size_t cap_jobs;
+} part;
+
+/* common_for returns the reply's JobCommon of hj (made, with its cost added
+ * to *cost, when this is the job's first worker in the part) and adds the
+ * group's GroupCommon likewise. NULL when out of memory. */
+static Troupe__V1__JobCommon *common_for(arena *a, part *pt, const tr_head_job *hj,
+                                         const Troupe__V1__GroupSpec *gs, size_t *cost)
+{
+    Troupe__V1__JobCommon *jc = NULL;
+    Troupe__V1__GroupCommon *gc;
+    const Troupe__V1__JobSpec *sp = hj->j->spec;
+
+    for (size_t k = 0; k < pt->rep->n_jobs && jc == NULL; k++) {
+        jc = pt->rep->jobs[k]->job_id == hj->j->id ? pt->rep->jobs[k] : NULL;
+    }
+    if (jc == NULL) {
+        if (pt->rep->n_jobs == pt->cap_jobs || (jc = arena_alloc(a, sizeof(*jc))) == NULL) {
+            return NULL;
+        }
+        troupe__v1__job_common__init(jc);
+        jc->job_id = hj->j->id;
+        jc->workdir = sp->workdir;
+        job_env(a, sp, jc);
+        if ((jc->groups = arena_alloc(a, (sp->n_groups ? sp->n_groups : 1) * sizeof(*jc->groups))) == NULL) {
+            return NULL;
+        }
+        *cost += field_size(&jc->base);
+        pt->rep->jobs[pt->rep->n_jobs++] = jc;
+    }
+    for (size_t g = 0; g < jc->n_groups; g++) {
+        if (strcmp(jc->groups[g]->name, gs->name) == 0) {
+            return jc;
+        }
+    }
+    if (jc->n_groups == sp->n_groups || (gc = arena_alloc(a, sizeof(*gc))) == NULL) {
+        return NULL;
+    }
+    troupe__v1__group_common__init(gc);
+    gc->name = gs->name;
+    gc->command = gs->command;
+    gc->n_command = gs->n_command;
+    gc->env = gs->env;
+    gc->n_env = gs->n_env;
+    jc->groups[jc->n_groups++] = gc;
+    *cost += field_size(&gc->base) + 5; /* and the job's length prefix may grow */
+    return jc;
+}
+
+/* drop_common takes back what common_for added for a worker that did not
+ * fit (the part ends before it). */
+static void drop_common(part *pt, size_t jobs_before, Troupe__V1__JobCommon *jc, size_t groups_before)
+{
+    if (jc == NULL) {
+        return; /* flat: none was added */
+    }
+    if (pt->rep->n_jobs > jobs_before) {
+        pt->rep->n_jobs = jobs_before;
+    } else if (jc != NULL) {
+        jc->n_groups = groups_before;
+    }
+}
+
+/* worker_part fills wa with worker i's own part; flat (its group) for an
+ * agent that knows no common parts: the whole assignment. */
+static void worker_part(tr_head *h, arena *a, const tr_head_job *hj, size_t i, const Troupe__V1__GroupSpec *flat,
+                        Troupe__V1__WorkerAssignment *wa)
+{
+    const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+
+    troupe__v1__worker_assignment__init(wa);
+    wa->job_id = hj->j->id;
+    wa->name = w->name;
+    wa->group = w->group;
+    wa->attempt = w->attempt;
+    wa->gpus = w->gpus;
+    wa->n_gpus = w->n_gpus;
+    if (h->auth != NULL && (wa->credential = arena_alloc(a, TR_AUTH_TOKEN_MAX)) != NULL) {
+        tr_auth_worker_credential(h->auth, hj->j->id, w->attempt, (uint32_t)i, wa->credential, TR_AUTH_TOKEN_MAX);
+    }
+    if (flat != NULL) {
+        wa->command = flat->command;
+        wa->n_command = flat->n_command;
+        wa->workdir = hj->j->spec->workdir;
+    }
+    worker_env(h, a, hj, w, flat, wa);
+}
+
+/* oversize notes a worker that cannot be sent in any part. */
+static void oversize(tr_head_node *hn, tr_head_job *hj, const Troupe__V1__WorkerInfo *w, size_t cost,
+                     size_t budget)
+{
+    char why[256];
+
+    snprintf(why, sizeof(why),
+             "worker %s of job %llu needs %zu bytes of assignment; one NodeSync reply carries at most %zu "
+             "(max_frame_bytes)",
+             w->name, (unsigned long long)hj->j->id, cost, budget);
+    hj->sync_oversize = cost;
+    if (strcmp(hn->n->sync_error, why) != 0) {
+        TR_LOG(TR_LOG_ERR, "node sync: node=%llu name=%s %s", (unsigned long long)hn->n->id, hn->n->name,
+               why);
+        tr_jobs_set_str(&hn->n->sync_error, why);
+    }
+}
+
+/* build_set fills rep with the part of the set starting at worker `from`
+ * (the set: every worker this node should be running, as of the newest
+ * version on disk, in the order of the node's job index). */
+static int build_set(tr_head *h, tr_head_node *hn, arena *a, Troupe__V1__NodeSyncReply *rep, uint32_t from,
+                     int flat)
+{
+    /* An agent that takes no parts gets its set whole (reply_set refuses
+     * it when it is over a frame). */
+    size_t n = 0, k = 0, budget = flat ? SIZE_MAX : tr_jobs_sync_budget(h);
     uint64_t safe = safe_version(h, hn);
+    part pt = {.rep = rep, .used = 16, .cap_jobs = hn->n_placed};
+    int full = 0, fit_all = 1;
 
     rep->version = safe;
+    rep->page = from;
     /* No pruning here: this runs nested inside apply_reports' walk of the
      * same list (a release can start jobs and answer this node's poll). */
-    for (size_t k = 0; k < hn->n_placed; k++) {
-        const tr_head_job *hj = hn->placed[k];
+    for (size_t p = 0; p < hn->n_placed; p++) {
+        const tr_head_job *hj = hn->placed[p];
         for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
             n += sendable(hj, i, hn->n->id, safe);
         }
     }
-    if (n == 0 || (rep->workers = arena_alloc(a, n * sizeof(*rep->workers))) == NULL) {
-        return;
+    rep->total = (uint32_t)n;
+    if (n <= from || (rep->workers = arena_alloc(a, (n - from) * sizeof(*rep->workers))) == NULL ||
+        (rep->jobs = arena_alloc(a, (hn->n_placed ? hn->n_placed : 1) * sizeof(*rep->jobs))) == NULL) {
+        return 1;
     }
-    for (size_t k = 0; k < hn->n_placed; k++) {
-        const tr_head_job *hj = hn->placed[k];
-        const Troupe__V1__GroupSpec *gs;
-        for (size_t i = 0; wanted(hj) && i < hj->j->n_workers; i++) {
+    for (size_t p = 0; p < hn->n_placed && !full; p++) {
+        tr_head_job *hj = hn->placed[p];
+        for (size_t i = 0; wanted(hj) && i < hj->j->n_workers && !full; i++) {
             const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+            const Troupe__V1__GroupSpec *gs = group_spec(hj->j->spec, w->group);
             Troupe__V1__WorkerAssignment *wa;
-            if (!sendable(hj, i, hn->n->id, safe) || (wa = arena_alloc(a, sizeof(*wa))) == NULL) {
+            Troupe__V1__JobCommon *jc;
+            size_t cost = 0, jobs_before = rep->n_jobs, groups_before = 0;
+
+            if (!sendable(hj, i, hn->n->id, safe) || k++ < from) {
                 continue;
             }
-            troupe__v1__worker_assignment__init(wa);
-            gs = hj->j->spec->groups[0];
-            for (size_t g = 0; g < hj->j->spec->n_groups; g++) {
-                if (strcmp(hj->j->spec->groups[g]->name, w->group) == 0) {
-                    gs = hj->j->spec->groups[g];
-                }
+            if (gs == NULL || (wa = arena_alloc(a, sizeof(*wa))) == NULL) {
+                continue;
             }
-            wa->job_id = hj->j->id;
-            wa->name = w->name;
-            wa->attempt = w->attempt;
-            wa->command = gs->command;
-            wa->n_command = gs->n_command;
-            wa->workdir = hj->j->spec->workdir;
-            wa->gpus = w->gpus;
-            wa->n_gpus = w->n_gpus;
-            if (h->auth != NULL && (wa->credential = arena_alloc(a, TR_AUTH_TOKEN_MAX)) != NULL) {
-                tr_auth_worker_credential(h->auth, hj->j->id, w->attempt, (uint32_t)i, wa->credential,
-                                          TR_AUTH_TOKEN_MAX);
+            worker_part(h, a, hj, i, flat ? gs : NULL, wa);
+            for (size_t j = 0; j < rep->n_jobs; j++) {
+                groups_before = rep->jobs[j]->job_id == hj->j->id ? rep->jobs[j]->n_groups : groups_before;
             }
-            worker_env(h, a, hj, w, wa);
-            rep->workers[rep->n_workers++] = wa;
+            if (flat) {
+                jc = NULL;
+            } else if ((jc = common_for(a, &pt, hj, gs, &cost)) == NULL) {
+                continue; /* out of memory: a.oom answers the call */
+            }
+            cost += field_size(&wa->base);
+            if (pt.used + cost <= budget) {
+                pt.used += cost;
+                rep->workers[rep->n_workers++] = wa;
+                continue;
+            }
+            drop_common(&pt, jobs_before, jc, groups_before);
+            if (rep->n_workers > 0) {
+                rep->next = (uint32_t)(k - 1); /* this worker starts the next part */
+                full = 1;
+            } else {
+                oversize(hn, hj, w, cost, budget); /* alone it does not fit: left out */
+                fit_all = 0;
+            }
         }
     }
+    return fit_all;
 }
 
-static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
+static void reply_set(tr_head *h, tr_head_node *hn, tr_rpc_call *call, uint32_t page, int flat)
 {
     Troupe__V1__NodeSyncReply rep = TROUPE__V1__NODE_SYNC_REPLY__INIT;
     arena a = {0};
+    int fit_all = build_set(h, hn, &a, &rep, page, flat);
 
-    build_set(h, hn, &a, &rep);
     if (a.oom) {
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory building assignments");
+    } else if (flat && troupe__v1__node_sync_reply__get_packed_size(&rep) > tr_jobs_sync_budget(h)) {
+        char why[256];
+        snprintf(
+            why, sizeof(why),
+            "its assignments are %zu bytes, over one NodeSync reply (%zu), and its agent does not take them "
+            "in parts: upgrade troupe-node",
+            troupe__v1__node_sync_reply__get_packed_size(&rep), tr_jobs_sync_budget(h));
+        if (strcmp(hn->n->sync_error, why) != 0) {
+            TR_LOG(TR_LOG_ERR, "node sync: node=%llu name=%s %s", (unsigned long long)hn->n->id, hn->n->name,
+                   why);
+            tr_jobs_set_str(&hn->n->sync_error, why);
+        }
+        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "node %s: %s", hn->n->name, why);
     } else {
+        if (fit_all && rep.page == 0 && rep.next == 0 && hn->n->sync_error[0] != '\0') {
+            tr_jobs_set_str(&hn->n->sync_error, ""); /* a whole set goes out */
+        }
+        TR_LOG(
+            TR_LOG_DEBUG,
+            "node sync reply node=%llu version=%llu page=%u next=%u total=%u workers=%zu jobs=%zu bytes=%zu",
+            (unsigned long long)hn->n->id, (unsigned long long)rep.version, rep.page, rep.next, rep.total,
+            rep.n_workers, rep.n_jobs, troupe__v1__node_sync_reply__get_packed_size(&rep));
         tr_rpc_reply(call, &rep.base);
     }
     arena_free(&a);
+}
+
+/* reply_ack_later acknowledges a report with the node's version only
+ * (NodeSyncRequest.ack_only). */
+static void reply_ack_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
+{
+    Troupe__V1__NodeSyncReply rep = TROUPE__V1__NODE_SYNC_REPLY__INIT;
+    tr_head_node *hn = tr_head_node_find(h, node_id);
+
+    if (hn == NULL) {
+        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is unknown; register again",
+                           (unsigned long long)node_id);
+        return;
+    }
+    rep.version = safe_version(h, hn);
+    tr_rpc_reply(call, &rep.base);
 }
 
 static void reply_set_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
@@ -272,7 +484,7 @@ static void reply_set_later(tr_head *h, tr_rpc_call *call, uint64_t node_id)
                            (unsigned long long)node_id);
         return;
     }
-    reply_set(h, hn, call);
+    reply_set(h, hn, call, 0, 0);
 }
 
 /* log_answer: with "node report" and "node sync parked", what a test waits
@@ -292,7 +504,7 @@ void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn)
     }
     hn->sync_waiter = NULL;
     log_answer(h, hn);
-    reply_set(h, hn, call);
+    reply_set(h, hn, call, 0, hn->sync_flat);
     tr_rpc_call_release(call);
 }
 
@@ -379,8 +591,16 @@ static void mark_absent(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w)
     w->state =
         gone_as_asked ? TROUPE__V1__WORKER_STATE__WORKER_EXITED : TROUPE__V1__WORKER_STATE__WORKER_LOST;
     w->ended_ms = tr_wall_ms();
-    tr_jobs_set_str(&w->message,
-                    gone_as_asked ? "stopped" : "not running on its node (was its agent restarted?)");
+    if (!gone_as_asked && hj->sync_oversize > 0) {
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "never sent to its node: its assignment is %zu bytes, over what one NodeSync reply carries",
+                 hj->sync_oversize);
+        tr_jobs_set_str(&w->message, why);
+    } else {
+        tr_jobs_set_str(&w->message,
+                        gone_as_asked ? "stopped" : "not running on its node (was its agent restarted?)");
+    }
     tr_jobs_touch(h, hj);
 }
 
@@ -476,20 +696,25 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
         return; /* answered */
     }
     tr_head_node_seen(h, hn, call); /* a sync is as good as a heartbeat */
-    if (req->wait_ms == 0) {
+    if (req->wait_ms == 0 && req->page == 0) {
         /* Only report calls carry the agent's complete worker list; a long
          * poll carries none and must not read as "no workers". */
         TR_LOG(TR_LOG_DEBUG, "node report node=%llu applied=%llu workers=%zu", (unsigned long long)hn->n->id,
                (unsigned long long)req->version, req->n_reports);
         tr_jobs_apply_reports(h, hn, req);
     }
-    if (req->wait_ms > 0 && req->version == safe_version(h, hn)) {
+    if (req->page > 0) {
+        /* The rest of a set: answered at once, from the newest saved
+         * version; a part of another version tells the agent to start over. */
+        reply_set(h, hn, call, req->version == safe_version(h, hn) ? req->page : 0, !req->common_parts);
+    } else if (req->wait_ms > 0 && req->version == safe_version(h, hn)) {
         tr_jobs_answer_sync(h, hn); /* a newer poll supersedes an older one */
         tr_rpc_defer(call, on_sync_expire, h);
         hn->sync_waiter = call;
         hn->sync_version = req->version;
         TR_LOG(TR_LOG_DEBUG, "node sync parked node=%llu version=%llu", (unsigned long long)hn->n->id,
                (unsigned long long)req->version);
+        hn->sync_flat = !req->common_parts;
         hn->sync_until = tr_now_ms() + ((int64_t)req->wait_ms < h->cfg.node_sync_max_ms ? (int64_t)req->wait_ms
                                                                                          : h->cfg.node_sync_max_ms);
     } else if (req->wait_ms == 0 && h->store_failing) {
@@ -502,10 +727,60 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
     } else if (req->wait_ms == 0) {
         /* The agent forgets settled workers once this is answered, so answer
          * only when what it reported is on disk. */
-        tr_head_after_commit_or_resend(h, call, reply_set_later, hn->n->id);
+        tr_head_after_commit_or_resend(h, call, req->ack_only ? reply_ack_later : reply_set_later, hn->n->id);
     } else {
         log_answer(h, hn); /* a poll behind the current version */
-        reply_set(h, hn, call);
+        reply_set(h, hn, call, 0, !req->common_parts);
     }
     pthread_mutex_unlock(&h->mu);
+}
+
+/* own_bound: at most what a worker's own part of spec costs (troupe's
+ * variables, its name, GPUs and credential), without building one. */
+static size_t own_bound(const Troupe__V1__JobSpec *sp, const Troupe__V1__GroupSpec *gs)
+{
+    size_t n = 4096 + TR_AUTH_TOKEN_MAX + 4 * strlen(gs->name) + strlen(sp->name);
+
+    if (sp->profile != NULL) {
+        n += strlen(sp->profile->steps) + strlen(sp->profile->workers) + strlen(sp->profile->nsys_options);
+    }
+    return n;
+}
+
+int tr_jobs_sync_check(tr_head *h, const Troupe__V1__JobSpec *sp, tr_err *err)
+{
+    size_t budget = tr_jobs_sync_budget(h);
+    arena a = {0};
+    Troupe__V1__JobCommon jc = TROUPE__V1__JOB_COMMON__INIT;
+    Troupe__V1__GroupCommon gc = TROUPE__V1__GROUP_COMMON__INIT, *gcp = &gc;
+    int rv = TROUPE_OK;
+
+    jc.workdir = sp->workdir;
+    job_env(&a, sp, &jc);
+    jc.groups = &gcp;
+    jc.n_groups = 1;
+    for (size_t g = 0; g < sp->n_groups && rv == TROUPE_OK && !a.oom; g++) {
+        const Troupe__V1__GroupSpec *gs = sp->groups[g];
+        size_t need;
+        gc.name = gs->name;
+        gc.command = gs->command;
+        gc.n_command = gs->n_command;
+        gc.env = gs->env;
+        gc.n_env = gs->n_env;
+        need = 16 + field_size(&jc.base) + own_bound(sp, gs);
+        if (need > budget) {
+            rv = tr_err_set(
+                err, TROUPE_INVALID_ARGUMENT,
+                "group %s: a worker's assignment would be %zu bytes (env: and command of the job and "
+                "the group, and the worker's own part); a node receives at most %zu in one NodeSync "
+                "reply (max_frame_bytes %lld less the envelope): move large values to a file in "
+                "workdir",
+                gs->name, need, budget, (long long)h->cfg.max_frame_bytes);
+        }
+    }
+    if (rv == TROUPE_OK && a.oom) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory checking the job's size");
+    }
+    arena_free(&a);
+    return rv;
 }

@@ -166,7 +166,7 @@ void tr_head_deregister_node(tr_rpc_call *call, void *user)
         goto out;
     }
     if (!tr_head_node_gone(hn->n)) {
-        snprintf(reason, sizeof(reason), "agent stopped: %s",
+        snprintf(reason, sizeof(reason), "agent stopped%s: %s", r->restarting ? " for a restart" : "",
                  (r->reason && r->reason[0]) ? r->reason : "deregistered");
         hn->dropped_mono = 0;
         tr_head_node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_LEFT, reason);

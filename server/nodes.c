@@ -121,6 +121,10 @@ void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char
 {
     int old = (int)hn->n->state;
 
+    if (!tr_head_node_gone(hn->n) &&
+        (state == TROUPE__V1__NODE_STATE__NODE_LEFT || state == TROUPE__V1__NODE_STATE__NODE_DEAD)) {
+        tr_jobs_node_gone(h, hn->n->name, state == TROUPE__V1__NODE_STATE__NODE_LEFT ? "LEFT" : "DEAD");
+    }
     nodes_count(h, hn->n, -1);
     hn->n->state = (Troupe__V1__NodeState)state;
     nodes_count(h, hn->n, 1);

@@ -17,6 +17,8 @@ static void node_json(FILE *out, const troupe_node *n)
     tr_json_str(out, n->address);
     fprintf(out, ",\"state\":\"%s\",\"reason\":", troupe_node_state_name(n->state));
     tr_json_str(out, n->reason);
+    fputs(",\"sync_error\":", out);
+    tr_json_str(out, n->sync_error);
     fprintf(out, ",\"draining\":%s,\"replaces\":%llu,\"fenced_workers\":%u,\"nsys\":%s",
             n->draining ? "true" : "false", (unsigned long long)n->replaces, n->fenced_workers,
             n->has_nsys ? "true" : "false");
@@ -98,7 +100,7 @@ static void nodes_table(const troupe_node_list *l, int wide)
     printf("  %s\n", "REASON");
     for (size_t i = 0; i < l->count; i++) {
         const troupe_node *n = &l->nodes[i];
-        char model[64] = "-", seen[16], state[32], util[8], mem[24], load[16] = "-", age[16], reason[768];
+        char model[64] = "-", seen[16], state[48], util[8], mem[24], load[16] = "-", age[16], reason[768];
         snprintf(reason, sizeof(reason), "%s", n->reason);
         gpu_figures(n, util, sizeof(util), mem, sizeof(mem));
         if (n->stats_ms != 0) {
@@ -115,9 +117,9 @@ static void nodes_table(const troupe_node_list *l, int wide)
         /* kubectl's "Ready,SchedulingDisabled": the state, and why no new work. */
         /* An agent without root that refuses jobs says so (NOROOT); one run
          * with --shared-uid was the operator's choice: -o json's isolation. */
-        snprintf(state, sizeof(state), "%s%s%s%s", troupe_node_state_name(n->state),
+        snprintf(state, sizeof(state), "%s%s%s%s%s", troupe_node_state_name(n->state),
                  n->draining ? ",DRAINING" : "", n->fenced_workers ? ",FENCED" : "",
-                 strncmp(n->isolation, "none", 4) == 0 ? ",NOROOT" : "");
+                 strncmp(n->isolation, "none", 4) == 0 ? ",NOROOT" : "", n->sync_error[0] ? ",UNSYNCED" : "");
         printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %5s", (unsigned long long)n->id, n->name, state,
                n->n_gpus, n->gpus_free, model, util, mem, load, seen, age);
         if (wide) {
@@ -130,7 +132,7 @@ static void nodes_table(const troupe_node_list *l, int wide)
             printf("  %-20s %-24s %7u %-20s", n->hostname[0] ? n->hostname : "-", n->address[0] ? n->address : "-",
                    n->pid, off ? labels : "-");
         }
-        printf("  %s\n", reason);
+        printf("  %s%s%s\n", reason, reason[0] && n->sync_error[0] ? "; " : "", n->sync_error);
     }
 }
 

@@ -166,6 +166,7 @@ static void fill_node(troupe_node *d, const Troupe__V1__Node *s, troupe_gpu *gpu
     d->address = s->address;
     d->state = (troupe_node_state)s->state;
     d->reason = s->reason;
+    d->sync_error = s->sync_error;
     d->registered_ms = s->registered_ms;
     d->last_seen_ms = s->last_seen_ms;
     d->pid = s->pid;

@@ -119,6 +119,9 @@ typedef struct troupe_node {
     uint64_t mem_total_bytes, mem_available_bytes;
     const char *isolation; /* who its agent runs workers as ("per-worker uid A-B", "shared uid N ...",
                               "none: ..." = refuses jobs); "" from older agents */
+    /* Why the head cannot send the node its assignments (a worker too large
+     * for one frame, an agent that takes no parts); "" when it can. */
+    const char *sync_error;
 } troupe_node;
 
 typedef struct troupe_node_list {

@@ -384,6 +384,10 @@ static void write_rpc(FILE *out, tr_rpc_server *srv)
     free(st);
     family(out, "troupe_rpc_oversized_frames_total", "counter", "RPC frames refused for their size.");
     fprintf(out, "troupe_rpc_oversized_frames_total %llu\n", (unsigned long long)tr_rpc_server_oversized(srv));
+    family(out, "troupe_rpc_oversized_replies_total", "counter",
+           "RPC replies over max_frame_bytes, answered RESOURCE_EXHAUSTED instead.");
+    fprintf(out, "troupe_rpc_oversized_replies_total %llu\n",
+            (unsigned long long)tr_rpc_server_oversized_replies(srv));
 }
 
 /* ---- metric ingest and the workers' own figures --------------------------------------- */

@@ -196,7 +196,7 @@ void tr_node_lease_check(tr_node_agent *a)
            (long long)a->lease_ms, (unsigned long long)a->node_id);
 }
 
-void tr_node_deregister(tr_node_agent *a, const char *reason)
+void tr_node_deregister(tr_node_agent *a, const char *reason, int restarting)
 {
     Troupe__V1__DeregisterNodeRequest req = TROUPE__V1__DEREGISTER_NODE_REQUEST__INIT;
     Troupe__V1__DeregisterNodeReply *rep = NULL;
@@ -207,6 +207,7 @@ void tr_node_deregister(tr_node_agent *a, const char *reason)
     }
     req.instance = a->instance;
     req.reason = (char *)reason;
+    req.restarting = restarting != 0;
     if (tr_rpc_client_call(a->rpc, "troupe.v1.Head/DeregisterNode", &req.base,
                            &troupe__v1__deregister_node_reply__descriptor, (ProtobufCMessage **)&rep, 2000, 0,
                            &err) != TROUPE_OK) {

@@ -70,6 +70,7 @@ const tr_cfg_desc tr_node_config_table[] = {
 #undef F
 
 static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t restart_flag; /* SIGUSR2: stopping to be started again */
 
 /* default_address is how workers elsewhere reach this node (MASTER_ADDR): the
  * hostname when it resolves, else the first non-loopback IPv4 address, else
@@ -190,7 +191,9 @@ static int setup_isolation(tr_node_agent *a, tr_err *err)
 
 static void on_signal(int sig)
 {
-    (void)sig;
+    if (sig == SIGUSR2) {
+        restart_flag = 1;
+    }
     stop_flag = 1;
 }
 
@@ -199,8 +202,12 @@ static void usage(FILE *out)
     fprintf(out, "usage: troupe-node [--head URL] [--name NAME] [--labels k=v,...] [--fake-gpus SPEC]\n"
                  "                   [--config node.yaml] [--check-config]\n\n"
                  "Registers this machine's GPUs with troupe-head, heartbeats, runs workers.\n"
-                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n\n"
-                 "Isolation: started as root, the agent runs every worker under a uid of its own\n"
+                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n"
+                 "SIGTERM or SIGINT: stop the workers, deregister (the node is LEFT) and exit.\n"
+                 "SIGUSR2: the same, for a restart (an upgrade): the head shows the node LEFT \"for a restart\".\n"
+                 "After either (or a crash), the head keeps queued jobs that need this node waiting\n"
+                 "restart_grace_ms for it to register again.\n\n"
+                 "Isolation: started as root, the agent runs every worker under a uid of their own\n"
                  "(--worker-uid-range; a gid per job, shared by its ranks) or as --worker-user, never\n"
                  "as itself. Without root it cannot: it refuses jobs unless --shared-uid is given,\n"
                  "and then any worker can read the node credential and other jobs' credentials.\n\n");
@@ -340,8 +347,10 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     a.stop = &stop_flag;
+    a.restarting = &restart_flag;
 
     pthread_mutex_init(&a.id_mu, NULL);
     if ((rv = tr_node_identity(&a, &err)) != TROUPE_OK) {

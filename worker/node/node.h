@@ -46,6 +46,7 @@ typedef struct tr_node_agent {
     int64_t heartbeat_ms;
     int head_reachable;
     volatile sig_atomic_t *stop;
+    volatile sig_atomic_t *restarting; /* the stop is for a restart (SIGUSR2): Deregister says so */
 
     /* Identity and lease (lease.c). The heartbeat thread (agent.c) writes
      * node_id, head_epoch, heartbeat_ms and the lease; the main loop reads
@@ -126,7 +127,8 @@ void tr_node_lease_renew(tr_node_agent *a, int64_t sent_ms);
 void tr_node_lease_renew_locked(tr_node_agent *a, int64_t sent_ms); /* caller holds id_mu */
 int64_t tr_node_lease_left(tr_node_agent *a);
 void tr_node_lease_check(tr_node_agent *a);
-void tr_node_deregister(tr_node_agent *a, const char *reason);
+/* restarting: the agent stops to be started again (DeregisterNodeRequest.restarting). */
+void tr_node_deregister(tr_node_agent *a, const char *reason, int restarting);
 /* tr_node_running_workers counts workers still RUNNING or STOPPING. */
 size_t tr_node_running_workers(tr_node_agent *a);
 

@@ -44,9 +44,73 @@ typedef struct tr_pending_log {
     struct tr_pending_log *next;
 } tr_pending_log;
 
+/* gather keeps the parts of one set (NodeSyncReply.next != 0) until its
+ * last part came: their wire forms, concatenated, unpack as one message with
+ * every worker and common part (repeated fields append). */
+typedef struct gather {
+    uint8_t *buf;
+    size_t len;
+    uint64_t version;
+    uint32_t next; /* the page to ask for; 0 = not gathering */
+} gather;
+
+static void gather_reset(gather *g)
+{
+    free(g->buf);
+    memset(g, 0, sizeof(*g));
+}
+
+/* gather_add appends a part; returns the whole set once rep was its last
+ * part (rep is then consumed or returned as is), else NULL. A part that does
+ * not continue the set being gathered restarts it (a part 0) or is dropped. */
+static Troupe__V1__NodeSyncReply *gather_add(gather *g, Troupe__V1__NodeSyncReply *rep)
+{
+    Troupe__V1__NodeSyncReply *whole;
+    size_t n;
+    uint8_t *grown;
+
+    if (rep->page == 0) {
+        gather_reset(g);
+        if (rep->next == 0) {
+            return rep; /* the whole set in one reply */
+        }
+    } else if (g->next == 0 || rep->version != g->version || rep->page != g->next) {
+        TR_LOG(TR_LOG_INFO,
+               "node sync: part at %u of version %llu does not continue the set gathered; "
+               "asking again",
+               rep->page, (unsigned long long)rep->version);
+        gather_reset(g);
+        troupe__v1__node_sync_reply__free_unpacked(rep, NULL);
+        return NULL;
+    }
+    n = troupe__v1__node_sync_reply__get_packed_size(rep);
+    if ((grown = realloc(g->buf, g->len + n)) == NULL) {
+        gather_reset(g);
+        troupe__v1__node_sync_reply__free_unpacked(rep, NULL);
+        return NULL;
+    }
+    g->buf = grown;
+    troupe__v1__node_sync_reply__pack(rep, g->buf + g->len);
+    g->len += n;
+    g->version = rep->version;
+    g->next = rep->next;
+    troupe__v1__node_sync_reply__free_unpacked(rep, NULL);
+    if (g->next != 0) {
+        return NULL;
+    }
+    whole = troupe__v1__node_sync_reply__unpack(NULL, g->len, g->buf);
+    gather_reset(g);
+    if (whole != NULL) {
+        whole->next = 0;
+        whole->page = 0;
+    }
+    return whole;
+}
+
 static void *sync_main(void *arg)
 {
     tr_node_agent *a = arg;
+    gather g = {0};
 
     while (!*a->stop) {
         Troupe__V1__NodeSyncRequest req = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
@@ -59,10 +123,21 @@ static void *sync_main(void *arg)
         req.version = a->incoming ? a->incoming->version : a->applied_version;
         pthread_mutex_unlock(&a->mu);
         req.wait_ms = TR_NODE_SYNC_WAIT_MS;
+        req.common_parts = 1;
+        if (g.next != 0) { /* the rest of a set: answered at once */
+            req.version = g.version;
+            req.page = g.next;
+            req.wait_ms = 0;
+        }
         rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
                                 &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep,
-                                TR_NODE_SYNC_WAIT_MS + TR_NODE_SYNC_MARGIN_MS, 0, &err);
+                                req.wait_ms + TR_NODE_SYNC_MARGIN_MS, 0, &err);
         if (rv != TROUPE_OK) {
+            if (g.next != 0) {
+                TR_LOG(TR_LOG_WARNING, "node sync: part at %u of version %llu not received: %s", g.next,
+                       (unsigned long long)g.version, err.msg);
+            }
+            gather_reset(&g);
             tr_sleep_ms(200); /* the heartbeat path reports and re-registers */
             continue;
         }
@@ -71,8 +146,15 @@ static void *sync_main(void *arg)
             /* Asked for a node id the agent no longer has (it registered
              * again as a new node): that set is not this node's. */
             troupe__v1__node_sync_reply__free_unpacked(rep, NULL);
+            gather_reset(&g);
             rep = NULL;
-        } else if (a->incoming != NULL) {
+        }
+        pthread_mutex_unlock(&a->mu);
+        if (rep != NULL && (rep = gather_add(&g, rep)) == NULL) {
+            continue; /* more parts to come */
+        }
+        pthread_mutex_lock(&a->mu);
+        if (rep != NULL && a->incoming != NULL) {
             troupe__v1__node_sync_reply__free_unpacked(a->incoming, NULL);
         }
         if (rep != NULL) {
@@ -80,6 +162,7 @@ static void *sync_main(void *arg)
         }
         pthread_mutex_unlock(&a->mu);
     }
+    gather_reset(&g);
     return NULL;
 }
 
@@ -177,7 +260,91 @@ static int write_credential(tr_node_agent *a, const Troupe__V1__WorkerAssignment
     return rv;
 }
 
-static void start_one(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
+/* common_of finds the job's common part and the group's in set (a job's
+ * groups may come in several parts, each with its own JobCommon entry). */
+static const Troupe__V1__JobCommon *common_of(const Troupe__V1__NodeSyncReply *set, uint64_t job,
+                                              const char *group, const Troupe__V1__GroupCommon **gc)
+{
+    const Troupe__V1__JobCommon *first = NULL;
+
+    *gc = NULL;
+    for (size_t j = 0; j < set->n_jobs; j++) {
+        if (set->jobs[j]->job_id != job) {
+            continue;
+        }
+        first = first ? first : set->jobs[j];
+        for (size_t k = 0; k < set->jobs[j]->n_groups; k++) {
+            if (strcmp(set->jobs[j]->groups[k]->name, group) == 0) {
+                *gc = set->jobs[j]->groups[k];
+                return set->jobs[j];
+            }
+        }
+    }
+    return first;
+}
+
+/* env_layer adds vars to env (n of them so far), a later layer's key
+ * replacing an earlier one's value in place. */
+static void env_layer(Troupe__V1__EnvVar **env, size_t *n, Troupe__V1__EnvVar *const *vars, size_t n_vars)
+{
+    for (size_t i = 0; i < n_vars; i++) {
+        size_t k = 0;
+        while (k < *n && strcmp(env[k]->key, vars[i]->key) != 0) {
+            k++;
+        }
+        env[k] = vars[i];
+        *n += k == *n;
+    }
+}
+
+/* resolve makes the worker's whole assignment: its own part over its job's
+ * and group's common parts (troupe.proto, WorkerAssignment). env is
+ * allocated (the caller frees it); its entries are borrowed from set. */
+static int resolve(const Troupe__V1__NodeSyncReply *set, const Troupe__V1__WorkerAssignment *wa,
+                   Troupe__V1__WorkerAssignment *out)
+{
+    const Troupe__V1__GroupCommon *gc = NULL;
+    const Troupe__V1__JobCommon *jc = common_of(set, wa->job_id, wa->group ? wa->group : "", &gc);
+    size_t cap = wa->n_env + (jc ? jc->n_env : 0) + (gc ? gc->n_env : 0);
+
+    *out = *wa;
+    out->n_env = 0;
+    if ((out->env = calloc(cap + 1, sizeof(*out->env))) == NULL) {
+        return -1;
+    }
+    if (jc != NULL) {
+        env_layer(out->env, &out->n_env, jc->env, jc->n_env);
+        if (out->workdir == NULL || out->workdir[0] == '\0') {
+            out->workdir = jc->workdir;
+        }
+    }
+    if (gc != NULL) {
+        env_layer(out->env, &out->n_env, gc->env, gc->n_env);
+        if (out->n_command == 0) {
+            out->command = gc->command;
+            out->n_command = gc->n_command;
+        }
+    }
+    env_layer(out->env, &out->n_env, wa->env, wa->n_env);
+    return 0;
+}
+
+static void start_resolved(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa);
+
+static void start_one(tr_node_agent *a, const Troupe__V1__NodeSyncReply *set,
+                      const Troupe__V1__WorkerAssignment *wa)
+{
+    Troupe__V1__WorkerAssignment whole;
+
+    if (resolve(set, wa, &whole) != 0) {
+        TR_LOG(TR_LOG_ERR, "cannot start worker=%s: out of memory", wa->name);
+        return;
+    }
+    start_resolved(a, &whole);
+    free(whole.env);
+}
+
+static void start_resolved(tr_node_agent *a, const Troupe__V1__WorkerAssignment *wa)
 {
     const char **argv = calloc(wa->n_command + 1, sizeof(*argv));
     const char **env = calloc(wa->n_env + 7, sizeof(*env));
@@ -310,7 +477,7 @@ static void apply(tr_node_agent *a)
     }
     for (size_t i = 0; i < set->n_workers; i++) {
         if (tr_launcher_find(a->launcher, set->workers[i]->name, set->workers[i]->attempt) < 0) {
-            start_one(a, set->workers[i]);
+            start_one(a, set, set->workers[i]);
         }
     }
     for (size_t i = 0; i < tr_launcher_count(a->launcher); i++) {
@@ -523,6 +690,8 @@ static int report(tr_node_agent *a)
     req.version = req.node_id == a->sync_node_id ? a->applied_version : 0;
     pthread_mutex_unlock(&a->mu);
     req.wait_ms = 0;
+    req.common_parts = 1;
+    req.ack_only = 1; /* the set comes by the long poll */
     sent = tr_now_ms();
     rv = tr_rpc_client_call(a->rpc, "troupe.v1.Head/NodeSync", &req.base,
                             &troupe__v1__node_sync_reply__descriptor, (ProtobufCMessage **)&rep,
@@ -634,7 +803,11 @@ void tr_node_workers_stop(tr_node_agent *a)
     /* Best effort: tell the head how they ended, with all of their output. */
     while (report(a) == TROUPE_OK && a->more_output && tr_now_ms() < until + 5000) {
     }
-    tr_node_deregister(a, "troupe-node stopped (SIGTERM or SIGINT)");
+    if (a->restarting != NULL && *a->restarting) {
+        tr_node_deregister(a, "troupe-node stopped for a restart (SIGUSR2)", 1);
+    } else {
+        tr_node_deregister(a, "troupe-node stopped (SIGTERM or SIGINT)", 0);
+    }
     tr_rpc_client_shutdown(a->rpc);
     if (a->sync_started) {
         pthread_join(a->sync_thread, NULL);

@@ -16,6 +16,8 @@
  *   the isolation tests send it with a stolen worker credential) |
  *   set-profile JOB WORKERS (WORKERS "@N": a pattern of N bytes) |
  *   report-metrics JOB WORKER ATTEMPT REPORTED DROPPED [SEQ...] (one point "m" per SEQ)
+ * Agents: sync-flat NODE_ID asks for the node's set as an agent that takes no
+ *   common parts would (an older troupe-node): a long poll at version 0.
  * Pages: list-nodes CURSOR (include_dead, no limit) prints
  *   "nodes=N first=ID last=ID next_cursor=C payload=BYTES" after the code line.
  * Prints "code=N (NAME) message=..." for the reply and exits 0, or prints
@@ -225,6 +227,12 @@ static int build_named(const char *mode, int argc, char **argv, uint8_t **buf, s
 
     if (argc < need) {
         return -1;
+    }
+    if (strcmp(mode, "sync-flat") == 0) {
+        Troupe__V1__NodeSyncRequest sync = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
+        sync.node_id = strtoull(argv[0], NULL, 10);
+        sync.wait_ms = 1000; /* version 0 is not the node's: answered at once */
+        return envelope("troupe.v1.Head/NodeSync", &sync.base, NULL, 0, buf, len);
     }
     if (strcmp(mode, "report-failure") == 0 || strcmp(mode, "set-profile") == 0 ||
         strcmp(mode, "report-metrics") == 0) {

@@ -28,6 +28,7 @@
 #define M_NOREPLY "test.v1.Svc/NoReply"
 #define M_TWICE "test.v1.Svc/Twice"
 #define M_DEADLINE "test.v1.Svc/Deadline"
+#define M_GROW "test.v1.Svc/Grow"
 
 #define QMAX 64
 
@@ -169,6 +170,30 @@ static void h_noreply(tr_rpc_call *call, void *user)
 {
 }
 
+/* h_grow answers with as many bytes as the request's data says ("4000"). */
+static void h_grow(tr_rpc_call *call, void *user)
+{
+    Troupe__V1__PingRequest *req =
+        (Troupe__V1__PingRequest *)tr_rpc_unpack(call, &troupe__v1__ping_request__descriptor);
+    Troupe__V1__PingReply rep = TROUPE__V1__PING_REPLY__INIT;
+    char num[16] = "";
+    size_t n;
+
+    (void)user;
+    if (req == NULL) {
+        return;
+    }
+    memcpy(num, req->data.data, req->data.len < sizeof(num) - 1 ? req->data.len : sizeof(num) - 1);
+    n = strtoul(num, NULL, 10);
+    rep.data.data = calloc(1, n + 1);
+    rep.data.len = n;
+    assert_non_null(rep.data.data);
+    memset(rep.data.data, 'G', n);
+    tr_rpc_reply(call, &rep.base);
+    free(rep.data.data);
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 static void h_twice(tr_rpc_call *call, void *user)
 {
     svc *s = user;
@@ -254,6 +279,7 @@ static const tr_rpc_method methods[] = {
     {M_NOREPLY, h_noreply, TR_SCOPES_ANY},
     {M_TWICE, h_twice, TR_SCOPES_ANY},
     {M_DEADLINE, h_deadline, TR_SCOPES_ANY},
+    {M_GROW, h_grow, TR_SCOPES_ANY},
     {M_USER, h_echo, TR_SCOPES_USER},
     {M_JOB, h_job, TR_SCOPES_WORKER_JOB},
     {M_ADMIN, h_echo, 0},
@@ -845,6 +871,28 @@ static void oversized_frame(void **state)
     TR_ASSERT_OK(call_data(f->cli, M_ECHO, "again", 3000, 0, out, sizeof(out), &err), &err);
     assert_string_equal(out, "again");
     tr_rpc_client_close(other);
+}
+
+/* A reply over max_frame is never sent (a peer with the same limit would
+ * drop it and close its connection): the caller gets RESOURCE_EXHAUSTED with
+ * the sizes, the server counts it, and the connection goes on serving. */
+static void oversized_reply(void **state)
+{
+    fixture *f = *state;
+    tr_err err = {0};
+    char out[64];
+    int rv;
+
+    start_server(f, (tr_rpc_server_opts){.max_frame = 1024});
+    f->cli = open_client(f, NULL);
+    rv = call_data(f->cli, M_GROW, "4000", 2000, 0, out, sizeof(out), &err);
+    assert_int_equal(rv, TROUPE_RESOURCE_EXHAUSTED);
+    TR_ASSERT_CONTAINS(err.msg, "reply of 40");
+    TR_ASSERT_CONTAINS(err.msg, " bytes exceeds max_frame_bytes 1024; not sent");
+    assert_int_equal(tr_rpc_server_oversized_replies(f->srv), 1);
+    TR_ASSERT_OK(call_data(f->cli, M_GROW, "100", 2000, 0, out, sizeof(out), &err), &err);
+    assert_int_equal(strlen(out), 63); /* out holds 63 of the 100 */
+    assert_int_equal(tr_rpc_server_oversized_replies(f->srv), 1);
 }
 
 /* A deferred call is answered later by another thread (here the test's main
@@ -1475,6 +1523,7 @@ int main(int argc, char **argv)
         T(malformed_payload),
         T(garbage_envelope),
         T(oversized_frame),
+        T(oversized_reply),
         T(deferred_from_thread),
         T(deferred_expires),
         T(deferred_many),

@@ -50,6 +50,9 @@ typedef struct fixture {
     char events[MAX_EVENTS][32]; /* "w3" written report 3, "a3" answered, "d7" deleted job 7 */
     size_t n_events;
     int write_nice, answer_nice; /* the nice write and answer last ran at (their threads'); NO_NICE before */
+    int hold_after_reply;        /* answer waits after its reply while set (before the queue releases the call) */
+    int after_reply;             /* answer is waiting there */
+    int answer_returned;         /* answers that returned (the queue releases the call next) */
 } fixture;
 
 #define NO_NICE (-100)
@@ -129,6 +132,19 @@ static void test_answer(void *arg, tr_rq_item *it, int rv, const tr_err *err)
     event("a%llu", (unsigned long long)tag_of(it));
     rep.acked_seq = tag_of(it);
     tr_rpc_reply(it->call, &rep.base);
+    /* The hook that widens the window between an answer and the queue's
+     * release of the call: the caller already has its reply. */
+    tr_abstime_in(&until, WAIT_MS);
+    rc = 0;
+    pthread_mutex_lock(&fx.mu);
+    fx.after_reply = 1;
+    pthread_cond_broadcast(&fx.cv);
+    while (fx.hold_after_reply && rc == 0) {
+        rc = pthread_cond_timedwait(&fx.cv, &fx.mu, &until);
+    }
+    fx.after_reply = 0;
+    fx.answer_returned++;
+    pthread_mutex_unlock(&fx.mu);
 }
 
 static void test_deleted(void *arg, const tr_ids *ids)
@@ -435,6 +451,48 @@ static void answer_after_write(void **state)
     fx_stop();
 }
 
+static void *let_answer_go(void *arg)
+{
+    (void)arg;
+    tr_sleep_ms(300); /* stop is inside tr_rpc_server_stop by then */
+    pthread_mutex_lock(&fx.mu);
+    fx.hold_after_reply = 0;
+    pthread_cond_broadcast(&fx.cv);
+    pthread_mutex_unlock(&fx.mu);
+    return NULL;
+}
+
+/* The server's stop waits for the queue's reference: the answerer answers a
+ * call and releases it a moment later, and a stop that comes in between
+ * (the caller already has its reply) must not free the call under it. The
+ * answerer is held between the two; stop returns only after it went on. */
+static void stop_waits_for_release(void **state)
+{
+    client_call a;
+    pthread_t t;
+    int returned;
+
+    (void)state;
+    fx_start();
+    pthread_mutex_lock(&fx.mu);
+    fx.hold_after_reply = 1;
+    pthread_mutex_unlock(&fx.mu);
+    send_call(&a, 1, 1, 20000, 0);
+    expect_ok(&a);
+    wait_flag(&fx.after_reply, "the answerer answered and waits before the release");
+    assert_int_equal(pthread_create(&t, NULL, let_answer_go, NULL), 0);
+    tr_rpc_client_close(fx.cli);
+    fx.cli = NULL;
+    tr_rpc_server_stop(fx.srv);
+    fx.srv = NULL;
+    pthread_mutex_lock(&fx.mu);
+    returned = fx.answer_returned;
+    pthread_mutex_unlock(&fx.mu);
+    pthread_join(t, NULL);
+    assert_int_equal(returned, 1); /* the call was released before stop freed it */
+    fx_stop();
+}
+
 /* The queue holds at most max_weight: the call that does not fit is refused
  * with full_code and the message naming what waits; what fits exactly is
  * taken; a weightless call always fits. */
@@ -647,7 +705,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(answer_after_write), cmocka_unit_test(bound),     cmocka_unit_test(expiry),
         cmocka_unit_test(failed_round),       cmocka_unit_test(deletions), cmocka_unit_test(pipelined),
-        cmocka_unit_test(thread_nice),        cmocka_unit_test(ids),
+        cmocka_unit_test(thread_nice),        cmocka_unit_test(ids),       cmocka_unit_test(stop_waits_for_release),
     };
     return TR_TEST_MAIN("unit.server.report_queue", tests, argc, argv);
 }
