@@ -82,6 +82,9 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"max_job_log_bytes", TR_CFG_INT, F(max_job_log_bytes), "67108864", 4096, 1099511627776LL, 0,
      "output the head keeps per job: its start and its last bytes (a quarter, at most 1 MiB), marker lines "
      "where it was cut"},
+    {"max_log_memory_bytes", TR_CFG_INT, F(max_log_memory_bytes), "16777216", 1048576, 1099511627776LL, 0,
+     "output the head holds in memory before it is written (all jobs; a full state dir): past it agents keep "
+     "their workers' output and send it again once the head has written what it holds"},
     {"keep_jobs", TR_CFG_INT, F(keep_jobs), "10000", 1, 100000000, 0,
      "finished jobs kept; past it the oldest are deleted with their events and logs"},
     {"keep_days", TR_CFG_INT, F(keep_days), "30", 0, 36500, 0,

@@ -65,6 +65,7 @@ typedef struct tr_head_config {
     int64_t restart_backoff_max_ms; /* its cap; an attempt that ran 2x this long resets it */
     int64_t shutdown_timeout_ms;    /* bound on the stop after SIGTERM (shutdown.c) */
     int64_t max_job_log_bytes; /* per job, at the head (joblog.h) */
+    int64_t max_log_memory_bytes; /* output not yet written, all jobs (joblog.h) */
     int64_t keep_jobs;         /* finished jobs kept (jobs_list.c) */
     int64_t keep_days;         /* finished jobs kept at most this long; 0 = no limit */
     int64_t metrics_keep;      /* metric points kept per job (metrics.c) */
@@ -204,6 +205,8 @@ typedef struct tr_head {
     uint64_t batches, batched_records;
 
     struct tr_logio *logio; /* job log I/O thread and its queues (joblog.c) */
+    uint64_t log_unsaved;   /* output held in memory, not yet in a file (joblog.c) */
+    int log_refusing;       /* reports are refused: log_unsaved reached its bound */
     const tr_head_service *svc[TR_HEAD_MAX_SERVICES];
     void *svc_state[TR_HEAD_MAX_SERVICES];
     size_t n_svc;
