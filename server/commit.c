@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
@@ -662,6 +663,52 @@ int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
                        "itself and accepts work again once a write succeeds",
                        h->cfg.state_dir, space, h->store_error);
     return 1;
+}
+
+/* file_mib is the size of DIR/NAME with its WAL in MiB (0 when absent). */
+static double file_mib(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    double b = 0;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    b += stat(path, &st) == 0 ? (double)st.st_size : 0;
+    snprintf(path, sizeof(path), "%s/%s-wal", dir, name);
+    b += stat(path, &st) == 0 ? (double)st.st_size : 0;
+    return b / (1024.0 * 1024.0);
+}
+
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
+{
+    const char *dirs[3] = {h->cfg.state_dir, h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir,
+                           h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir};
+    struct statvfs fs;
+
+    if (tr_head_store_refuse(h, call)) {
+        return 1;
+    }
+    for (int i = 0; h->cfg.min_free_bytes > 0 && i < 3; i++) {
+        double free_b;
+        if (statvfs(dirs[i], &fs) != 0) {
+            continue; /* a disk the head cannot look at: its writes say */
+        }
+        free_b = (double)fs.f_bavail * (double)fs.f_frsize;
+        if (free_b >= (double)h->cfg.min_free_bytes) {
+            continue;
+        }
+        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED,
+                           "the head takes no new work: the disk of %s has %.2f MiB free, under min_free_bytes "
+                           "(%.2f MiB); there head.db is %.2f MiB, metrics.db %.2f MiB (metrics_max_bytes %.0f MiB), "
+                           "traces.db %.2f MiB (traces_max_bytes %.0f MiB). Free space on that disk, delete "
+                           "finished jobs (troupe delete), or lower those bounds; new work is taken again as soon "
+                           "as there is room",
+                           dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0,
+                           file_mib(h->cfg.state_dir, "head.db"), file_mib(dirs[1], "metrics.db"),
+                           (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
+                           (double)h->cfg.traces_max_bytes / 1048576.0);
+        return 1;
+    }
+    return 0;
 }
 
 /* give_up: the head stops and still cannot write. Its memory goes with it,

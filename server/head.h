@@ -66,6 +66,9 @@ typedef struct tr_head_config {
     int64_t shutdown_timeout_ms;    /* bound on the stop after SIGTERM (shutdown.c) */
     int64_t max_job_log_bytes; /* per job, at the head (joblog.h) */
     int64_t max_log_memory_bytes; /* output not yet written, all jobs (joblog.h) */
+    int64_t metrics_max_bytes, traces_max_bytes; /* bounds of metrics.db and traces.db */
+    char *metrics_dir, *traces_dir;               /* where they are; NULL = state_dir */
+    int64_t min_free_bytes; /* new work is refused with less free on a store's disk */
     int64_t keep_jobs;         /* finished jobs kept (jobs_list.c) */
     int64_t keep_days;         /* finished jobs kept at most this long; 0 = no limit */
     int64_t metrics_keep;      /* metric points kept per job (metrics.c) */
@@ -275,6 +278,11 @@ void tr_head_commit_nudge(tr_head *h);
  * the state dir and its free space) and returns 1 while the store cannot
  * write; 0 otherwise. Handlers that would make new changes call it first. */
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call);
+/* tr_head_space_refuse is tr_head_store_refuse for new work (submit): it
+ * also refuses, RESOURCE_EXHAUSTED, while the disk of the state dir, of
+ * metrics.db or of traces.db has less than min_free_bytes free, whichever
+ * file filled it, with the sizes of the stores and what to do. Under h->mu. */
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call);
 /* tr_head_store_unsaved counts changes waiting for the disk. */
 size_t tr_head_store_unsaved(const tr_head *h);
 /* tr_head_after_commit_or_resend: for calls whose sender re-sends the same
