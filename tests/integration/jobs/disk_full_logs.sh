@@ -20,7 +20,7 @@ fi
 trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; (exit $rc); cleanup' EXIT
 
 LINES=30001
-BOUND_MB=32 # over the baseline: 1 MiB of held output, the rest is slack
+BOUND_MB=16 # over the baseline: 1 MiB of held output, the rest is slack
 # Under AddressSanitizer freed memory waits in a quarantine (256 MiB by
 # default) before it is reused: keep it small so RSS shows the head's own use.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}quarantine_size_mb=4"
