@@ -17,7 +17,7 @@ if ! mount -t tmpfs -o size=4m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err"; then
     echo "SKIP: cannot mount a tmpfs here ($(cat "$T/mount.err"))"
     trap - EXIT; rm -rf "$T"; exit 77
 fi
-trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; (exit $rc); cleanup' EXIT
+trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; set +e; (exit $rc); cleanup' EXIT
 
 LINES=30001
 BOUND_MB=16 # over the baseline: 1 MiB of held output, the rest is slack

@@ -9,6 +9,6 @@ if ! mount -t tmpfs -o size=2m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err"; then
     exit 0
 fi
 # Unmount before lib.sh's cleanup removes $T (lazy: the head may still hold it).
-trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; (exit $rc); cleanup' EXIT
+trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; set +e; (exit $rc); cleanup' EXIT
 FULL=tmpfs
 source "$(dirname "$0")/store_full.inc"

@@ -14,7 +14,7 @@ if ! mount -t tmpfs -o size=8m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err"; then
     echo "SKIP: cannot mount a tmpfs here ($(cat "$T/mount.err"))"
     trap - EXIT; rm -rf "$T"; exit 77
 fi
-trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; (exit $rc); cleanup' EXIT
+trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; set +e; (exit $rc); cleanup' EXIT
 
 free_b() { df --output=avail -B1 "$T/state" | tail -1 | tr -d ' '; }
 db_size() { stat -c %s "$T/state/metrics.db" 2>/dev/null || echo 0; }
@@ -46,9 +46,12 @@ cli stop "$a" >/dev/null
 wait_for 30 "job $a ended" bash -c "[ \"\$('$CLI_BIN' -o json job $a | jq -r .state)\" = STOPPED ]"
 
 # ---- 2: a bound larger than the disk: the flood fills it -------------------
-kill -9 "$HEAD_PID"
+# A new head on an empty 8 MiB disk (a fresh tmpfs: quick to start under ASan).
+kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+umount -l "$T/state"
+mount -t tmpfs -o size=8m,mode=0700 tmpfs "$T/state"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --metrics-max-bytes $((64 * 1024 * 1024))
-wait_for 20 "node ALIVE again" is_state na ALIVE
+wait_for 30 "node ALIVE again" nodes_alive 1
 c=$(submit "$T/flood.yaml")
 wait_for 120 "the flood to fill the disk (free $(free_b) bytes)" bash -c "[ \$(df --output=avail -B1 '$T/state' | tail -1) -lt 1048576 ]"
 t0=$(date +%s%N)
