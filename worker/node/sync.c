@@ -561,8 +561,13 @@ void tr_node_workers_step(tr_node_agent *a)
     }
     every = any_running(a) ? 250 : 2000;
     if (a->need_report || now - a->last_report >= every) {
-        if (report(a) == TROUPE_OK) {
+        int rv = report(a);
+        if (rv == TROUPE_OK) {
             a->need_report = a->more_output; /* more output waiting: next step */
+        } else if (rv == TROUPE_RESOURCE_EXHAUSTED) {
+            /* The head holds all the output it can until its disk has room:
+             * again after the period, not on every step. */
+            a->need_report = 0;
         }
         a->last_report = now;
     }
