@@ -696,16 +696,17 @@ int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
         if (free_b >= (double)h->cfg.min_free_bytes) {
             continue;
         }
-        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED,
-                           "the head takes no new work: the disk of %s has %.2f MiB free, under min_free_bytes "
-                           "(%.2f MiB); there head.db is %.2f MiB, metrics.db %.2f MiB (metrics_max_bytes %.0f MiB), "
-                           "traces.db %.2f MiB (traces_max_bytes %.0f MiB). Free space on that disk, delete "
-                           "finished jobs (troupe delete), or lower those bounds; new work is taken again as soon "
-                           "as there is room",
-                           dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0,
-                           file_mib(h->cfg.state_dir, "head.db"), file_mib(dirs[1], "metrics.db"),
-                           (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
-                           (double)h->cfg.traces_max_bytes / 1048576.0);
+        tr_rpc_reply_error(
+            call, TROUPE_RESOURCE_EXHAUSTED,
+            "the head takes no new work: the disk of %s has %.2f MiB free, under min_free_bytes "
+            "(%.2f MiB); there head.db is %.2f MiB, metrics.db %.2f MiB (metrics_max_bytes %.0f MiB), "
+            "traces.db %.2f MiB (traces_max_bytes %.0f MiB). Free space on that disk, delete "
+            "finished jobs (troupe delete), or lower those bounds; new work is taken again as soon "
+            "as there is room",
+            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0,
+            file_mib(h->cfg.state_dir, "head.db"), file_mib(dirs[1], "metrics.db"),
+            (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
+            (double)h->cfg.traces_max_bytes / 1048576.0);
         return 1;
     }
     return 0;

@@ -16,7 +16,8 @@ int tr_db_status(int rc)
     }
 }
 
-int tr_db_err(tr_err *err, sqlite3 *db, const char *name, const char *path, const char *what, const char *hint)
+int tr_db_err(tr_err *err, sqlite3 *db, const char *name, const char *path, const char *what,
+              const char *hint)
 {
     int rc = db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM;
     int code = tr_db_status(rc);
@@ -25,5 +26,6 @@ int tr_db_err(tr_err *err, sqlite3 *db, const char *name, const char *path, cons
         return tr_err_set(err, code, "%s store %s: %s: %s (%s)", name, path, what, sqlite3_errstr(rc),
                           hint ? hint : "free space on its disk");
     }
-    return tr_err_set(err, code, "%s store %s: %s: %s", name, path, what, db ? sqlite3_errmsg(db) : "out of memory");
+    return tr_err_set(err, code, "%s store %s: %s: %s", name, path, what,
+                      db ? sqlite3_errmsg(db) : "out of memory");
 }

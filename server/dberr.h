@@ -18,6 +18,7 @@ int tr_db_status(int rc);
  * "NAME store PATH: WHAT: SQLite's message", followed for SQLITE_FULL by
  * what to do (hint: which bound applies, may be NULL). Returns the status.
  * The thread that may use db. */
-int tr_db_err(tr_err *err, sqlite3 *db, const char *name, const char *path, const char *what, const char *hint);
+int tr_db_err(tr_err *err, sqlite3 *db, const char *name, const char *path, const char *what,
+              const char *hint);
 
 #endif

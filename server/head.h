@@ -65,10 +65,10 @@ typedef struct tr_head_config {
     int64_t restart_backoff_max_ms; /* its cap; an attempt that ran 2x this long resets it */
     int64_t shutdown_timeout_ms;    /* bound on the stop after SIGTERM (shutdown.c) */
     int64_t max_job_log_bytes; /* per job, at the head (joblog.h) */
-    int64_t max_log_memory_bytes; /* output not yet written, all jobs (joblog.h) */
+    int64_t max_log_memory_bytes;                /* output not yet written, all jobs (joblog.h) */
     int64_t metrics_max_bytes, traces_max_bytes; /* bounds of metrics.db and traces.db */
-    char *metrics_dir, *traces_dir;               /* where they are; NULL = state_dir */
-    int64_t min_free_bytes; /* new work is refused with less free on a store's disk */
+    char *metrics_dir, *traces_dir;              /* where they are; NULL = state_dir */
+    int64_t min_free_bytes;                      /* new work is refused with less free on a store's disk */
     int64_t keep_jobs;         /* finished jobs kept (jobs_list.c) */
     int64_t keep_days;         /* finished jobs kept at most this long; 0 = no limit */
     int64_t metrics_keep;      /* metric points kept per job (metrics.c) */

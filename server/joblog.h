@@ -43,10 +43,10 @@ struct tr_head_wait;
  * worker's log file, so a report sent again is kept once) and the line it has
  * begun but not ended. */
 typedef struct tr_log_stream {
-    uint32_t worker;  /* index in the job's workers */
+    uint32_t worker; /* index in the job's workers */
     uint32_t attempt;
-    uint64_t next;    /* offset of the next byte expected: everything before is kept */
-    char *part;       /* the line begun, [0, part_len), at most TR_LOG_LINE_MAX */
+    uint64_t next; /* offset of the next byte expected: everything before is kept */
+    char *part;    /* the line begun, [0, part_len), at most TR_LOG_LINE_MAX */
     size_t part_len, part_cap;
     uint64_t part_cut; /* bytes of that line left out past TR_LOG_LINE_MAX */
 } tr_log_stream;

@@ -26,9 +26,9 @@
 
 #include <sqlite3.h>
 
+#include "dberr.h"
 #include "health.h"
 #include "jobs.h"
-#include "dberr.h"
 #include "log.h"
 #include "metric_buf.h"
 #include "metrics.h"
@@ -336,8 +336,8 @@ static int db_open(metrics_svc *s, tr_err *err)
      * only cost time: with 8 binds, a step and a reset per point it was
      * ~10 lock/unlock pairs per point, ~10 % of the head's samples under
      * bench/metrics (perf). */
-    rv = tr_rq_db_open("metrics", s->path, SQLITE_OPEN_NOMUTEX, s->h->cfg.sync_full, s->h->cfg.metrics_max_bytes,
-                       schema, &s->db, err);
+    rv = tr_rq_db_open("metrics", s->path, SQLITE_OPEN_NOMUTEX, s->h->cfg.sync_full,
+                       s->h->cfg.metrics_max_bytes, schema, &s->db, err);
     if (rv != TROUPE_OK) {
         return rv;
     }

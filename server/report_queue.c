@@ -21,8 +21,8 @@
  * (job_deleted queues under h->mu). */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -373,14 +373,20 @@ int tr_rq_db_open(const char *name, const char *path, int flags, int sync_full, 
          * the WAL adds at most that much beside the file. */
         sqlite3_int64 page = 4096, pages;
         sqlite3_stmt *q = NULL;
-        if (sqlite3_prepare_v2(*db, "PRAGMA page_size;", -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW) {
+        if (sqlite3_prepare_v2(*db, "PRAGMA page_size;", -1, &q, NULL) == SQLITE_OK &&
+            sqlite3_step(q) == SQLITE_ROW) {
             page = sqlite3_column_int64(q, 0);
         }
         sqlite3_finalize(q);
         pages = max_bytes / (page > 0 ? page : 4096);
-        snprintf(sql, sizeof(sql), "PRAGMA max_page_count=%lld; PRAGMA wal_autocheckpoint=%lld; PRAGMA journal_size_limit=%lld;",
-                 (long long)(pages > 1 ? pages : 1), (long long)(pages / 16 > 1000 ? 1000 : pages / 16 > 8 ? pages / 16 : 8),
-                 (long long)(max_bytes / 16));
+        snprintf(
+            sql, sizeof(sql),
+            "PRAGMA max_page_count=%lld; PRAGMA wal_autocheckpoint=%lld; PRAGMA journal_size_limit=%lld;",
+            (long long)(pages > 1 ? pages : 1),
+            (long long)(pages / 16 > 1000 ? 1000
+                        : pages / 16 > 8  ? pages / 16
+                                          : 8),
+            (long long)(max_bytes / 16));
         rv = tr_rq_db_exec(*db, name, path, sql, err);
     }
 out:

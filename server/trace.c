@@ -34,8 +34,8 @@
 
 #include <sqlite3.h>
 
-#include "jobs.h"
 #include "dberr.h"
+#include "jobs.h"
 #include "log.h"
 #include "report_queue.h"
 #include "trace.h"
@@ -565,8 +565,10 @@ static int db_open(trace_svc *s, tr_err *err)
     tr_ids orphans = {0};
     int rv;
 
-    snprintf(s->path, sizeof(s->path), "%s/traces.db", s->h->cfg.traces_dir ? s->h->cfg.traces_dir : s->h->cfg.state_dir);
-    rv = tr_rq_db_open("trace", s->path, 0, s->h->cfg.sync_full, s->h->cfg.traces_max_bytes, schema, &s->db, err);
+    snprintf(s->path, sizeof(s->path), "%s/traces.db",
+             s->h->cfg.traces_dir ? s->h->cfg.traces_dir : s->h->cfg.state_dir);
+    rv = tr_rq_db_open("trace", s->path, 0, s->h->cfg.sync_full, s->h->cfg.traces_max_bytes, schema, &s->db,
+                       err);
     if (rv != TROUPE_OK) {
         return rv;
     }

@@ -660,7 +660,8 @@ static void db_bound(void **state)
     (void)state;
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof(path), "%s/bounded.db", dir);
-    assert_int_equal(tr_rq_db_open("bounded", path, 0, 0, 65536, "CREATE TABLE t(x BLOB);", &db, &err), TROUPE_OK);
+    assert_int_equal(tr_rq_db_open("bounded", path, 0, 0, 65536, "CREATE TABLE t(x BLOB);", &db, &err),
+                     TROUPE_OK);
     for (i = 0; i < 1000 && rv == TROUPE_OK; i++) {
         snprintf(sql, sizeof(sql), "INSERT INTO t VALUES(zeroblob(1024));");
         rv = tr_rq_db_exec(db, "bounded", path, sql, &err);
