@@ -645,26 +645,6 @@ size_t tr_head_store_unsaved(const tr_head *h)
     return n;
 }
 
-int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
-{
-    struct statvfs fs;
-    char space[64] = "free space unknown";
-
-    if (!h->store_failing) {
-        return 0;
-    }
-    if (statvfs(h->cfg.state_dir, &fs) == 0) {
-        snprintf(space, sizeof(space), "%.1f MiB free",
-                 (double)fs.f_bavail * (double)fs.f_frsize / (1024.0 * 1024.0));
-    }
-    tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED,
-                       "the head cannot save changes, so it takes no new work: state store in %s (%s on "
-                       "its disk) fails: %s. Free space on that disk (or fix it); the head retries by "
-                       "itself and accepts work again once a write succeeds",
-                       h->cfg.state_dir, space, h->store_error);
-    return 1;
-}
-
 /* file_mib is the size of DIR/NAME with its WAL in MiB (0 when absent). */
 static double file_mib(const char *dir, const char *name)
 {
@@ -678,11 +658,47 @@ static double file_mib(const char *dir, const char *name)
     return b / (1024.0 * 1024.0);
 }
 
+/* stores_note writes what takes the head's disks: each store's size and
+ * bound, so a refusal says which file filled the disk. */
+static void stores_note(const tr_head *h, char *buf, size_t cap)
+{
+    const char *mdir = h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir;
+    const char *tdir = h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir;
+    snprintf(buf, cap,
+             "head.db %.2f MiB, metrics.db %.2f MiB (bound %.0f MiB), traces.db %.2f MiB (bound %.0f MiB)",
+             file_mib(h->cfg.state_dir, "head.db"), file_mib(mdir, "metrics.db"),
+             (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(tdir, "traces.db"),
+             (double)h->cfg.traces_max_bytes / 1048576.0);
+}
+
+int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
+{
+    struct statvfs fs;
+    char space[64] = "free space unknown", stores[200];
+
+    if (!h->store_failing) {
+        return 0;
+    }
+    if (statvfs(h->cfg.state_dir, &fs) == 0) {
+        snprintf(space, sizeof(space), "%.1f MiB free",
+                 (double)fs.f_bavail * (double)fs.f_frsize / (1024.0 * 1024.0));
+    }
+    stores_note(h, stores, sizeof(stores));
+    tr_rpc_reply_error(
+        call, TROUPE_RESOURCE_EXHAUSTED,
+        "the head takes no new work: it cannot save changes in %s (%s on its disk): %s; %s. "
+        "Free space there (delete finished jobs, lower metrics_max_bytes/traces_max_bytes); it "
+        "retries and takes work again once a write succeeds",
+        h->cfg.state_dir, space, h->store_error, stores);
+    return 1;
+}
+
 int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
 {
     const char *dirs[3] = {h->cfg.state_dir, h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir,
                            h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir};
     struct statvfs fs;
+    char stores[200];
 
     if (tr_head_store_refuse(h, call)) {
         return 1;
@@ -696,17 +712,13 @@ int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
         if (free_b >= (double)h->cfg.min_free_bytes) {
             continue;
         }
+        stores_note(h, stores, sizeof(stores));
         tr_rpc_reply_error(
             call, TROUPE_RESOURCE_EXHAUSTED,
-            "the head takes no new work: the disk of %s has %.2f MiB free, under min_free_bytes "
-            "(%.2f MiB); there head.db is %.2f MiB, metrics.db %.2f MiB (metrics_max_bytes %.0f MiB), "
-            "traces.db %.2f MiB (traces_max_bytes %.0f MiB). Free space on that disk, delete "
-            "finished jobs (troupe delete), or lower those bounds; new work is taken again as soon "
-            "as there is room",
-            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0,
-            file_mib(h->cfg.state_dir, "head.db"), file_mib(dirs[1], "metrics.db"),
-            (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
-            (double)h->cfg.traces_max_bytes / 1048576.0);
+            "the head takes no new work: the disk of %s has %.2f MiB free (min_free_bytes %.2f "
+            "MiB); %s. Free space there, delete finished jobs (troupe delete) or lower "
+            "metrics_max_bytes/traces_max_bytes; new work is taken again once there is room",
+            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, stores);
         return 1;
     }
     return 0;
