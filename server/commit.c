@@ -596,6 +596,7 @@ static void store_failed(tr_head *h, const tr_err *err)
 {
     h->store_failed_writes++;
     snprintf(h->store_error, sizeof(h->store_error), "%s", err->msg);
+    h->store_code = err->code;
     if (!h->store_failing) {
         h->store_failing = 1;
         h->store_failing_since_ms = tr_wall_ms();

@@ -229,6 +229,7 @@ typedef struct tr_head {
     int64_t store_failing_since_ms; /* wall clock */
     uint64_t store_failed_writes;   /* batches that could not be written, ever */
     char store_error[512];
+    int store_code;       /* the status of the last failed write (RESOURCE_EXHAUSTED: full) */
     struct tr_auth *auth; /* credentials (auth.c) */
     /* Connections closed, noted by the RPC server's pipe callback (which
      * must not take mu) and turned into node state by the reaper. */

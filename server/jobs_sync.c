@@ -507,8 +507,9 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
          * agent keeps the report and sends it again. Answered now, not parked:
          * a report parked until the disk has room would hold up the agent's
          * heartbeats for its whole deadline. */
-        tr_rpc_reply_error(call, TROUPE_UNAVAILABLE, "report not saved yet (state store: %s); send it again",
-                           h->store_error);
+        tr_rpc_reply_error(
+            call, h->store_code == TROUPE_RESOURCE_EXHAUSTED ? TROUPE_RESOURCE_EXHAUSTED : TROUPE_UNAVAILABLE,
+            "report not saved yet (state store: %s); send it again", h->store_error);
     } else if (req->wait_ms == 0) {
         /* The agent forgets settled workers once this is answered, so answer
          * only when what it reported is on disk. */
