@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
@@ -595,6 +596,7 @@ static void store_failed(tr_head *h, const tr_err *err)
 {
     h->store_failed_writes++;
     snprintf(h->store_error, sizeof(h->store_error), "%s", err->msg);
+    h->store_code = err->code;
     if (!h->store_failing) {
         h->store_failing = 1;
         h->store_failing_since_ms = tr_wall_ms();
@@ -644,10 +646,36 @@ size_t tr_head_store_unsaved(const tr_head *h)
     return n;
 }
 
+/* file_mib is the size of DIR/NAME with its WAL in MiB (0 when absent). */
+static double file_mib(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    double b = 0;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    b += stat(path, &st) == 0 ? (double)st.st_size : 0;
+    snprintf(path, sizeof(path), "%s/%s-wal", dir, name);
+    b += stat(path, &st) == 0 ? (double)st.st_size : 0;
+    return b / (1024.0 * 1024.0);
+}
+
+/* stores_note writes what takes the head's disks: each store's size and
+ * bound, so a refusal says which file filled the disk. */
+static void stores_note(const tr_head *h, char *buf, size_t cap)
+{
+    const char *mdir = h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir;
+    const char *tdir = h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir;
+    snprintf(buf, cap,
+             "head.db %.2f MiB, metrics.db %.2f MiB (bound %.0f MiB), traces.db %.2f MiB (bound %.0f MiB)",
+             file_mib(h->cfg.state_dir, "head.db"), file_mib(mdir, "metrics.db"),
+             (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(tdir, "traces.db"),
+             (double)h->cfg.traces_max_bytes / 1048576.0);
+}
+
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
 {
     struct statvfs fs;
-    char space[64] = "free space unknown";
+    char space[64] = "free space unknown", stores[200];
 
     if (!h->store_failing) {
         return 0;
@@ -656,12 +684,45 @@ int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
         snprintf(space, sizeof(space), "%.1f MiB free",
                  (double)fs.f_bavail * (double)fs.f_frsize / (1024.0 * 1024.0));
     }
-    tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED,
-                       "the head cannot save changes, so it takes no new work: state store in %s (%s on "
-                       "its disk) fails: %s. Free space on that disk (or fix it); the head retries by "
-                       "itself and accepts work again once a write succeeds",
-                       h->cfg.state_dir, space, h->store_error);
+    stores_note(h, stores, sizeof(stores));
+    tr_rpc_reply_error(
+        call, TROUPE_RESOURCE_EXHAUSTED,
+        "the head takes no new work: it cannot save changes in %s (%s on its disk): %s; %s. "
+        "Free space there (delete finished jobs, lower metrics_max_bytes/traces_max_bytes); it "
+        "retries and takes work again once a write succeeds",
+        h->cfg.state_dir, space, h->store_error, stores);
     return 1;
+}
+
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
+{
+    const char *dirs[3] = {h->cfg.state_dir, h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir,
+                           h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir};
+    struct statvfs fs;
+    char stores[200];
+
+    if (tr_head_store_refuse(h, call)) {
+        return 1;
+    }
+    for (int i = 0; h->cfg.min_free_bytes > 0 && i < 3; i++) {
+        double free_b;
+        if (statvfs(dirs[i], &fs) != 0) {
+            continue; /* a disk the head cannot look at: its writes say */
+        }
+        free_b = (double)fs.f_bavail * (double)fs.f_frsize;
+        if (free_b >= (double)h->cfg.min_free_bytes) {
+            continue;
+        }
+        stores_note(h, stores, sizeof(stores));
+        tr_rpc_reply_error(
+            call, TROUPE_RESOURCE_EXHAUSTED,
+            "the head takes no new work: the disk of %s has %.2f MiB free (min_free_bytes %.2f "
+            "MiB); %s. Free space there, delete finished jobs (troupe delete) or lower "
+            "metrics_max_bytes/traces_max_bytes; new work is taken again once there is room",
+            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, stores);
+        return 1;
+    }
+    return 0;
 }
 
 /* give_up: the head stops and still cannot write. Its memory goes with it,

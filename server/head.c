@@ -87,6 +87,21 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"max_job_log_bytes", TR_CFG_INT, F(max_job_log_bytes), "67108864", 4096, 1099511627776LL, 0,
      "output the head keeps per job: its start and its last bytes (a quarter, at most 1 MiB), marker lines "
      "where it was cut"},
+    {"max_log_memory_bytes", TR_CFG_INT, F(max_log_memory_bytes), "16777216", 1048576, 1099511627776LL, 0,
+     "output the head holds in memory before it is written (all jobs; a full state dir): past it agents keep "
+     "their workers' output and send it again once the head has written what it holds"},
+    {"metrics_max_bytes", TR_CFG_INT, F(metrics_max_bytes), "1073741824", 65536, 1099511627776LL, 0,
+     "size bound of metrics.db (its WAL adds up to 1/16): past it new points are refused RESOURCE_EXHAUSTED "
+     "and workers keep them (metrics_keep bounds each job's points)"},
+    {"traces_max_bytes", TR_CFG_INT, F(traces_max_bytes), "1073741824", 65536, 1099511627776LL, 0,
+     "size bound of traces.db (its WAL adds up to 1/16): past it new spans are refused RESOURCE_EXHAUSTED"},
+    {"metrics_dir", TR_CFG_STRING, F(metrics_dir), NULL, TR_CFG_UNBOUNDED, 0,
+     "directory of metrics.db (another disk keeps a metrics flood off the state); default: state_dir"},
+    {"traces_dir", TR_CFG_STRING, F(traces_dir), NULL, TR_CFG_UNBOUNDED, 0,
+     "directory of traces.db; default: state_dir"},
+    {"min_free_bytes", TR_CFG_INT, F(min_free_bytes), "1048576", 0, 1099511627776LL, 0,
+     "new jobs are refused (RESOURCE_EXHAUSTED, naming the disk and the stores' sizes) while the disk of the "
+     "state dir, metrics_dir or traces_dir has less free than this; 0 = only when a write fails"},
     {"keep_jobs", TR_CFG_INT, F(keep_jobs), "10000", 1, 100000000, 0,
      "finished jobs kept; past it the oldest are deleted with their events and logs"},
     {"keep_days", TR_CFG_INT, F(keep_days), "30", 0, 36500, 0,

@@ -66,6 +66,10 @@ typedef struct tr_head_config {
     int64_t restart_backoff_max_ms; /* its cap; an attempt that ran 2x this long resets it */
     int64_t shutdown_timeout_ms;    /* bound on the stop after SIGTERM (shutdown.c) */
     int64_t max_job_log_bytes; /* per job, at the head (joblog.h) */
+    int64_t max_log_memory_bytes;                /* output not yet written, all jobs (joblog.h) */
+    int64_t metrics_max_bytes, traces_max_bytes; /* bounds of metrics.db and traces.db */
+    char *metrics_dir, *traces_dir;              /* where they are; NULL = state_dir */
+    int64_t min_free_bytes;                      /* new work is refused with less free on a store's disk */
     int64_t keep_jobs;         /* finished jobs kept (jobs_list.c) */
     int64_t keep_days;         /* finished jobs kept at most this long; 0 = no limit */
     int64_t metrics_keep;      /* metric points kept per job (metrics.c) */
@@ -212,6 +216,8 @@ typedef struct tr_head {
     uint64_t batches, batched_records;
 
     struct tr_logio *logio; /* job log I/O thread and its queues (joblog.c) */
+    uint64_t log_unsaved;   /* output held in memory, not yet in a file (joblog.c) */
+    int log_refusing;       /* reports are refused: log_unsaved reached its bound */
     const tr_head_service *svc[TR_HEAD_MAX_SERVICES];
     void *svc_state[TR_HEAD_MAX_SERVICES];
     size_t n_svc;
@@ -231,6 +237,7 @@ typedef struct tr_head {
     int64_t store_failing_since_ms; /* wall clock */
     uint64_t store_failed_writes;   /* batches that could not be written, ever */
     char store_error[512];
+    int store_code;       /* the status of the last failed write (RESOURCE_EXHAUSTED: full) */
     struct tr_auth *auth; /* credentials (auth.c) */
     /* Connections closed, noted by the RPC server's pipe callback (which
      * must not take mu) and turned into node state by the reaper. */
@@ -280,6 +287,11 @@ void tr_head_commit_nudge(tr_head *h);
  * the state dir and its free space) and returns 1 while the store cannot
  * write; 0 otherwise. Handlers that would make new changes call it first. */
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call);
+/* tr_head_space_refuse is tr_head_store_refuse for new work (submit): it
+ * also refuses, RESOURCE_EXHAUSTED, while the disk of the state dir, of
+ * metrics.db or of traces.db has less than min_free_bytes free, whichever
+ * file filled it, with the sizes of the stores and what to do. Under h->mu. */
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call);
 /* tr_head_store_unsaved counts changes waiting for the disk. */
 size_t tr_head_store_unsaved(const tr_head *h);
 /* tr_head_after_commit_or_resend: for calls whose sender re-sends the same

@@ -10,7 +10,11 @@
  * every unlocked step: it may have been deleted meanwhile.
  *
  * A failed write (a full disk) keeps the bytes in memory and is retried every
- * second; followers are still served from memory. */
+ * second; followers are still served from memory. What is held so, for all
+ * jobs, is bounded by max_log_memory_bytes: past it, reports are refused and
+ * their agents keep the output (tr_joblog_report). The other memory is
+ * bounded per job (MEM_KEEP, the tail window) or per worker attempt with a
+ * line in progress (TR_LOG_LINE_MAX). */
 #include "joblog.h"
 
 #include <errno.h>
@@ -33,6 +37,9 @@
 #define MARKER_RESERVE 512u          /* room kept under the bound for each marker line */
 #define TAIL_MAX (1024u * 1024u)     /* largest tail window kept past the cut */
 #define RETRY_MS 1000
+/* A reply holds at least one whole line: the longest line kept, with its
+ * "[worker] " prefix and its cut marker (a worker name is under 128 bytes). */
+#define LINE_READ_MAX (TR_LOG_LINE_MAX + 512u)
 
 enum { IO_FLUSH, IO_READ, IO_UNLINK };
 
@@ -96,6 +103,12 @@ void tr_joblog_free(tr_job_log *l)
     free(l->tail);
     l->tail = NULL;
     l->tail_len = l->tail_cap = 0;
+    for (size_t i = 0; i < l->n_streams; i++) {
+        free(l->streams[i].part);
+    }
+    free(l->streams);
+    l->streams = NULL;
+    l->n_streams = 0;
 }
 
 /* tail_window is how many of a cut job's last bytes are kept for its end: a
@@ -146,21 +159,36 @@ static int mem_reserve(tr_job_log *l, size_t more)
     return 0;
 }
 
-static void mem_put(tr_job_log *l, const char *worker, const char *text, size_t n)
+/* put_line writes "[worker] text<sfx>\n" at p (wl = strlen(worker)). */
+static void put_line(char *p, const char *worker, size_t wl, const char *text, size_t n, const char *sfx,
+                     size_t sl)
 {
-    size_t wl = strlen(worker), need = wl + n + 4;
+    p[0] = '[';
+    memcpy(p + 1, worker, wl);
+    memcpy(p + 1 + wl, "] ", 2);
+    memcpy(p + 3 + wl, text, n);
+    if (sl > 0) {
+        memcpy(p + 3 + wl + n, sfx, sl);
+    }
+    p[3 + wl + n + sl] = '\n';
+}
+
+/* mem_put_sfx appends one line, text then sfx (a marker; may be NULL). */
+static void mem_put_sfx(tr_job_log *l, const char *worker, const char *text, size_t n, const char *sfx)
+{
+    size_t wl = strlen(worker), sl = sfx ? strlen(sfx) : 0, need = wl + n + sl + 4;
     if (mem_reserve(l, need) != 0) {
         l->dropped += n + 1;
         TR_LOG(TR_LOG_ERR, "out of memory keeping a log line of worker=%s; line dropped", worker);
         return;
     }
-    char *p = l->mem + (l->size - l->mem_off);
-    p[0] = '[';
-    memcpy(p + 1, worker, wl);
-    memcpy(p + 1 + wl, "] ", 2);
-    memcpy(p + 3 + wl, text, n);
-    p[3 + wl + n] = '\n';
+    put_line(l->mem + (l->size - l->mem_off), worker, wl, text, n, sfx, sl);
     l->size += need;
+}
+
+static void mem_put(tr_job_log *l, const char *worker, const char *text, size_t n)
+{
+    mem_put_sfx(l, worker, text, n, NULL);
 }
 
 static void queue_flush(tr_head *h, tr_head_job *hj)
@@ -178,21 +206,22 @@ static void queue_flush(tr_head *h, tr_head_job *hj)
 /* tail_put keeps one line of a cut job in its tail window, dropping the
  * oldest whole lines when the window is full. The buffer holds up to twice
  * the window, so lines are moved once per window's worth, not per line. */
-static void tail_put(const tr_head *h, tr_job_log *l, const char *worker, const char *text, size_t n)
+static void tail_put(const tr_head *h, tr_job_log *l, const char *worker, const char *text, size_t n,
+                     const char *sfx)
 {
-    size_t cap = tail_window(h), wl = strlen(worker), need;
+    size_t cap = tail_window(h), wl = strlen(worker), sl = sfx ? strlen(sfx) : 0, need;
 
-    if (wl + 4 >= cap) {
-        l->dropped += wl + n + 4;
+    if (wl + sl + 4 >= cap) {
+        l->dropped += wl + n + sl + 4;
         return;
     }
-    if (wl + n + 4 > cap) { /* one line longer than the window: its end is kept */
-        size_t cut = wl + n + 4 - cap;
+    if (wl + n + sl + 4 > cap) { /* one line longer than the window: its end is kept */
+        size_t cut = wl + n + sl + 4 - cap;
         l->dropped += cut;
         text += cut;
         n -= cut;
     }
-    need = wl + n + 4;
+    need = wl + n + sl + 4;
     if (l->tail_len + need > 2 * cap) { /* keep the newest lines: window less this one */
         size_t drop = l->tail_len + need - cap;
         const char *nl = memchr(l->tail + drop - 1, '\n', l->tail_len - drop + 1);
@@ -215,12 +244,7 @@ static void tail_put(const tr_head *h, tr_job_log *l, const char *worker, const 
         l->tail = p;
         l->tail_cap = c;
     }
-    char *p = l->tail + l->tail_len;
-    p[0] = '[';
-    memcpy(p + 1, worker, wl);
-    memcpy(p + 1 + wl, "] ", 2);
-    memcpy(p + 3 + wl, text, n);
-    p[3 + wl + n] = '\n';
+    put_line(l->tail + l->tail_len, worker, wl, text, n, sfx, sl);
     l->tail_len += need;
 }
 
@@ -257,7 +281,9 @@ void tr_joblog_settled(tr_head *h, tr_head_job *hj)
         return;
     }
     if (hj->log.tail_len > 0 || hj->log.dropped > 0) {
+        uint64_t before = hj->log.size;
         tail_end(h, hj);
+        h->log_unsaved += hj->log.size - before;
     }
     if (hj->log.mem != NULL) {
         queue_flush(h, hj);
@@ -279,28 +305,182 @@ static void cut_here(tr_head *h, tr_head_job *hj)
            (unsigned long long)hj->j->id, (unsigned long long)hj->log.size, tail_window(h));
 }
 
-void tr_joblog_append(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len)
+/* line_out keeps one whole line of a worker (sfx: a marker at its end, or
+ * NULL): in the log while under the bound, in the tail window past it. */
+static void line_out(tr_head *h, tr_head_job *hj, const char *worker, const char *text, size_t n,
+                     const char *sfx)
 {
-    uint64_t limit = head_limit(h);
-    size_t start = 0, wl = strlen(worker);
-
-    while (start < len) { /* one prefixed line per input line: `--worker` filters on it */
-        const char *nl = memchr(data + start, '\n', len - start);
-        size_t n = nl ? (size_t)(nl - (data + start)) : len - start;
-        if (!hj->log.cut && hj->log.size + wl + n + 4 > limit) {
-            cut_here(h, hj);
-        }
-        if (hj->log.cut) {
-            tail_put(h, &hj->log, worker, data + start, n);
-        } else {
-            mem_put(&hj->log, worker, data + start, n);
-        }
-        start += n + 1;
+    size_t extra = strlen(worker) + (sfx ? strlen(sfx) : 0) + 4;
+    if (!hj->log.cut && hj->log.size + n + extra > head_limit(h)) {
+        cut_here(h, hj);
     }
-    if (hj->log.size > hj->log.written) {
+    if (hj->log.cut) {
+        tail_put(h, &hj->log, worker, text, n, sfx);
+    } else {
+        mem_put_sfx(&hj->log, worker, text, n, sfx);
+    }
+}
+
+/* stream_of finds (or adds) the stream of one worker attempt; NULL without
+ * memory. Streams live as long as the job: a report sent again after its
+ * worker ended must still be recognised. */
+static tr_log_stream *stream_of(tr_job_log *l, uint32_t worker, uint32_t attempt)
+{
+    for (size_t i = 0; i < l->n_streams; i++) {
+        if (l->streams[i].worker == worker && l->streams[i].attempt == attempt) {
+            return &l->streams[i];
+        }
+    }
+    tr_log_stream *grown = realloc(l->streams, (l->n_streams + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        return NULL;
+    }
+    l->streams = grown;
+    memset(&grown[l->n_streams], 0, sizeof(*grown));
+    grown[l->n_streams].worker = worker;
+    grown[l->n_streams].attempt = attempt;
+    return &grown[l->n_streams++];
+}
+
+/* part_add keeps the beginning of a line up to TR_LOG_LINE_MAX, counting
+ * what is left out past it. */
+static void part_add(tr_log_stream *s, const char *data, size_t n)
+{
+    size_t room = TR_LOG_LINE_MAX - s->part_len, take = n < room ? n : room;
+    if (take > 0 && s->part_len + take > s->part_cap) {
+        size_t cap = s->part_cap ? s->part_cap : 256;
+        while (cap < s->part_len + take) {
+            cap *= 2;
+        }
+        cap = cap > TR_LOG_LINE_MAX ? TR_LOG_LINE_MAX : cap;
+        char *p = realloc(s->part, cap);
+        if (p == NULL) {
+            take = 0; /* counted as cut: the marker says so */
+        } else {
+            s->part = p;
+            s->part_cap = cap;
+        }
+    }
+    if (take > 0) {
+        memcpy(s->part + s->part_len, data, take);
+        s->part_len += take;
+    }
+    s->part_cut += n - take;
+}
+
+/* part_out ends the stream's begun line (its newline came, or its worker
+ * ended without one) and frees the buffer. */
+static void part_out(tr_head *h, tr_head_job *hj, tr_log_stream *s, const char *worker)
+{
+    char sfx[96];
+    if (s->part_cut > 0) {
+        snprintf(sfx, sizeof(sfx), " [troupe: line cut, %llu more bytes]", (unsigned long long)s->part_cut);
+    }
+    line_out(h, hj, worker, s->part ? s->part : "", s->part_len, s->part_cut > 0 ? sfx : NULL);
+    free(s->part);
+    s->part = NULL;
+    s->part_len = s->part_cap = 0;
+    s->part_cut = 0;
+}
+
+static int part_open(const tr_log_stream *s)
+{
+    return s->part_len > 0 || s->part_cut > 0;
+}
+
+/* take_bytes cuts new bytes of a stream into lines. */
+static void take_bytes(tr_head *h, tr_head_job *hj, tr_log_stream *s, const char *worker, const char *data,
+                       size_t len)
+{
+    while (len > 0) {
+        const char *nl = memchr(data, '\n', len);
+        size_t n = nl ? (size_t)(nl - data) : len;
+        if (nl == NULL) {
+            part_add(s, data, n); /* the line goes on in a later report */
+            return;
+        }
+        if (part_open(s)) {
+            part_add(s, data, n);
+            part_out(h, hj, s, worker);
+        } else if (n > TR_LOG_LINE_MAX) {
+            char sfx[96];
+            snprintf(sfx, sizeof(sfx), " [troupe: line cut, %zu more bytes]", n - TR_LOG_LINE_MAX);
+            line_out(h, hj, worker, data, TR_LOG_LINE_MAX, sfx);
+        } else {
+            line_out(h, hj, worker, data, n, NULL);
+        }
+        data += n + 1;
+        len -= n + 1;
+    }
+}
+
+/* refuse_now: new bytes would pass max_log_memory_bytes while the head holds
+ * output it could not write. Some output is always taken when nothing is
+ * held, so a report larger than the bound still goes through. */
+static int refuse_now(tr_head *h, size_t len)
+{
+    uint64_t max = (uint64_t)h->cfg.max_log_memory_bytes;
+    int refuse = h->log_unsaved > 0 && h->log_unsaved + len > max;
+    if (refuse != h->log_refusing) {
+        h->log_refusing = refuse;
+        if (refuse) {
+            TR_LOG(TR_LOG_WARNING,
+                   "job output held back: %llu bytes not written yet (max_log_memory_bytes=%llu; is %s/logs "
+                   "full?); agents keep their workers' output and send it again",
+                   (unsigned long long)h->log_unsaved, (unsigned long long)max, h->cfg.state_dir);
+        } else {
+            TR_LOG(TR_LOG_NOTICE, "job output taken again: %llu bytes not written yet",
+                   (unsigned long long)h->log_unsaved);
+        }
+    }
+    return refuse;
+}
+
+int tr_joblog_report(tr_head *h, tr_head_job *hj, uint32_t worker, const char *name, uint32_t attempt,
+                     int has_off, uint64_t off, const char *data, size_t len, int ended)
+{
+    tr_job_log *l = &hj->log;
+    tr_log_stream *s = stream_of(l, worker, attempt);
+    uint64_t before = l->size;
+
+    if (s == NULL) {
+        return 0; /* out of memory: sent again */
+    }
+    if (!has_off) {
+        off = s->next;
+    }
+    if (off > s->next) {
+        /* Bytes this head never had: kept by the head before a restart, or
+         * read by the agent before its own restart. The line begun is ended. */
+        if (part_open(s)) {
+            part_out(h, hj, s, name);
+        }
+        s->next = off;
+    }
+    if (off + len > s->next) {
+        size_t skip = (size_t)(s->next - off);
+        if (refuse_now(h, len - skip)) {
+            return 0;
+        }
+        take_bytes(h, hj, s, name, data + skip, len - skip);
+        s->next = off + len;
+    }
+    if (ended && part_open(s)) {
+        part_out(h, hj, s, name);
+    }
+    h->log_unsaved += l->size - before;
+    if (l->size > l->written) {
         queue_flush(h, hj);
     }
-    tr_jobs_answer_log_waiters(h, hj, 0);
+    if (l->size != before) {
+        tr_jobs_answer_log_waiters(h, hj, 0);
+    }
+    return 1;
+}
+
+uint64_t tr_joblog_unsaved(const tr_head *h)
+{
+    return h->log_unsaved;
 }
 
 /* ---- reading --------------------------------------------------------------- */
@@ -314,8 +494,10 @@ static int logs_done(const tr_head *h, const tr_head_job *hj, uint64_t next)
 }
 
 /* whole_lines returns how much of buf (n bytes, read with a limit of max)
- * the reply may consume: whole lines; a full chunk without any newline (one
- * line longer than a chunk) goes out as it is, so a reader never stalls. */
+ * the reply may consume: whole lines. A chunk without any newline (one line
+ * longer than a chunk) is read again up to LINE_READ_MAX (line_end), so it
+ * goes out whole; were there still no newline, it goes out as it is, so a
+ * reader never stalls. */
 static size_t whole_lines(const char *buf, size_t n, size_t max)
 {
     size_t k = n;
@@ -351,6 +533,22 @@ static size_t filter(char *buf, size_t n, const char *worker)
 static uint32_t chunk_max(uint32_t max)
 {
     return (max == 0 || max > LOG_CHUNK_MAX) ? LOG_CHUNK_MAX : max;
+}
+
+/* line_end: how many of the avail bytes at p one reply of at most max takes,
+ * so that it ends at a newline: max, or less, or more when the first line is
+ * longer than max (up to LINE_READ_MAX). */
+static size_t line_end(const char *p, size_t avail, size_t max)
+{
+    size_t n = avail < max ? avail : max, far;
+    const char *nl;
+
+    if (n == avail || memchr(p, '\n', n) != NULL) {
+        return n;
+    }
+    far = avail < LINE_READ_MAX ? avail : LINE_READ_MAX;
+    nl = far > n ? memchr(p + n, '\n', far - n) : NULL;
+    return nl ? (size_t)(nl - p) + 1 : n;
 }
 
 static void reply_logs(tr_rpc_call *call, const char *data, size_t len, uint64_t next, int done)
@@ -405,7 +603,8 @@ int tr_joblog_try(tr_head *h, tr_head_job *hj, tr_head_wait *w, int force)
     }
     if (w->offset < l->size) {
         size_t avail = (size_t)(l->size - w->offset);
-        n = avail < max ? avail : max;
+        n = line_end(l->mem + (w->offset - l->mem_off), avail, max);
+        max = n > max ? (uint32_t)n : max; /* one long line: whole */
         if ((buf = malloc(n)) == NULL) {
             tr_rpc_reply_error(w->call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory reading logs");
             return 1;
@@ -495,6 +694,17 @@ static void do_read(tr_head *h, tr_logio *io, tr_head_wait *w)
     io->reading = 1;
     pthread_mutex_unlock(&h->mu);
     got = read_file(path, w->offset, (size_t)(end - w->offset < max ? end - w->offset : max), &buf);
+    if (got == (ssize_t)max && buf != NULL && memchr(buf, '\n', max) == NULL && end - w->offset > max) {
+        /* one line longer than a chunk: read up to the longest kept */
+        size_t want = (size_t)(end - w->offset < LINE_READ_MAX ? end - w->offset : LINE_READ_MAX);
+        free(buf);
+        got = read_file(path, w->offset, want, &buf);
+        if (got > 0 && buf != NULL) {
+            size_t n = line_end(buf, (size_t)got, max);
+            max = n > max ? (uint32_t)n : max;
+            got = (ssize_t)n;
+        }
+    }
     pthread_mutex_lock(&h->mu);
     io->reading = 0;
     pthread_cond_broadcast(&io->idle_cv);
@@ -599,6 +809,7 @@ static void do_flush(tr_head *h, tr_logio *io, uint64_t id)
         return;
     }
     hj->log.written += w > 0 ? (uint64_t)w : 0;
+    h->log_unsaved -= w > 0 ? (uint64_t)w : 0;
     hj->log.queued = 0;
     trim(hj);
     if (hj->log.size > hj->log.written) {
@@ -753,6 +964,8 @@ void tr_joblog_remove(tr_head *h, tr_head_job *hj)
     char path[4200];
     io_item *it = calloc(1, sizeof(*it));
 
+    h->log_unsaved -= hj->log.size - hj->log.written;
+    hj->log.size = hj->log.written;
     tr_joblog_free(&hj->log);
     hj->log.queued = 0;
     tr_joblog_path(h, hj->j->id, path, sizeof(path));

@@ -32,6 +32,25 @@ struct tr_head;
 struct tr_head_job;
 struct tr_head_wait;
 
+/* TR_LOG_LINE_MAX is the longest line of output kept whole: a worker's line
+ * may reach the head in many reports, and is joined there; past this many
+ * bytes of text the rest of the line is left out and the line ends with a
+ * marker that says how much ("[troupe: line cut, N more bytes]"). */
+#define TR_LOG_LINE_MAX (2u * 1024u * 1024u)
+
+/* tr_log_stream is what the head knows of one worker attempt's output: how
+ * far it has it (agents name each report's bytes by their offset in the
+ * worker's log file, so a report sent again is kept once) and the line it has
+ * begun but not ended. */
+typedef struct tr_log_stream {
+    uint32_t worker; /* index in the job's workers */
+    uint32_t attempt;
+    uint64_t next; /* offset of the next byte expected: everything before is kept */
+    char *part;    /* the line begun, [0, part_len), at most TR_LOG_LINE_MAX */
+    size_t part_len, part_cap;
+    uint64_t part_cut; /* bytes of that line left out past TR_LOG_LINE_MAX */
+} tr_log_stream;
+
 typedef struct tr_job_log {
     uint64_t size;    /* bytes accepted (written or waiting in memory) */
     uint64_t written; /* bytes in the file */
@@ -43,6 +62,8 @@ typedef struct tr_job_log {
     int queued;       /* listed for the I/O thread */
     char *tail;       /* past the cut: the newest whole lines, [0, tail_len) */
     size_t tail_len, tail_cap;
+    tr_log_stream *streams; /* one per worker attempt that reported output */
+    size_t n_streams;
 } tr_job_log;
 
 /* tr_joblog_start starts the I/O thread (h->logio). */
@@ -62,10 +83,22 @@ void tr_joblog_path(const struct tr_head *h, uint64_t job_id, char *buf, size_t 
  * before serving). */
 void tr_joblog_recover(struct tr_head *h, struct tr_head_job *hj);
 
-/* tr_joblog_append adds one "[worker] text" line per input line (under h->mu;
- * no I/O) and answers the job's followers. */
-void tr_joblog_append(struct tr_head *h, struct tr_head_job *hj, const char *worker, const char *data,
-                      size_t len);
+/* tr_joblog_report takes the output one agent report carries for worker
+ * index `worker` (named name) attempt `attempt`: data[0, len) are the bytes at
+ * offset `off` of that attempt's output (has_off 0: an older agent, taken as
+ * the next bytes). Bytes the head already has are skipped; the rest is cut
+ * into "[name] text" lines, a line's beginning kept until its end arrives.
+ * ended: the worker ended and this is its last output (a line without its
+ * newline is ended here). Returns 1 when everything is kept, 0 when the
+ * bytes are refused because the head already holds max_log_memory_bytes of
+ * output it could not write (nothing is taken: the agent sends it again).
+ * Under h->mu; no I/O; answers the job's followers. */
+int tr_joblog_report(struct tr_head *h, struct tr_head_job *hj, uint32_t worker, const char *name,
+                     uint32_t attempt, int has_off, uint64_t off, const char *data, size_t len, int ended);
+
+/* tr_joblog_unsaved returns the bytes of output the head holds that are not
+ * in a file yet (all jobs; under h->mu). */
+uint64_t tr_joblog_unsaved(const struct tr_head *h);
 
 /* tr_joblog_try answers a GetLogs call for w (offset, max_bytes, worker) if
  * there is something to say or force is set: from memory, or by handing w to

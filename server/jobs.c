@@ -194,11 +194,6 @@ void tr_jobs_touch(tr_head *h, tr_head_job *hj)
     tr_jobs_answer_job_waiters(h, hj, 0);
 }
 
-void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len)
-{
-    tr_joblog_append(h, hj, worker, data, len); /* memory only: the I/O thread writes it */
-}
-
 /* job_note records a lifecycle step in the event history and the head's log.
  * It does not go to the job's log file: creating one file per job only for
  * these lines cost ~40% of the head's CPU in the control-plane benchmark, and

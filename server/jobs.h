@@ -70,9 +70,12 @@ int tr_jobs_submit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr
 void tr_jobs_set_owner(tr_head *h, tr_rpc_call *call, uint64_t id);
 int tr_jobs_stop(tr_head *h, tr_head_job *hj, tr_err *err);
 void tr_jobs_touch(tr_head *h, tr_head_job *hj); /* version++, persist, wake waiters */
-void tr_jobs_log(tr_head *h, tr_head_job *hj, const char *worker, const char *data, size_t len);
+
 void tr_jobs_schedule(tr_head *h);
-void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req);
+/* tr_jobs_apply_reports merges a node's reports; returns how many workers'
+ * output (and with it their state) the head could not take now
+ * (max_log_memory_bytes): the report must not be acknowledged. */
+int tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req);
 int tr_jobs_is_terminal(const tr_head_job *hj);
 /* Settled: ended and holding no GPUs; nothing about it can change again. */
 int tr_jobs_is_settled(const tr_head_job *hj);

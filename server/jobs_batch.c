@@ -127,7 +127,7 @@ void tr_head_submit_jobs(tr_rpc_call *call, void *user)
     }
     o->return_jobs = req->return_jobs;
     pthread_mutex_lock(&h->mu);
-    if (tr_head_store_refuse(h, call)) {
+    if (tr_head_space_refuse(h, call)) {
         pthread_mutex_unlock(&h->mu);
         outcome_free(o);
         goto out;

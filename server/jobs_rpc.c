@@ -56,7 +56,7 @@ void tr_head_submit_job(tr_rpc_call *call, void *user)
         goto out;
     }
     pthread_mutex_lock(&h->mu);
-    if (tr_head_store_refuse(h, call)) {
+    if (tr_head_space_refuse(h, call)) {
         pthread_mutex_unlock(&h->mu);
         goto out;
     }

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "joblog.h"
 #include "jobs.h"
 #include "log.h"
 #include "node_sync.h"
@@ -542,13 +543,26 @@ static const Troupe__V1__WorkerReport *find_report(const Troupe__V1__NodeSyncReq
     return NULL;
 }
 
-/* apply_one merges what the agent says about one worker; returns 1 when the
- * worker just ended. */
-static int apply_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w,
-                     const Troupe__V1__WorkerReport *r)
+static int report_ended(const Troupe__V1__WorkerReport *r)
 {
-    if (r->log.len > 0) {
-        tr_jobs_log(h, hj, w->name, (const char *)r->log.data, r->log.len);
+    return r->state == TROUPE__V1__WORKER_STATE__WORKER_EXITED ||
+           r->state == TROUPE__V1__WORKER_STATE__WORKER_FAILED_TO_START;
+}
+
+/* apply_one merges what the agent says about worker wi; returns 1 when the
+ * worker just ended. Output the head cannot take now (*held set) holds back
+ * the state that came with it: a worker's end is taken with its last bytes,
+ * so a job never ends (nor `logs -f`) before its output is in. Memory only:
+ * the I/O thread writes the output. */
+static int apply_one(tr_head *h, tr_head_job *hj, size_t wi, const Troupe__V1__WorkerReport *r, int *held)
+{
+    Troupe__V1__WorkerInfo *w = hj->j->workers[wi];
+
+    if ((r->log.len > 0 || report_ended(r)) &&
+        !tr_joblog_report(h, hj, (uint32_t)wi, w->name, r->attempt, r->log_offset_set, r->log_offset,
+                          (const char *)r->log.data, r->log.len, report_ended(r))) {
+        *held = 1;
+        return 0;
     }
     if (r->attempt != w->attempt || !worker_live(w)) {
         return 0; /* an old attempt still winding down, or already settled */
@@ -633,9 +647,10 @@ static void set_fenced(tr_head *h, tr_head_node *hn, uint32_t fenced)
  * arrive after the release); the search for workers the node no longer has
  * walks only this node's jobs (its index), so its cost grows neither with
  * the head's history nor with the jobs on other nodes. */
-void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req)
+int tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req)
 {
     uint32_t fenced = 0;
+    int held = 0;
 
     for (size_t r = 0; r < req->n_reports; r++) {
         tr_head_job *hj = tr_jobs_find(h, req->reports[r]->job_id);
@@ -647,9 +662,11 @@ void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeS
         if (i < 0 || hj->j->workers[i]->node_id != hn->n->id) {
             continue;
         }
-        if (apply_one(h, hj, hj->j->workers[i], req->reports[r])) {
+        int one_held = 0;
+        if (apply_one(h, hj, (size_t)i, req->reports[r], &one_held)) {
             tr_jobs_worker_ended(h, hj, (size_t)i);
         }
+        held += one_held;
     }
     set_fenced(h, hn, fenced);
     tr_jobs_index_prune(hn); /* the only place that shrinks the list */
@@ -669,6 +686,7 @@ void tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeS
             }
         }
     }
+    return held;
 }
 
 void tr_head_node_sync(tr_rpc_call *call, void *user)
@@ -679,6 +697,7 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
     const Troupe__V1__NodeSyncRequest *req = (const Troupe__V1__NodeSyncRequest *)tr_rpc_unpack_scratch(
         call, &troupe__v1__node_sync_request__descriptor);
     tr_head_node *hn;
+    int held = 0;
 
     if (req == NULL) {
         return;
@@ -701,9 +720,16 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
          * poll carries none and must not read as "no workers". */
         TR_LOG(TR_LOG_DEBUG, "node report node=%llu applied=%llu workers=%zu", (unsigned long long)hn->n->id,
                (unsigned long long)req->version, req->n_reports);
-        tr_jobs_apply_reports(h, hn, req);
+        held = tr_jobs_apply_reports(h, hn, req);
     }
-    if (req->page > 0) {
+    if (held > 0) {
+        /* The rest is applied; what was held back comes again, and what was
+         * taken is skipped then (by its offsets). */
+        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED,
+                           "output of %d workers not taken: the head holds %llu bytes of output it could not "
+                           "write yet (max_log_memory_bytes; free space in %s/logs); send it again",
+                           held, (unsigned long long)tr_joblog_unsaved(h), h->cfg.state_dir);
+    } else if (req->page > 0) {
         /* The rest of a set: answered at once, from the newest saved
          * version; a part of another version tells the agent to start over. */
         reply_set(h, hn, call, req->version == safe_version(h, hn) ? req->page : 0, !req->common_parts);
@@ -722,8 +748,9 @@ void tr_head_node_sync(tr_rpc_call *call, void *user)
          * agent keeps the report and sends it again. Answered now, not parked:
          * a report parked until the disk has room would hold up the agent's
          * heartbeats for its whole deadline. */
-        tr_rpc_reply_error(call, TROUPE_UNAVAILABLE, "report not saved yet (state store: %s); send it again",
-                           h->store_error);
+        tr_rpc_reply_error(
+            call, h->store_code == TROUPE_RESOURCE_EXHAUSTED ? TROUPE_RESOURCE_EXHAUSTED : TROUPE_UNAVAILABLE,
+            "report not saved yet (state store: %s); send it again", h->store_error);
     } else if (req->wait_ms == 0) {
         /* The agent forgets settled workers once this is answered, so answer
          * only when what it reported is on disk. */

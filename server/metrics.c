@@ -26,6 +26,7 @@
 
 #include <sqlite3.h>
 
+#include "dberr.h"
 #include "health.h"
 #include "jobs.h"
 #include "log.h"
@@ -254,6 +255,18 @@ static job_count *count_of(metrics_svc *s, uint64_t job, int create)
 
 /* ---- the database ------------------------------------------------------------ */
 
+/* metrics_err sets err from the connection's last error (dberr.h): a full
+ * file is RESOURCE_EXHAUSTED, and says which bound applies. */
+static int metrics_err(metrics_svc *s, const char *what, tr_err *err)
+{
+    char hint[256];
+    snprintf(hint, sizeof(hint),
+             "metrics.db is bounded by metrics_max_bytes=%lld; free space on its disk, delete finished jobs "
+             "(troupe delete) or raise the bound",
+             (long long)s->h->cfg.metrics_max_bytes);
+    return tr_db_err(err, s->db, "metrics", s->path, what, hint);
+}
+
 static int db_exec(metrics_svc *s, const char *sql, tr_err *err)
 {
     return tr_rq_db_exec(s->db, "metrics", s->path, sql, err);
@@ -283,7 +296,7 @@ static int load(metrics_svc *s, tr_err *err)
                            "SELECT job, worker, attempt, last_seq, stored, dropped, reported, worker_dropped "
                            "FROM metric_streams",
                            -1, &q, NULL) != SQLITE_OK) {
-        return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, sqlite3_errmsg(s->db));
+        return metrics_err(s, "load", err);
     }
     while (rv == TROUPE_OK && sqlite3_step(q) == SQLITE_ROW) {
         stream *st = stream_find(s, (uint64_t)sqlite3_column_int64(q, 0), (const char *)sqlite3_column_text(q, 1),
@@ -301,7 +314,7 @@ static int load(metrics_svc *s, tr_err *err)
     sqlite3_finalize(q);
     if (rv != TROUPE_OK ||
         sqlite3_prepare_v2(s->db, "SELECT job, count(*) FROM metric_points GROUP BY job", -1, &q, NULL) != SQLITE_OK) {
-        return rv != TROUPE_OK ? rv : tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store: %s", sqlite3_errmsg(s->db));
+        return rv != TROUPE_OK ? rv : metrics_err(s, "load", err);
     }
     while (rv == TROUPE_OK && sqlite3_step(q) == SQLITE_ROW) {
         job_count *c = count_of(s, (uint64_t)sqlite3_column_int64(q, 0), 1);
@@ -319,7 +332,8 @@ static int db_open(metrics_svc *s, tr_err *err)
 {
     int rv;
 
-    snprintf(s->path, sizeof(s->path), "%s/metrics.db", s->h->cfg.state_dir);
+    snprintf(s->path, sizeof(s->path), "%s/metrics.db",
+             s->h->cfg.metrics_dir ? s->h->cfg.metrics_dir : s->h->cfg.state_dir);
     s->full_if = getenv("TROUPE_TEST_STORE_FULL_IF");
     if (s->full_if != NULL && s->full_if[0] == '\0') {
         s->full_if = NULL;
@@ -329,7 +343,8 @@ static int db_open(metrics_svc *s, tr_err *err)
      * only cost time: with 8 binds, a step and a reset per point it was
      * ~10 lock/unlock pairs per point, ~10 % of the head's samples under
      * bench/metrics (perf). */
-    rv = tr_rq_db_open("metrics", s->path, SQLITE_OPEN_NOMUTEX, s->h->cfg.sync_full, schema, &s->db, err);
+    rv = tr_rq_db_open("metrics", s->path, SQLITE_OPEN_NOMUTEX, s->h->cfg.sync_full,
+                       s->h->cfg.metrics_max_bytes, schema, &s->db, err);
     if (rv != TROUPE_OK) {
         return rv;
     }
@@ -362,8 +377,7 @@ static int insert_rows(metrics_svc *s, const row *rows, size_t n, tr_err *err)
             off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s(?,?,?,?,?,?,?,?)", i ? "," : "");
         }
         if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->ins[n], NULL) != SQLITE_OK) {
-            return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: insert: %s", s->path,
-                              sqlite3_errmsg(s->db));
+            return metrics_err(s, "insert", err);
         }
         q = s->ins[n];
     }
@@ -386,7 +400,7 @@ static int insert_rows(metrics_svc *s, const row *rows, size_t n, tr_err *err)
         sqlite3_bind_int64(q, k + 8, p->ts_ms);
     }
     if (sqlite3_step(q) != SQLITE_DONE) {
-        int rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: insert: %s", s->path, sqlite3_errmsg(s->db));
+        int rv = metrics_err(s, "insert", err);
         sqlite3_reset(q);
         return rv;
     }
@@ -446,8 +460,7 @@ static int save_stream(metrics_svc *s, sqlite3_stmt *up, sqlite3_stmt *add, cons
         sqlite3_bind_int64(q, 7, (sqlite3_int64)st->reported);
         sqlite3_bind_int64(q, 8, (sqlite3_int64)st->worker_dropped);
         if (sqlite3_step(q) != SQLITE_DONE) {
-            return tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: streams: %s", s->path,
-                              sqlite3_errmsg(s->db));
+            return metrics_err(s, "streams", err);
         }
         if (pass == 0 && sqlite3_changes(s->db) > 0) {
             break; /* updated */
@@ -550,7 +563,7 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
                             -1, &up, NULL) != SQLITE_OK ||
          sqlite3_prepare_v2(s->db, "INSERT INTO metric_streams VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", -1, &add,
                             NULL) != SQLITE_OK)) {
-        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, sqlite3_errmsg(s->db));
+        rv = metrics_err(s, "prepare", err);
     }
     for (tr_rq_item *it = round; rv == TROUPE_OK && it != NULL; it = it->next) {
         batch *b = batch_of(it);
@@ -649,8 +662,9 @@ static void retain(metrics_svc *s, tr_rq_item *round)
 }
 
 /* answer_batch (the queue's answer, on its answerer thread): acked_seq is
- * the stream's last seq, committed (b->acked). A failed round is UNAVAILABLE even when the disk was full
- * (RESOURCE_EXHAUSTED): the worker keeps the points and sends them again. */
+ * the stream's last seq, committed (b->acked). A failed round is answered with its status
+ * (RESOURCE_EXHAUSTED for a full disk or metrics_max_bytes, dberr.h): the
+ * worker keeps the points and sends them again. */
 static void answer_batch(void *arg, tr_rq_item *it, int rv, const tr_err *err)
 {
     const batch *b = batch_of(it);
@@ -669,7 +683,7 @@ static void answer_batch(void *arg, tr_rq_item *it, int rv, const tr_err *err)
         rep.acked_seq = b->acked;
         tr_rpc_reply(it->call, &rep.base);
     } else {
-        tr_rpc_reply_error(it->call, rv == TROUPE_RESOURCE_EXHAUSTED ? TROUPE_UNAVAILABLE : rv,
+        tr_rpc_reply_error(it->call, rv,
                            "the head could not save these metrics (kept by the worker, sent again): %s",
                            err->msg);
     }
@@ -767,7 +781,7 @@ static int delete_rows(metrics_svc *s, const tr_ids *ids, tr_err *err)
     if (rv == TROUPE_OK &&
         (sqlite3_prepare_v2(s->db, "DELETE FROM metric_points WHERE job = ?1", -1, &pts, NULL) != SQLITE_OK ||
          sqlite3_prepare_v2(s->db, "DELETE FROM metric_streams WHERE job = ?1", -1, &sts, NULL) != SQLITE_OK)) {
-        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: %s", s->path, sqlite3_errmsg(s->db));
+        rv = metrics_err(s, "prepare", err);
     }
     for (size_t i = 0; rv == TROUPE_OK && i < ids->n; i++) {
         sqlite3_reset(pts);
@@ -775,7 +789,7 @@ static int delete_rows(metrics_svc *s, const tr_ids *ids, tr_err *err)
         sqlite3_bind_int64(pts, 1, (sqlite3_int64)ids->v[i]);
         sqlite3_bind_int64(sts, 1, (sqlite3_int64)ids->v[i]);
         if (sqlite3_step(pts) != SQLITE_DONE || sqlite3_step(sts) != SQLITE_DONE) {
-            rv = tr_err_set(err, TROUPE_UNAVAILABLE, "metrics store %s: delete: %s", s->path, sqlite3_errmsg(s->db));
+            rv = metrics_err(s, "delete", err);
         }
     }
     sqlite3_finalize(pts);

@@ -151,11 +151,12 @@ uint64_t tr_rq_submitted(tr_rq *q);
  * *db is the caller's (sqlite3_close); otherwise *db is NULL and err says why
  * (UNAVAILABLE: "cannot open PATH: ..." or "NAME store PATH: ..."). Any
  * thread; the caller serialises the uses of *db, as SQLite's flags demand. */
-int tr_rq_db_open(const char *name, const char *path, int flags, int sync_full, const char *schema,
-                  sqlite3 **db, tr_err *err);
+int tr_rq_db_open(const char *name, const char *path, int flags, int sync_full, int64_t max_bytes,
+                  const char *schema, sqlite3 **db, tr_err *err);
 
-/* tr_rq_db_exec runs sql on a report store: OK, or UNAVAILABLE with
- * "NAME store PATH: SQLite's message". The thread that may use db. */
+/* tr_rq_db_exec runs sql on a report store: OK, or the status of SQLite's
+ * error (dberr.h: RESOURCE_EXHAUSTED for a full file) with "NAME store PATH:
+ * SQLite's message". The thread that may use db. */
 int tr_rq_db_exec(sqlite3 *db, const char *name, const char *path, const char *sql, tr_err *err);
 
 #endif

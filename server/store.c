@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dberr.h"
 #include "log.h"
 #include "util.h"
 
@@ -42,10 +43,7 @@ static const char *const schema =
 
 static int from_sqlite(tr_store *st, int rc, const char *what, tr_err *err)
 {
-    int code = (rc == SQLITE_FULL || rc == SQLITE_NOMEM)       ? TROUPE_RESOURCE_EXHAUSTED
-               : (rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB) ? TROUPE_DATA_LOSS
-               : (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)    ? TROUPE_UNAVAILABLE
-                                                               : TROUPE_INTERNAL;
+    int code = tr_db_status(rc);
     /* DEBUG: the head's writer logs once when the store starts and stops
      * failing, not once per retry; open errors reach the operator as err. */
     TR_LOG(TR_LOG_DEBUG, "store: %s failed: %s db=%s", what, sqlite3_errmsg(st->db), st->path);

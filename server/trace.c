@@ -34,6 +34,7 @@
 
 #include <sqlite3.h>
 
+#include "dberr.h"
 #include "jobs.h"
 #include "log.h"
 #include "report_queue.h"
@@ -349,9 +350,16 @@ static int db_exec(trace_svc *s, const char *sql, tr_err *err)
     return tr_rq_db_exec(s->db, "trace", s->path, sql, err);
 }
 
+/* db_fail sets err from the connection's last error (dberr.h): a full file
+ * is RESOURCE_EXHAUSTED, and says which bound applies. */
 static int db_fail(trace_svc *s, tr_err *err)
 {
-    return tr_err_set(err, TROUPE_UNAVAILABLE, "trace store %s: %s", s->path, sqlite3_errmsg(s->db));
+    char hint[256];
+    snprintf(hint, sizeof(hint),
+             "traces.db is bounded by traces_max_bytes=%lld; free space on its disk, delete finished jobs "
+             "(troupe delete) or raise the bound",
+             (long long)s->h->cfg.traces_max_bytes);
+    return tr_db_err(err, s->db, "trace", s->path, "write", hint);
 }
 
 /* write_item inserts one report's row and its kept spans. */
@@ -557,8 +565,10 @@ static int db_open(trace_svc *s, tr_err *err)
     tr_ids orphans = {0};
     int rv;
 
-    snprintf(s->path, sizeof(s->path), "%s/traces.db", s->h->cfg.state_dir);
-    rv = tr_rq_db_open("trace", s->path, 0, s->h->cfg.sync_full, schema, &s->db, err);
+    snprintf(s->path, sizeof(s->path), "%s/traces.db",
+             s->h->cfg.traces_dir ? s->h->cfg.traces_dir : s->h->cfg.state_dir);
+    rv = tr_rq_db_open("trace", s->path, 0, s->h->cfg.sync_full, s->h->cfg.traces_max_bytes, schema, &s->db,
+                       err);
     if (rv != TROUPE_OK) {
         return rv;
     }
@@ -687,7 +697,7 @@ static void answer_item(void *arg, tr_rq_item *r, int rv, const tr_err *err)
         rep.kept = it->n_keep;
         tr_rpc_reply(r->call, &rep.base);
     } else {
-        tr_rpc_reply_error(r->call, TROUPE_UNAVAILABLE, "the head could not save these spans: %s", err->msg);
+        tr_rpc_reply_error(r->call, rv, "the head could not save these spans: %s", err->msg);
     }
     tworker_clear(&it->who);
 }

@@ -945,6 +945,11 @@ out:
     return rv;
 }
 
+uint64_t tr_launcher_log_offset(const tr_launcher *l, size_t i)
+{
+    return (l == NULL || i >= l->n) ? 0 : (uint64_t)l->w[i]->log_off;
+}
+
 int tr_launcher_forget(tr_launcher *l, const char *name, uint32_t attempt, tr_err *err)
 {
     long i = tr_launcher_find(l, name, attempt);

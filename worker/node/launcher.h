@@ -139,6 +139,11 @@ long tr_launcher_find(const tr_launcher *l, const char *name, uint32_t attempt);
  * nothing new. NOT_FOUND for a bad index. */
 int tr_launcher_read_log(tr_launcher *l, size_t i, size_t max, char **buf, size_t *len, tr_err *err);
 
+/* tr_launcher_log_offset returns where the next byte tr_launcher_read_log
+ * hands out of worker i sits in its log file (0 for a bad index): the offset
+ * a report names its output by, so the head keeps a re-sent byte once. */
+uint64_t tr_launcher_log_offset(const tr_launcher *l, size_t i);
+
 /* tr_launcher_forget drops an EXITED/FAILED_TO_START record (the head has it).
  * BUSY records (running/stopping) are FAILED_PRECONDITION. */
 int tr_launcher_forget(tr_launcher *l, const char *name, uint32_t attempt, tr_err *err);

@@ -7,7 +7,9 @@
  * with any new output. A (name, attempt) that the agent has seen is never
  * started again, so an exited worker is not resurrected by a set that was
  * computed before the head heard of the exit. Output that could not be
- * delivered stays queued and goes with the next report.
+ * delivered stays queued and goes with the next report, named by its offset
+ * in the worker's log file, so the head keeps each byte once however often a
+ * report it could not acknowledge is sent again.
  *
  * No output is lost: a worker that ended is reported as still running until
  * its log has been read to the end and shipped, so the head never sees a job
@@ -40,6 +42,7 @@ typedef struct tr_pending_log {
     uint32_t attempt;
     char *buf;
     size_t len;
+    uint64_t off; /* where buf[0] is in the worker's log file: the report's log_offset */
     int drained; /* the worker ended and its log was read to the end */
     struct tr_pending_log *next;
 } tr_pending_log;
@@ -548,6 +551,9 @@ static void collect_output(tr_node_agent *a, size_t i, const tr_worker_status *s
             return; /* room first, so a read's bytes always have a place */
         }
         p->buf = grown;
+        if (p->len == 0) {
+            p->off = tr_launcher_log_offset(a->launcher, i);
+        }
         if (tr_launcher_read_log(a->launcher, i, room, &buf, &len, &err) != TROUPE_OK) {
             TR_LOG(TR_LOG_WARNING, "worker=%s: log not read, will retry: %s", st->name, err.msg);
             return;
@@ -675,6 +681,8 @@ static int report(tr_node_agent *a)
         if (used[req.n_reports] != NULL) {
             r[req.n_reports].log.data = (uint8_t *)used[req.n_reports]->buf;
             r[req.n_reports].log.len = used[req.n_reports]->len;
+            r[req.n_reports].log_offset_set = 1;
+            r[req.n_reports].log_offset = used[req.n_reports]->off;
         }
         rp[req.n_reports] = &r[req.n_reports];
         req.n_reports++;
@@ -702,6 +710,7 @@ static int report(tr_node_agent *a)
             if (used[i] != NULL) {
                 free(used[i]->buf);
                 used[i]->buf = NULL;
+                used[i]->off += used[i]->len;
                 used[i]->len = 0;
             }
         }
@@ -774,8 +783,13 @@ void tr_node_workers_step(tr_node_agent *a)
     }
     every = any_running(a) ? 250 : 2000;
     if (a->need_report || now - a->last_report >= every) {
-        if (report(a) == TROUPE_OK) {
+        int rv = report(a);
+        if (rv == TROUPE_OK) {
             a->need_report = a->more_output; /* more output waiting: next step */
+        } else if (rv == TROUPE_RESOURCE_EXHAUSTED) {
+            /* The head holds all the output it can until its disk has room:
+             * again after the period, not on every step. */
+            a->need_report = 0;
         }
         a->last_report = now;
     }

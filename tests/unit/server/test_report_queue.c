@@ -13,9 +13,13 @@
  * run at the nice the options ask for. Every wait has a deadline (WAIT_MS). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "dberr.h"
 #include "report_queue.h"
 #include "rpc.h"
 #include "test_helpers.h"
@@ -700,12 +704,56 @@ static void ids(void **state)
     tr_rq_close(NULL); /* a no-op */
 }
 
+/* db_bound: a report store opened with a size bound stops at it, and the
+ * write past it is RESOURCE_EXHAUSTED (as on a full disk), not UNAVAILABLE. */
+static void db_bound(void **state)
+{
+    char dir[] = "/tmp/troupe-rqdb.XXXXXX", path[256], sql[96];
+    sqlite3 *db = NULL;
+    tr_err err = {0};
+    struct stat st;
+    int rv = TROUPE_OK, i;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/bounded.db", dir);
+    assert_int_equal(tr_rq_db_open("bounded", path, 0, 0, 65536, "CREATE TABLE t(x BLOB);", &db, &err),
+                     TROUPE_OK);
+    for (i = 0; i < 1000 && rv == TROUPE_OK; i++) {
+        snprintf(sql, sizeof(sql), "INSERT INTO t VALUES(zeroblob(1024));");
+        rv = tr_rq_db_exec(db, "bounded", path, sql, &err);
+    }
+    assert_int_equal(rv, TROUPE_RESOURCE_EXHAUSTED);
+    assert_true(i > 10); /* it took rows before the bound */
+    assert_non_null(strstr(err.msg, path));
+    assert_int_equal(tr_rq_db_exec(db, "bounded", path, "PRAGMA wal_checkpoint(TRUNCATE);", &err), TROUPE_OK);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size <= 65536);
+    sqlite3_close(db);
+    snprintf(sql, sizeof(sql), "rm -rf '%s'", dir);
+    assert_int_equal(system(sql), 0);
+}
+
+/* db_status: one mapping of SQLite's codes for the head's three stores. */
+static void db_status(void **state)
+{
+    (void)state;
+    assert_int_equal(tr_db_status(SQLITE_FULL), TROUPE_RESOURCE_EXHAUSTED);
+    assert_int_equal(tr_db_status(SQLITE_NOMEM), TROUPE_RESOURCE_EXHAUSTED);
+    assert_int_equal(tr_db_status(SQLITE_BUSY_SNAPSHOT), TROUPE_UNAVAILABLE); /* extended codes too */
+    assert_int_equal(tr_db_status(SQLITE_LOCKED), TROUPE_UNAVAILABLE);
+    assert_int_equal(tr_db_status(SQLITE_CORRUPT), TROUPE_DATA_LOSS);
+    assert_int_equal(tr_db_status(SQLITE_NOTADB), TROUPE_DATA_LOSS);
+    assert_int_equal(tr_db_status(SQLITE_IOERR_WRITE), TROUPE_INTERNAL);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(answer_after_write), cmocka_unit_test(bound),     cmocka_unit_test(expiry),
         cmocka_unit_test(failed_round),       cmocka_unit_test(deletions), cmocka_unit_test(pipelined),
         cmocka_unit_test(thread_nice),        cmocka_unit_test(ids),       cmocka_unit_test(stop_waits_for_release),
+        cmocka_unit_test(db_bound),           cmocka_unit_test(db_status),
     };
     return TR_TEST_MAIN("unit.server.report_queue", tests, argc, argv);
 }
