@@ -10,8 +10,14 @@ PKGS=(build-essential cmake ninja-build pkg-config git procps
       python3   # python3: the cut proxy of the fencing tests (tests/integration/cutproxy.py), the HTTP slow-client test
       prometheus chromium  # promtool checks /metrics, headless chromium loads the dashboard (integration.http)
       gdb   # stacks of a hung test's processes (tests/integration/lib.sh's watchdog)
-      curl iproute2 sqlite3)  # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
+      curl iproute2 sqlite3   # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
                               # (none is in a bare Debian 12 image; without them those checks skipped or failed)
+      # The deploy tests (tests/deploy): podman with runc (crun fails on hybrid cgroups),
+      # bridge networks with DNS (CNI dnsname plugin), podman-compose, debootstrap for
+      # the base image (no registry is reachable), Slurm and munge, systemd's tools,
+      # shellcheck and PyYAML for deploy/check.sh.
+      podman runc golang-github-containernetworking-plugin-dnsname podman-compose debootstrap
+      slurm-wlm munge systemd shellcheck python3-yaml)
 # The RPC benchmark's gRPC peer: only with TROUPE_SETUP_BENCH=1 (large).
 if [ "${TROUPE_SETUP_BENCH:-0}" = 1 ]; then
     PKGS+=(g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)

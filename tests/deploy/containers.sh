@@ -8,6 +8,7 @@
 # container restarts with its job history, every process runs as the image's
 # non-root user, and the image's HEALTHCHECK answers (and fails once the head is
 # gone).
+# shellcheck source=tests/deploy/lib.sh
 . "$(dirname "$0")/lib.sh"
 podman_setup
 build_image

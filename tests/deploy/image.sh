@@ -5,6 +5,7 @@
 # as PID 1, the HEALTHCHECK kept. Prints the build time and the image's size
 # (the build is cached layer by layer: a second run with an unchanged tree takes
 # seconds; the first on a machine minutes).
+# shellcheck source=tests/deploy/lib.sh
 . "$(dirname "$0")/lib.sh"
 podman_setup
 build_image
@@ -26,7 +27,7 @@ if in_image sh -c 'command -v cc || command -v cmake || test -d /src'; then
     fail "build tools or sources in the runtime image"
 fi
 pass "libtroupe.so.0 installed; no compiler, CMake or sources in the runtime stage"
-[ "$(in_image id -u)" = 10001 ] && [ "$(in_image id -g)" = 10001 ] || fail "the image's user is not 10001:10001"
+[ "$(in_image id -u):$(in_image id -g)" = 10001:10001 ] || fail "the image's user is not 10001:10001"
 [ "$(podman image inspect --format '{{json .Config.Entrypoint}}' "$IMAGE")" = '["/usr/bin/tini","--"]' ] ||
     fail "entrypoint: $(podman image inspect --format '{{json .Config.Entrypoint}}' "$IMAGE")"
 hc=$(podman image inspect --format '{{json .Config.Healthcheck.Test}}' "$IMAGE")

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # (variables for the tests that source it)
 # lib.sh - helpers for the deploy tests (sourced by each test in this folder).
 #
 # These tests run deploy/ for real: the image built and run by podman, the
@@ -26,13 +27,14 @@ CLEANUPS=()
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; SKIPPED=1; exit 77; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
 pass() { echo "PASS: $*"; }
 
 # on_exit CMD: run CMD (eval'd) when the test ends, last registered first.
 on_exit() { CLEANUPS+=("$1"); }
 cleanup() {
     local rc=$? i
+    TEST_RC=$rc
     [ -z "${WATCHDOG_PID:-}" ] || kill -9 "$WATCHDOG_PID" 2>/dev/null || true
     set +e
     for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do eval "${CLEANUPS[$i]}"; done
@@ -90,7 +92,14 @@ EOF
 }
 
 podman_cleanup() {
-    local ids
+    local ids c
+    # A failed test shows what its containers said.
+    if [ "$TEST_RC" != 0 ] && [ "$TEST_RC" != 77 ]; then
+        for c in $(podman ps -a --format '{{.Names}}' --filter "label=$TAG" 2>/dev/null); do
+            echo "== podman logs $c (last 30 lines)"
+            podman logs --tail 30 "$c" 2>&1
+        done
+    fi
     ids=$(podman ps -aq --filter "label=$TAG" 2>/dev/null)
     # shellcheck disable=SC2086 # a list of ids
     [ -z "$ids" ] || podman rm -f -t 5 $ids >/dev/null 2>&1
