@@ -147,7 +147,7 @@ run_c() {
     podman run -d --name "$TAG-$name" --label "$TAG" "$@" >/dev/null
 }
 
-# troupe_bin_ok: the host build of the binaries exists (Slurm, systemd tests).
+# need_binaries: the host build of the programs exists (Slurm, systemd tests).
 need_binaries() {
     local b
     for b in "$HEAD_BIN" "$NODE_BIN" "$CLI_BIN" "$TRAIN_BIN"; do
