@@ -6,8 +6,8 @@
 # named volume, credentials as files (the admin one for the head and CLI, a
 # minted node credential for the agents). Then: the demo job SUCCEEDS, the head's
 # container restarts with its job history, every process runs as the image's
-# non-root user, and the image's HEALTHCHECK answers (and fails once the head is
-# gone).
+# non-root user, and the image's HEALTHCHECK answers (and fails with a wrong
+# credential); SIGTERM stops the head (exit 0) and the agents.
 # shellcheck source=tests/deploy/lib.sh
 . "$(dirname "$0")/lib.sh"
 podman_setup
