@@ -18,8 +18,14 @@ TEST_PKGS=(git libcmocka-dev clang libclang-rt-14-dev
       python3   # python3: the cut proxy of the fencing tests (tests/integration/cutproxy.py), the HTTP slow-client test
       prometheus chromium  # promtool checks /metrics and prometheus scrapes it, headless chromium loads the dashboard (integration.http)
       gdb   # stacks of a hung test's processes (tests/integration/lib.sh's watchdog)
-      curl iproute2 sqlite3)  # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
+      curl iproute2 sqlite3   # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
                               # (none is in a bare Debian 12 image; without them those checks skipped or failed)
+      # The deploy tests (tests/deploy): podman with runc (crun fails on hybrid cgroups),
+      # bridge networks with DNS (CNI dnsname plugin), podman-compose, debootstrap for
+      # the base image (no registry is reachable), Slurm and munge, systemd's tools,
+      # shellcheck and PyYAML for deploy/check.sh.
+      podman runc golang-github-containernetworking-plugin-dnsname podman-compose debootstrap
+      slurm-wlm munge systemd shellcheck python3-yaml)
 case "${1:-}" in
 --demo) PKGS=("${DEMO_PKGS[@]}") ;;
 "") PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;

@@ -3,7 +3,11 @@
 #
 #  1. install missing packages (scripts/setup.sh)
 #  2. build (CUDA parts too when a toolkit is present) and run ctest: unit + integration
-#  3. build again with clang -fsanitize=address,undefined and libFuzzer, run
+#  3. the deploy tests (label deploy, tests/deploy/): deploy/ run by real engines
+#     - the image built and run by podman, compose by podman-compose, the Slurm
+#     script under slurmctld/slurmd, the Kubernetes manifests, the systemd units;
+#     a test whose engine cannot start here is listed as skipped, with why
+#  4. build again with clang -fsanitize=address,undefined and libFuzzer, run
 #     unit + integration + a bounded fuzz run
 # GPU tests (label gpu) skip here without a GPU; they run on the lent GPU machines.
 # After each ctest run, scripts/check_tests.sh fails the command when a module
@@ -97,6 +101,12 @@ configure build -S . -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$JOBS"
 echo "== tests (release)"
 run_tests build 'unit|integration|gpu'
+
+echo "== deploy tests (podman image and containers, podman-compose, Slurm, Kubernetes manifests, systemd units)"
+start=$SECONDS
+run_tests build deploy
+skipped=$(grep -cE '\*\*\*Skipped' "$LOGS/ctest.log" || true)
+echo "== deploy tests ran in $((SECONDS - start)) s; skipped: ${skipped} (each names why in its output above)"
 
 echo "== build (clang, address+undefined sanitizers, libFuzzer)"
 CC=clang configure build-asan -S . -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTROUPE_WITH_CUDA=OFF \
