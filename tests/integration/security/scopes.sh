@@ -57,8 +57,10 @@ umask 077
 ADMIN=adm-$RANDOM$RANDOM
 printf '%s\n' "$ADMIN" >"$T/admin.tok"
 unset TROUPE_TOKEN
+# --dead-after 200 (20 s): on a loaded machine n1 must not go DEAD mid-test,
+# which would end job A and with it the worker credential the calls present.
 "$HEAD_BIN" --listen "$HEAD" --state-dir "$T/state" --token-file "$T/admin.tok" --heartbeat-ms 100 \
-    >>"$T/head.log" 2>&1 &
+    --dead-after 200 >>"$T/head.log" 2>&1 &
 PIDS+=($!)
 admin() { "$CLI_BIN" --token-file "$T/admin.tok" "$@"; }
 wait_for 10 "head with a token file" admin status
