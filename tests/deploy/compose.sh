@@ -56,7 +56,8 @@ for n in node-a node-b; do
     podman exec "$c" test ! -e /run/secrets/admin_token || fail "$n can read the admin credential"
     podman healthcheck run "$c" >/dev/null || fail "$n: its healthcheck fails"
 done
-podman logs "${P}_head_1" 2>&1 | grep -q 'node registered.*name=node-b' || fail "the head's log does not show node-b registering"
+head_log=$(podman logs "${P}_head_1" 2>&1) # whole: `| grep -q` under pipefail can kill the writer
+grep -q 'node registered.*name=node-b' <<<"$head_log" || fail "the head's log does not show node-b registering"
 pass "mint's node credential reached both agents (their healthchecks pass); no admin credential in them"
 
 # podman-compose 1.0.3's `run` exits 0 whatever the command's status (docker

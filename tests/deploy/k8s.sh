@@ -176,7 +176,8 @@ pod_args head
 run_c head --network "$NET" --network-alias "$head_service" --hostname "$head_pod" "${ARGS[@]}" "$IMAGE" "${head_args[@]}"
 wait_for 60 "the head pod's readinessProbe (${head_read[*]})" podman exec "$TAG-head" "${head_read[@]}"
 podman exec "$TAG-head" "${head_live[@]}" >/dev/null || fail "the head pod's livenessProbe (${head_live[*]})"
-podman exec "$TAG-head" troupe status | grep -q "^head .*tls+tcp://127.0.0.1:7770" || fail "the probes do not reach the head over TLS"
+status=$(podman exec "$TAG-head" troupe status)
+grep -q "^head .*tls+tcp://127.0.0.1:7770" <<<"$status" || fail "the probes do not reach the head over TLS"
 pass "head pod (${head_args[*]}; read-only root, uid 10001): readinessProbe and livenessProbe (${head_read[*]}) pass, over TLS"
 
 # deploy/README.md: kubectl -n troupe exec troupe-head-0 -- troupe token create --scope node --ttl 365d

@@ -18,7 +18,7 @@ cli drain n1 --no-wait >/dev/null
 id=$(submit "$T/ok.yaml")
 want='waiting: no node takes new work now: n1 (DRAINING: `troupe undrain n1` gives it work again)'
 wait_for 10 "job $id's reason to name the drained node" has_reason "$id" "$want"
-cli job "$id" | grep -qF "PENDING: $want" || fail "troupe job: $(cli job "$id" | head -3)"
+cli job "$id" | grep_all -F "PENDING: $want" || fail "troupe job: $(cli job "$id" | head -3)"
 cli undrain n1 >/dev/null
 wait_for 20 "job $id SUCCEEDED once n1 is undrained" is_job_state "$id" SUCCEEDED
 pass "a job waiting on a drained node says so, with the undrain command"
@@ -46,7 +46,7 @@ if [ "${gpus:-0}" != 0 ]; then
     echo "SKIP (this part): this machine has $gpus GPU(s); the no-GPU warning needs a machine without"
     exit 0
 fi
-"$NODE_BIN" --check-config | grep -q "^# gpus: 0 (none found: no worker can be placed on this node)" ||
+"$NODE_BIN" --check-config | grep_all "^# gpus: 0 (none found: no worker can be placed on this node)" ||
     fail "--check-config: $("$NODE_BIN" --check-config | tail -1)"
 "$NODE_BIN" --head "$HEAD" --name cpu1 --state-dir "$T/node-cpu1" >>"$T/node-cpu1.log" 2>&1 &
 PIDS+=($!)

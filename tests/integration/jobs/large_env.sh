@@ -50,7 +50,7 @@ pass "64 workers x 72 KB of env: all RUNNING with their env"
 out=$("${RAWCALL:?}" "$HEAD" sync-flat "$(node_id big)")
 grep -q "code=8 " <<<"$out" && grep -q "does not take them in parts" <<<"$out" || fail "an old agent's poll: $out"
 [ -n "$(cli -o json nodes | jqr '.nodes[0].sync_error')" ] || fail "the node should say why it is not synced"
-cli nodes | grep -q "UNSYNCED" || fail "troupe nodes should show UNSYNCED: $(cli nodes)"
+cli nodes | grep_all "UNSYNCED" || fail "troupe nodes should show UNSYNCED: $(cli nodes)"
 pass "an agent without common parts: $out"
 cli stop "$id" >/dev/null
 synced() { [ -z "$(cli -o json nodes | jqr '.nodes[0].sync_error')" ]; }

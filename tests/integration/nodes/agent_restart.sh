@@ -87,7 +87,7 @@ kill -TERM "$(eval echo "\$NODE_PID_$idle")"
 wait_for 10 "node $idle LEFT" is_state "$idle" LEFT
 sleep 1
 [ "$(job_state "$all3")" = PENDING ] || fail "the job should wait for the node that left: $(cli -o json job "$all3" | jqr '.state + ": " + .reason')"
-job_reason "$all3" | grep -q "for node $idle" || fail "the reason should name the node it waits for: $(job_reason "$all3")"
+job_reason "$all3" | grep_all "for node $idle" || fail "the reason should name the node it waits for: $(job_reason "$all3")"
 pass "waiting: $(job_reason "$all3")"
 wait_for $((GRACE_MS / 1000 + 10)) "the job FAILED after the grace" is_job_state "$all3" FAILED
 pass "after the grace: $(job_reason "$all3")"

@@ -19,7 +19,7 @@ na_id=$(node_id na)
 # parked MARK ID: the head's last word on node ID's polls after MARK is that
 # it parked one (not that it answered it).
 parked() {
-    tail -c +$(($1 + 1)) "$T/head.log" | grep -E "node sync (answered|parked) node=$2 " | tail -1 | grep -q parked
+    tail -c +$(($1 + 1)) "$T/head.log" | grep -E "node sync (answered|parked) node=$2 " | tail -1 | grep_all parked
 }
 wait_for 10 "na's poll parked at the head" parked 0 "$na_id"
 

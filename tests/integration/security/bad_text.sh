@@ -32,10 +32,10 @@ out=$("$RAW" "$HEAD" report-failure "$job" "$worker" 0 "$(head -c 1025 /dev/zero
 grep -q "(INVALID_ARGUMENT) message=failure reason of 1025 bytes refused" <<<"$out" ||
     fail "a 1025-byte failure reason was not refused: $out"
 [ "$(cli -o json job "$job" | jq '.failures | length')" = 0 ] || fail "a refused reason was kept: $(cli -o json job "$job")"
-! cli job "$job" | grep -q "FORGED" || fail "troupe job printed the forged line: $(cli job "$job")"
+! cli job "$job" | grep_all "FORGED" || fail "troupe job printed the forged line: $(cli job "$job")"
 out=$("$RAW" "$HEAD" report-failure "$job" "$worker" 0 "CUDA error: out of memory (tried 2 GiB)")
 grep -q "code=0 (OK)" <<<"$out" || fail "a plain failure reason was refused: $out"
-cli job "$job" | grep -q "^failure   rank 0 of g .*: INTERNAL: CUDA error: out of memory (tried 2 GiB)$" ||
+cli job "$job" | grep_all "^failure   rank 0 of g .*: INTERNAL: CUDA error: out of memory (tried 2 GiB)$" ||
     fail "the plain reason is not shown: $(cli job "$job")"
 pass "failure reasons: newline, escape and 1025 bytes refused with the rule; a plain one kept and shown"
 
@@ -47,7 +47,7 @@ out=$("$RAW" "$HEAD" set-profile "$job" @2097152)
 grep -q "code=3 (INVALID_ARGUMENT) message=.*worker patterns is 2097152 bytes" <<<"$out" ||
     fail "a 2 MiB worker pattern was not refused: $out"
 [ "$(cli -o json job "$job" | jq '.profile.version // 0')" = 0 ] || fail "a refused profile was kept: $(cli -o json job "$job" | jq .profile)"
-! cli job "$job" | grep -q "FORGED" || fail "troupe job printed a forged profile line"
+! cli job "$job" | grep_all "FORGED" || fail "troupe job printed a forged profile line"
 out=$("$RAW" "$HEAD" set-profile "$job" "*g*")
 grep -q "code=0 (OK)" <<<"$out" || fail "a plain profile setting was refused: $out"
 pass "profile worker patterns: newline and 2 MiB refused; a plain one kept"

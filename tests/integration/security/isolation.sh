@@ -106,7 +106,7 @@ YAML
 ja=$(ua submit --no-wait "$T/a.yaml")
 aid=$(cut -d. -f3 "$T/a.tok")
 [ "$(ub -o json job "$ja" | jqr .owner)" = "user:$aid" ] || fail "owner: $(ub -o json job "$ja" | jqr .owner)"
-ua job "$ja" | grep -q "^owner  *user:$aid\$" || fail "troupe job shows no owner"
+ua job "$ja" | grep_all "^owner  *user:$aid\$" || fail "troupe job shows no owner"
 set +e; out=$(ub stop "$ja" 2>&1); set -e
 expect_code "B stops A's job" PERMISSION_DENIED "belongs to user:$aid" "$out"
 wait_for 10 "A's job running" is_job_state "$ja" RUNNING
@@ -154,7 +154,7 @@ groups:
 YAML
 j8=$(admin submit --no-wait "$T/eight.yaml")
 wait_for 10 "job on nr failed" is_job_state "$j8" FAILED
-admin job "$j8" | grep -q "without root" && admin job "$j8" | grep -q -- "--shared-uid" ||
+admin job "$j8" | grep_all "without root" && admin job "$j8" | grep_all -- "--shared-uid" ||
     fail "reason: $(admin job "$j8")"
 [ ! -e "$T/wd/eight.ran" ] || fail "a worker ran on the agent without root"
 pass "agent without root: says so at start and in troupe nodes (NOROOT), refuses the job naming --shared-uid"
