@@ -91,10 +91,10 @@ const tr_cfg_desc tr_head_config_table[] = {
      "output the head holds in memory before it is written (all jobs; a full state dir): past it agents keep "
      "their workers' output and send it again once the head has written what it holds"},
     {"metrics_max_bytes", TR_CFG_INT, F(metrics_max_bytes), "1073741824", 65536, 1099511627776LL, 0,
-     "size bound of metrics.db (its WAL adds up to 1/16): past it new points are refused RESOURCE_EXHAUSTED "
+     "size bound of metrics.db (its WAL adds 1/16, more while readers hold it): past it new points are refused RESOURCE_EXHAUSTED "
      "and workers keep them (metrics_keep bounds each job's points)"},
     {"traces_max_bytes", TR_CFG_INT, F(traces_max_bytes), "1073741824", 65536, 1099511627776LL, 0,
-     "size bound of traces.db (its WAL adds up to 1/16): past it new spans are refused RESOURCE_EXHAUSTED"},
+     "size bound of traces.db (its WAL adds 1/16, more while readers hold it): past it new spans are refused RESOURCE_EXHAUSTED"},
     {"metrics_dir", TR_CFG_STRING, F(metrics_dir), NULL, TR_CFG_UNBOUNDED, 0,
      "directory of metrics.db (another disk keeps a metrics flood off the state); default: state_dir"},
     {"traces_dir", TR_CFG_STRING, F(traces_dir), NULL, TR_CFG_UNBOUNDED, 0,
