@@ -10,8 +10,11 @@ PKGS=(build-essential cmake ninja-build pkg-config git procps
       python3   # python3: the cut proxy of the fencing tests (tests/integration/cutproxy.py), the HTTP slow-client test
       prometheus chromium  # promtool checks /metrics, headless chromium loads the dashboard (integration.http)
       gdb   # stacks of a hung test's processes (tests/integration/lib.sh's watchdog)
-      curl iproute2 sqlite3)  # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
-                              # (none is in a bare Debian 12 image; without them those checks skipped or failed)
+      curl iproute2 sqlite3  # curl: the HTTP tests; ip: the network-namespace test; sqlite3: state_dir's stored-counter case
+                             # (none is in a bare Debian 12 image; without them those checks skipped or failed)
+      python3-torch python3-venv)  # tests only: troupe.torch's test (integration.python.torch: gloo on CPU, run with
+                                   # /usr/bin/python3) and `pip install ./python` into a venv. Large: PyTorch 1.13 and
+                                   # its 166 dependencies are about 600 MiB installed; without it that test is skipped (77)
 # The RPC benchmark's gRPC peer: only with TROUPE_SETUP_BENCH=1 (large).
 if [ "${TROUPE_SETUP_BENCH:-0}" = 1 ]; then
     PKGS+=(g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)
