@@ -75,7 +75,8 @@ def main() -> int:
         if w.should_stop():
             break
     total = sum(p.detach().double().sum().item() for p in model.parameters())
-    print(f"dp: rank {rank}/{size} done: final loss {s.figures['loss']:.6f} parameter sum {total:.9f}", flush=True)
+    print(f"dp: rank {rank}/{size} done: backend {dist.get_backend()} on {dev.type}, final loss "
+          f"{s.figures['loss']:.6f} parameter sum {total:.9f}", flush=True)
     dist.destroy_process_group()
     w.close()
     return 0
