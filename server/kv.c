@@ -179,8 +179,10 @@ static tr_kv_space *space_get(kv_svc *s, uint64_t job_id, const tr_rdzv_view *v,
             if (tr_kv_space_epoch(kj->spaces[i]) == v->epoch) {
                 return kj->spaces[i];
             }
-            snprintf(why, sizeof(why), "communicator %s moved to epoch %u (a group restarted): its store starts "
-                     "empty there", v->name, v->epoch);
+            snprintf(why, sizeof(why),
+                     "communicator %s moved to epoch %u (a group restarted): its store starts "
+                     "empty there",
+                     v->name, v->epoch);
             space_drop(kj, i, why);
             break;
         }
@@ -226,8 +228,10 @@ static void job_changed(tr_head *h, tr_head_job *hj, void *state)
             i++;
             continue;
         }
-        snprintf(why, sizeof(why), "communicator %s moved from epoch %u to %u (a group restarted): its store "
-                 "starts empty there; initialise again", name, tr_kv_space_epoch(kj->spaces[i]), v.epoch);
+        snprintf(why, sizeof(why),
+                 "communicator %s moved from epoch %u to %u (a group restarted): its store "
+                 "starts empty there; initialise again",
+                 name, tr_kv_space_epoch(kj->spaces[i]), v.epoch);
         space_drop(kj, i, why);
     }
 }

@@ -127,7 +127,8 @@ static int check_key(const char *key, tr_err *err)
 {
     size_t n = key ? strlen(key) : 0;
     if (n == 0 || n > TR_KV_MAX_KEY) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "a store key is 1 to %d bytes, not %zu", TR_KV_MAX_KEY, n);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "a store key is 1 to %d bytes, not %zu",
+                          TR_KV_MAX_KEY, n);
     }
     return TROUPE_OK;
 }
@@ -182,7 +183,8 @@ static int put(tr_kv_space *s, const char *key, const uint8_t *val, size_t len, 
     if (bytes > s->usage->max_bytes) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED,
                           "setting '%.64s' (%zu bytes) would bring the job's store to %" PRIu64
-                          " bytes, over store_max_bytes=%" PRIu64 " (now %" PRIu64 "): store less, or raise it",
+                          " bytes, over store_max_bytes=%" PRIu64 " (now %" PRIu64
+                          "): store less, or raise it",
                           key, len, bytes, s->usage->max_bytes, s->usage->bytes);
     }
     if ((copy = malloc(len ? len : 1)) == NULL) {
@@ -253,8 +255,8 @@ static void wake(tr_kv_space *s, tr_kv_answer_fn answer, void *ctx)
     s->n_w = k;
 }
 
-int tr_kv_set(tr_kv_space *s, const char *key, const uint8_t *val, size_t len, tr_kv_answer_fn answer, void *ctx,
-              tr_err *err)
+int tr_kv_set(tr_kv_space *s, const char *key, const uint8_t *val, size_t len, tr_kv_answer_fn answer,
+              void *ctx, tr_err *err)
 {
     int rv = put(s, key, val, len, err);
     if (rv == TROUPE_OK) {
@@ -282,8 +284,8 @@ static int parse_i64(const uint8_t *val, size_t len, int64_t *out)
     return 0;
 }
 
-int tr_kv_add(tr_kv_space *s, const char *key, int64_t amount, int64_t *out, tr_kv_answer_fn answer, void *ctx,
-              tr_err *err)
+int tr_kv_add(tr_kv_space *s, const char *key, int64_t amount, int64_t *out, tr_kv_answer_fn answer,
+              void *ctx, tr_err *err)
 {
     const uint8_t *cur;
     size_t len;
@@ -296,14 +298,15 @@ int tr_kv_add(tr_kv_space *s, const char *key, int64_t amount, int64_t *out, tr_
         return rv;
     }
     if (tr_kv_get(s, key, &cur, &len) && parse_i64(cur, len, &v) != 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "store key '%.64s' holds %zu bytes that are not a decimal integer: add needs a number "
-                          "(set it with add only, or delete it first)",
-                          key, len);
+        return tr_err_set(
+            err, TROUPE_INVALID_ARGUMENT,
+            "store key '%.64s' holds %zu bytes that are not a decimal integer: add needs a number "
+            "(set it with add only, or delete it first)",
+            key, len);
     }
     if (__builtin_add_overflow(v, amount, &sum)) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "store key '%.64s': %" PRId64 " + %" PRId64 " overflows int64",
-                          key, v, amount);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "store key '%.64s': %" PRId64 " + %" PRId64 " overflows int64", key, v, amount);
     }
     snprintf(text, sizeof(text), "%" PRId64, sum);
     if ((rv = put(s, key, (const uint8_t *)text, strlen(text), err)) != TROUPE_OK) {
@@ -371,7 +374,8 @@ int tr_kv_wait(tr_kv_space *s, const char *const *keys, size_t n, int want_value
 
     *parked = 0;
     if (n == 0 || n > TR_KV_MAX_WAIT_KEYS) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "wait for 1 to %d keys, not %zu", TR_KV_MAX_WAIT_KEYS, n);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "wait for 1 to %d keys, not %zu", TR_KV_MAX_WAIT_KEYS,
+                          n);
     }
     for (size_t k = 0; k < n; k++) {
         if ((rv = check_key(keys[k], err)) != TROUPE_OK) {
@@ -412,8 +416,8 @@ static void expire_msg(const tr_kv_space *s, const kv_waiter *w, int64_t now, ch
     size_t used, missing = 0, named = 0;
     int found;
 
-    used = (size_t)snprintf(msg, cap, "store of %s (epoch %u): waited %" PRId64 " ms for key", s->comm, s->epoch,
-                            now - w->since);
+    used = (size_t)snprintf(msg, cap, "store of %s (epoch %u): waited %" PRId64 " ms for key", s->comm,
+                            s->epoch, now - w->since);
     for (size_t k = 0; k < w->n; k++) {
         (void)find(s, w->keys[k], &found);
         if (!found) {
@@ -429,8 +433,10 @@ static void expire_msg(const tr_kv_space *s, const kv_waiter *w, int64_t now, ch
         }
     }
     if (used < cap) {
-        snprintf(msg + used, cap - used, "%s, never set (%zu of %zu keys missing): is every rank running and "
-                 "setting it?", missing > named ? " ..." : "", missing, w->n);
+        snprintf(msg + used, cap - used,
+                 "%s, never set (%zu of %zu keys missing): is every rank running and "
+                 "setting it?",
+                 missing > named ? " ..." : "", missing, w->n);
     }
 }
 

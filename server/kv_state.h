@@ -26,8 +26,8 @@
 #define TR_KV_MAX_WAIT_KEYS 256 /* keys one wait may name */
 
 typedef struct tr_kv_usage {
-    uint64_t keys, bytes;          /* in use by every space of the job */
-    uint64_t max_keys, max_bytes;  /* the head's store_max_keys / store_max_bytes */
+    uint64_t keys, bytes;         /* in use by every space of the job */
+    uint64_t max_keys, max_bytes; /* the head's store_max_keys / store_max_bytes */
 } tr_kv_usage;
 
 /* Answers a parked waiter: code OK with the values of the keys it waited for
@@ -53,8 +53,8 @@ size_t tr_kv_num_waiters(const tr_kv_space *s);
 
 /* tr_kv_set sets key to len bytes of val and answers the waiters it
  * completes. INVALID_ARGUMENT for a bad key, RESOURCE_EXHAUSTED past a bound. */
-int tr_kv_set(tr_kv_space *s, const char *key, const uint8_t *val, size_t len, tr_kv_answer_fn answer, void *ctx,
-              tr_err *err);
+int tr_kv_set(tr_kv_space *s, const char *key, const uint8_t *val, size_t len, tr_kv_answer_fn answer,
+              void *ctx, tr_err *err);
 
 /* tr_kv_get returns 1 and borrows the value (valid until the space changes)
  * when key is set, 0 when not. */
@@ -63,8 +63,8 @@ int tr_kv_get(const tr_kv_space *s, const char *key, const uint8_t **val, size_t
 /* tr_kv_add adds amount to key's number (0 when missing) and stores the sum
  * in *out. INVALID_ARGUMENT when the value is not a decimal int64 or the sum
  * overflows. */
-int tr_kv_add(tr_kv_space *s, const char *key, int64_t amount, int64_t *out, tr_kv_answer_fn answer, void *ctx,
-              tr_err *err);
+int tr_kv_add(tr_kv_space *s, const char *key, int64_t amount, int64_t *out, tr_kv_answer_fn answer,
+              void *ctx, tr_err *err);
 
 /* tr_kv_compare_set: see above. cur and cur_len borrow the value the caller
  * answers (from the space, or expected itself), valid until the next change. */

@@ -23,8 +23,8 @@ static const char *space(const troupe_worker_ctx *w, const char *comm)
 /* call sends one Store* request for keys (n of them) and returns the reply
  * in *rep (free with protobuf_c_message_free_unpacked). */
 static int call(troupe_worker_ctx *w, const char *method, Troupe__V1__StoreRequest *req, const char *comm,
-                const char *const *keys, size_t n, uint32_t wait_ms, unsigned flags, Troupe__V1__StoreReply **rep,
-                tr_err *e)
+                const char *const *keys, size_t n, uint32_t wait_ms, unsigned flags,
+                Troupe__V1__StoreReply **rep, tr_err *e)
 {
     Troupe__V1__WorkerRef ref;
     char full[64];
@@ -43,7 +43,8 @@ static int call(troupe_worker_ctx *w, const char *method, Troupe__V1__StoreReque
     req->wait_ms = wait_ms;
     snprintf(full, sizeof(full), "troupe.v1.Head/%s", method);
     return tr_rpc_client_call(w->rpc, full, &req->base, &troupe__v1__store_reply__descriptor,
-                              (ProtobufCMessage **)rep, wait_ms ? wait_ms + RPC_MARGIN_MS : CALL_MS, flags, e);
+                              (ProtobufCMessage **)rep, wait_ms ? wait_ms + RPC_MARGIN_MS : CALL_MS, flags,
+                              e);
 }
 
 /* copy_value hands out the reply's first value as a malloc'ed buffer. */
@@ -80,8 +81,8 @@ TROUPE_API troupe_status troupe_worker_store_set(troupe_worker_ctx *w, const cha
     int rv;
 
     if (value == NULL && len > 0) {
-        return done(err, &e, tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "store set: value is NULL, len %zu", len),
-                    NULL);
+        return done(err, &e,
+                    tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "store set: value is NULL, len %zu", len), NULL);
     }
     req.value.data = (uint8_t *)value;
     req.value.len = len;
@@ -90,7 +91,8 @@ TROUPE_API troupe_status troupe_worker_store_set(troupe_worker_ctx *w, const cha
 }
 
 TROUPE_API troupe_status troupe_worker_store_get(troupe_worker_ctx *w, const char *comm, const char *key,
-                                                 uint32_t wait_ms, void **value, size_t *len, troupe_error *err)
+                                                 uint32_t wait_ms, void **value, size_t *len,
+                                                 troupe_error *err)
 {
     Troupe__V1__StoreRequest req = TROUPE__V1__STORE_REQUEST__INIT;
     Troupe__V1__StoreReply *rep;
@@ -99,7 +101,8 @@ TROUPE_API troupe_status troupe_worker_store_get(troupe_worker_ctx *w, const cha
 
     *value = NULL;
     *len = 0;
-    rv = call(w, "StoreGet", &req, comm, &key, 1, wait_ms ? wait_ms : w->wait_ms, TR_RPC_IDEMPOTENT, &rep, &e);
+    rv =
+        call(w, "StoreGet", &req, comm, &key, 1, wait_ms ? wait_ms : w->wait_ms, TR_RPC_IDEMPOTENT, &rep, &e);
     if (rv == TROUPE_OK) {
         rv = copy_value(rep, value, len, &e);
     }
@@ -125,10 +128,10 @@ TROUPE_API troupe_status troupe_worker_store_add(troupe_worker_ctx *w, const cha
     return done(err, &e, rv, rep);
 }
 
-TROUPE_API troupe_status troupe_worker_store_compare_set(troupe_worker_ctx *w, const char *comm, const char *key,
-                                                         const void *expected, size_t exp_len, const void *desired,
-                                                         size_t des_len, void **value, size_t *len,
-                                                         troupe_error *err)
+TROUPE_API troupe_status troupe_worker_store_compare_set(troupe_worker_ctx *w, const char *comm,
+                                                         const char *key, const void *expected,
+                                                         size_t exp_len, const void *desired, size_t des_len,
+                                                         void **value, size_t *len, troupe_error *err)
 {
     Troupe__V1__StoreRequest req = TROUPE__V1__STORE_REQUEST__INIT;
     Troupe__V1__StoreReply *rep;
@@ -156,18 +159,21 @@ TROUPE_API troupe_status troupe_worker_store_compare_set(troupe_worker_ctx *w, c
     return done(err, &e, rv, rep);
 }
 
-TROUPE_API troupe_status troupe_worker_store_wait(troupe_worker_ctx *w, const char *comm, const char *const *keys,
-                                                  size_t n, uint32_t wait_ms, troupe_error *err)
+TROUPE_API troupe_status troupe_worker_store_wait(troupe_worker_ctx *w, const char *comm,
+                                                  const char *const *keys, size_t n, uint32_t wait_ms,
+                                                  troupe_error *err)
 {
     Troupe__V1__StoreRequest req = TROUPE__V1__STORE_REQUEST__INIT;
     Troupe__V1__StoreReply *rep;
     tr_err e;
-    int rv = call(w, "StoreWait", &req, comm, keys, n, wait_ms ? wait_ms : w->wait_ms, TR_RPC_IDEMPOTENT, &rep, &e);
+    int rv = call(w, "StoreWait", &req, comm, keys, n, wait_ms ? wait_ms : w->wait_ms, TR_RPC_IDEMPOTENT,
+                  &rep, &e);
     return done(err, &e, rv, rep);
 }
 
-TROUPE_API troupe_status troupe_worker_store_check(troupe_worker_ctx *w, const char *comm, const char *const *keys,
-                                                   size_t n, int *present, troupe_error *err)
+TROUPE_API troupe_status troupe_worker_store_check(troupe_worker_ctx *w, const char *comm,
+                                                   const char *const *keys, size_t n, int *present,
+                                                   troupe_error *err)
 {
     Troupe__V1__StoreRequest req = TROUPE__V1__STORE_REQUEST__INIT;
     Troupe__V1__StoreReply *rep;

@@ -51,8 +51,8 @@ static int cas(const char *key, const char *expected, const char *desired)
     void *v = NULL;
     size_t len = 0;
 
-    if (troupe_worker_store_compare_set(w, NULL, key, expected, strlen(expected), desired, strlen(desired), &v, &len,
-                                        &err) != TROUPE_OK) {
+    if (troupe_worker_store_compare_set(w, NULL, key, expected, strlen(expected), desired, strlen(desired),
+                                        &v, &len, &err) != TROUPE_OK) {
         return say_err("compare_set", &err);
     }
     printf("st: compare_set %s '%s'->'%s' = '%.*s'\n", key, expected, desired, (int)len, (const char *)v);
@@ -120,7 +120,8 @@ static int basic(void)
     if (troupe_worker_store_add(w, NULL, "count", 1, &count, &err) != TROUPE_OK) {
         return say_err("add", &err);
     }
-    if (count == (int64_t)me->world_size && troupe_worker_store_set(w, NULL, "all", "1", 1, &err) != TROUPE_OK) {
+    if (count == (int64_t)me->world_size &&
+        troupe_worker_store_set(w, NULL, "all", "1", 1, &err) != TROUPE_OK) {
         return say_err("set all", &err);
     }
     if (troupe_worker_store_wait(w, NULL, all, 1, 20000, &err) != TROUPE_OK) {

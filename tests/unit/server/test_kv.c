@@ -14,8 +14,8 @@ typedef struct sink {
     int answered;
 } sink;
 
-static void answer(void *token, int code, const char *msg, const uint8_t *const *vals, const size_t *lens, size_t n,
-                   void *ctx)
+static void answer(void *token, int code, const char *msg, const uint8_t *const *vals, const size_t *lens,
+                   size_t n, void *ctx)
 {
     sink *s = ctx;
     int t = (int)(intptr_t)token;
@@ -71,7 +71,8 @@ static void set_get_add(void **state)
     TR_ASSERT_FAILS(tr_kv_add(sp, "a", 1, &out, answer, &s, &err), TROUPE_INVALID_ARGUMENT, &err,
                     "not a decimal integer");
     TR_ASSERT_OK(set(sp, "big", "9223372036854775807", &s, &err), &err);
-    TR_ASSERT_FAILS(tr_kv_add(sp, "big", 1, &out, answer, &s, &err), TROUPE_INVALID_ARGUMENT, &err, "overflows");
+    TR_ASSERT_FAILS(tr_kv_add(sp, "big", 1, &out, answer, &s, &err), TROUPE_INVALID_ARGUMENT, &err,
+                    "overflows");
     TR_ASSERT_FAILS(set(sp, "", "x", &s, &err), TROUPE_INVALID_ARGUMENT, &err, "1 to 1024 bytes");
     assert_int_equal(tr_kv_num_keys(sp), 3);
     assert_int_equal(tr_kv_delete(sp, "a"), 1);
@@ -92,9 +93,9 @@ static void compare_set(void **state)
     sink s = {0};
     tr_err err;
 
-#define CAS(k, e, d)                                                                                            \
-    TR_ASSERT_OK(tr_kv_compare_set(sp, k, (const uint8_t *)e, strlen(e), (const uint8_t *)d, strlen(d), &cur,  \
-                                   &len, answer, &s, &err),                                                     \
+#define CAS(k, e, d)                                                                                         \
+    TR_ASSERT_OK(tr_kv_compare_set(sp, k, (const uint8_t *)e, strlen(e), (const uint8_t *)d, strlen(d),      \
+                                   &cur, &len, answer, &s, &err),                                            \
                  &err)
     CAS("k", "e", "d"); /* missing, expected not empty: answers expected, sets nothing */
     assert_int_equal(len, 1);
@@ -138,7 +139,8 @@ static void waits(void **state)
     assert_int_equal(tr_kv_expire(sp, 499, answer, &s), 500);
     assert_int_equal(tr_kv_expire(sp, 500, answer, &s), INT64_MAX);
     assert_int_equal(s.code[2], TROUPE_DEADLINE_EXCEEDED);
-    assert_non_null(strstr(s.msg[2], "store of policy (epoch 3): waited 500 ms for key 'c', never set (1 of 3"));
+    assert_non_null(
+        strstr(s.msg[2], "store of policy (epoch 3): waited 500 ms for key 'c', never set (1 of 3"));
     assert_null(strstr(s.msg[2], "'a'"));
     /* already set: answered at once, nothing parked */
     TR_ASSERT_OK(tr_kv_wait(sp, two, 2, 0, TOK(3), 0, 1000, &parked, &err), &err);
