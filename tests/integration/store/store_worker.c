@@ -7,8 +7,9 @@
  *                         then exercises compare_set, check, delete, num_keys
  *                         and two waits that run out.
  *   store_worker bounds   sets keys k0, k1, ... until the head refuses one.
- *   store_worker foreign  claims to be a worker of job $ST_OTHER_JOB (its
- *                         credential is of its own job) and sets a key.
+ *   store_worker foreign  claims to be a worker of job $ST_OTHER_JOB (named
+ *                         $ST_OTHER_WORKER when set; its credential is of its
+ *                         own job) and sets a key.
  *   store_worker restart  attempt 0: rank 0 sets "old" and waits; rank 1 waits
  *                         for "old" and exits 1 (the group restarts). Attempt
  *                         1: both look for "old", then meet through add/wait.
@@ -231,6 +232,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "foreign") == 0 && getenv("ST_OTHER_JOB") != NULL) {
         setenv("TROUPE_JOB", getenv("ST_OTHER_JOB"), 1);
+    }
+    if (strcmp(argv[1], "foreign") == 0 && getenv("ST_OTHER_WORKER") != NULL) {
+        setenv("TROUPE_WORKER", getenv("ST_OTHER_WORKER"), 1);
     }
     if (troupe_worker_open(&w, &o, &err) != TROUPE_OK) {
         return say_err("open", &err);
