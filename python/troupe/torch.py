@@ -116,13 +116,22 @@ class Store(dist.Store):
 _store: Optional[Store] = None
 
 
+def _device_index(local_rank: int) -> int:
+    """The CUDA device of this worker: troupe-node sets CUDA_VISIBLE_DEVICES
+    to the worker's own GPUs, so its first visible device; without it (not
+    under troupe's placement), the LOCAL_RANK-th."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
+        return 0
+    return local_rank % max(1, torch.cuda.device_count())
+
+
 def init_process_group(backend: Optional[str] = None, worker: Optional[Worker] = None, comm: Optional[str] = None,
                        timeout: datetime.timedelta = _DEFAULT_TIMEOUT, **kwargs: Any) -> Store:
     """torch.distributed.init_process_group through troupe: rank and world
     size are this worker's in comm (None = its group; a communicator the job
     declares across groups otherwise), the rendezvous goes through Store.
-    backend None picks NCCL when CUDA is available (and sets the device to
-    LOCAL_RANK), gloo otherwise. Returns the Store (kept for the process
+    backend None picks NCCL when CUDA is available (and sets the device:
+    the first of the worker's own GPUs, see _device_index), gloo otherwise. Returns the Store (kept for the process
     group's life; close it after destroy_process_group)."""
     global _store
     w = worker if worker is not None else Worker()
@@ -130,7 +139,7 @@ def init_process_group(backend: Optional[str] = None, worker: Optional[Worker] =
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", w.local_rank)))
+        torch.cuda.set_device(_device_index(w.local_rank))
     store = Store(worker=w, comm=comm, timeout=timeout)
     store._owned = worker is None
     dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.size, timeout=timeout, **kwargs)

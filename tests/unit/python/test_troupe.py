@@ -75,7 +75,8 @@ def step_figures():
 
 def torch_bytes():
     """troupe.torch turns what torch hands a Store (str, bytes, 1.13's lists
-    of byte values) into bytes; timeouts in seconds."""
+    of byte values) into bytes; timeouts in seconds; the CUDA device of a
+    worker troupe placed is its first visible one."""
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -88,6 +89,11 @@ def torch_bytes():
     assert tt._seconds(datetime.timedelta(milliseconds=1500)) == 1.5 and tt._seconds(None) is None
     assert issubclass(tt.Store, torch.distributed.Store)
     assert tt.Store.deleteKey is tt.Store.delete_key and tt.Store.getNumKeys is tt.Store.num_keys
+    # Under troupe a worker sees only its own GPUs: device 0 whatever its LOCAL_RANK.
+    os.environ["CUDA_VISIBLE_DEVICES"] = "3"
+    assert tt._device_index(1) == 0
+    del os.environ["CUDA_VISIBLE_DEVICES"]
+    assert tt._device_index(0) == 0
 
 
 CASES = {f.__name__: f for f in (errors_by_code, worker_outside_troupe, library_env, step_figures, torch_bytes)}
