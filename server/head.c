@@ -108,6 +108,12 @@ const tr_cfg_desc tr_head_config_table[] = {
      "finished jobs older than this many days are deleted; 0 = kept regardless of age"},
     {"metrics_keep", TR_CFG_INT, F(metrics_keep), "1000000", 1, 1000000000, 0,
      "metric points kept per job (troupe metrics); past it the oldest are deleted"},
+    {"store_max_keys", TR_CFG_INT, F(store_max_keys), "100000", 1, 100000000, 0,
+     "keys a job's workers may hold in the head's store (troupe_worker_store_*, troupe.torch) over all its "
+     "communicators; a set past it is refused RESOURCE_EXHAUSTED"},
+    {"store_max_bytes", TR_CFG_INT, F(store_max_bytes), "67108864", 1024, 68719476736LL, 0,
+     "bytes (keys and values) a job's store may hold in the head's memory; a set past it is refused "
+     "RESOURCE_EXHAUSTED"},
     {"ingest_nice", TR_CFG_INT, F(ingest_nice), "0", 0, 19, 0,
      "nice added to the threads that write and acknowledge metrics and traces (Linux), so that they yield "
      "the CPU to the RPC path (Ping, status, submit); 0 = the head's own. On a head short of CPU, 19 keeps "

@@ -73,6 +73,8 @@ typedef struct tr_head_config {
     int64_t keep_jobs;         /* finished jobs kept (jobs_list.c) */
     int64_t keep_days;         /* finished jobs kept at most this long; 0 = no limit */
     int64_t metrics_keep;      /* metric points kept per job (metrics.c) */
+    int64_t store_max_keys;    /* the job store's bounds, per job (kv.c) */
+    int64_t store_max_bytes;
     int64_t ingest_nice;       /* nice added to the report writers' threads (report_queue.h) */
     /* Job health defaults (health.c); a job's `health:` overrides each. */
     int64_t health_stall_min_ms;

@@ -12,6 +12,7 @@
 #include "health.h"
 #include "metrics.h"
 #include "profile.h"
+#include "kv.h"
 #include "rdzv.h"
 #include "trace.h"
 #include "log.h"
@@ -137,6 +138,7 @@ int main(int argc, char **argv)
         (rv = tr_head_add_service(&head, &tr_failure_service, &err)) != TROUPE_OK ||
         (rv = tr_head_add_service(&head, &tr_trace_service, &err)) != TROUPE_OK ||
         (rv = tr_head_add_service(&head, &tr_health_service, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_kv_service, &err)) != TROUPE_OK ||
         (rv = tr_head_start(&head, &err)) != TROUPE_OK) {
         fprintf(stderr, "troupe-head: %s\n", err.msg);
         tr_cfg_free(tr_head_config_table, &head.cfg);

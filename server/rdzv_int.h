@@ -1,5 +1,6 @@
 /* rdzv_int.h - internals shared by rdzv.c (calls, state keeping) and
- * rdzv_view.c (who is who in a communicator). Not used outside them. */
+ * rdzv_view.c (who is who in a communicator); the job store (kv.c) resolves
+ * its callers' communicators and epochs through the same view. */
 #ifndef TR_RDZV_INT_H
 #define TR_RDZV_INT_H
 

@@ -2,7 +2,12 @@
  * rank 0's publish until the last rank holds the ID, for N ranks each on its
  * own connection (its own thread and nng socket), as the worker runtime does.
  *
- *   rdzv_bench [--control] --head URL [--ranks 2,16,128,...] [--json FILE]
+ *   rdzv_bench [--control | --store] --head URL [--ranks 2,16,128,...] [--json FILE]
+ *
+ * --store measures the job store (StoreSet/StoreGet, what troupe.torch's
+ * Store does for torch.distributed) the way tcpstore.py measures TCPStore:
+ * every rank but 0 blocks in a get of one 128-byte key, rank 0 sets it; the
+ * figure is from the set until the last get is answered.
  *
  * --control measures instead how long a run-time profile change (SetProfile,
  * as `troupe profile` sends it) takes to reach N waiting workers: each
@@ -251,6 +256,72 @@ static int set_profile(tr_rpc_client *rpc, uint64_t id, tr_err *err)
                               NULL, 30000, 0, err);
 }
 
+/* ---- --store: the job store's set -> N blocked gets ---- */
+
+static int store_call(tr_rpc_client *rpc, const rank_ctx *r, const char *method, const char *key,
+                      const uint8_t *val, size_t len, uint32_t wait_ms, Troupe__V1__StoreReply **rep, tr_err *err)
+{
+    Troupe__V1__StoreRequest req = TROUPE__V1__STORE_REQUEST__INIT;
+    Troupe__V1__WorkerRef ref;
+    char *keys[1] = {(char *)key};
+
+    ref_of(r, &ref);
+    req.from = &ref;
+    req.keys = keys;
+    req.n_keys = 1;
+    req.value.data = (uint8_t *)val;
+    req.value.len = len;
+    req.wait_ms = wait_ms;
+    return tr_rpc_client_call(rpc, method, &req.base, &troupe__v1__store_reply__descriptor, (ProtobufCMessage **)rep,
+                              wait_ms + 5000, 0, err);
+}
+
+/* store_main is one rank of a torch process group's rendezvous: a first call
+ * (its connection is up), then the get that rank 0's set must answer. */
+static void *store_main(void *arg)
+{
+    rank_ctx *r = arg;
+    Troupe__V1__StoreReply *rep = NULL;
+    tr_err err;
+
+    r->rv = store_call(r->rpc, r, "troupe.v1.Head/StoreCheck", "nccl_id", NULL, 0, 0, &rep, &err);
+    if (rep != NULL) {
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+        rep = NULL;
+    }
+    atomic_fetch_add(&ctl_ready, 1);
+    if (r->rv == TROUPE_OK) {
+        r->rv = store_call(r->rpc, r, "troupe.v1.Head/StoreGet", "nccl_id", NULL, 0, 120000, &rep, &err);
+    }
+    r->got_ns = now_ns();
+    if (r->rv == TROUPE_OK) {
+        if (rep->n_values != 1 || rep->values[0].len != 128 || rep->values[0].data[5] != 0x5a) {
+            r->rv = TROUPE_INTERNAL;
+            snprintf(r->why, sizeof(r->why), "wrong value bytes");
+        }
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    } else {
+        snprintf(r->why, sizeof(r->why), "%.200s", err.msg);
+    }
+    return NULL;
+}
+
+static int store_set(tr_rpc_client *rpc, uint64_t id, tr_err *err)
+{
+    rank_ctx r0 = {.job_id = id};
+    Troupe__V1__StoreReply *rep = NULL;
+    uint8_t bytes[128];
+    int rv;
+
+    memset(bytes, 0x5a, sizeof(bytes));
+    snprintf(r0.worker, sizeof(r0.worker), "job%" PRIu64 "-g-0", id);
+    rv = store_call(rpc, &r0, "troupe.v1.Head/StoreSet", "nccl_id", bytes, sizeof(bytes), 0, &rep, err);
+    if (rep != NULL) {
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    }
+    return rv;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -262,8 +333,8 @@ typedef struct result {
     double last_ms, median_ms, connect_ms;
 } result;
 
-/* one_size runs the rendezvous (or, with control, the profile change) for n
- * ranks and fills res. */
+/* one_size runs the rendezvous (control 0), the profile change (1) or the
+ * store's set and gets (2) for n ranks and fills res. */
 static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control, result *res, tr_err *err)
 {
     rank_ctx *r = calloc(n, sizeof(*r));
@@ -287,7 +358,8 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
     res->connect_ms = (double)(now_ns() - tc) / 1e6;
     atomic_store(&ctl_ready, 0);
     for (uint32_t k = 1; rv == TROUPE_OK && k < n; k++) {
-        if (pthread_create(&th[k], &attr, control ? control_main : waiter_main, &r[k]) != 0) {
+        if (pthread_create(&th[k], &attr, control == 2 ? store_main : control ? control_main : waiter_main, &r[k]) !=
+            0) {
             rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start thread %u", k);
             break;
         }
@@ -301,7 +373,7 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
          * first answer and is sending the long poll; give the polls time to
          * park (a late one is answered on arrival: the figure only grows). */
         int64_t end = tr_now_ms() + 120000;
-        while (atomic_load(&ctl_ready) < n - 1 && tr_now_ms() < end) {
+        while (atomic_load(&ctl_ready) < n - 1 && tr_now_ms() < end) { /* control and store alike */
             tr_sleep_ms(10);
         }
         if (atomic_load(&ctl_ready) < n - 1) {
@@ -312,7 +384,7 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
     }
     t0 = now_ns();
     if (rv == TROUPE_OK) {
-        rv = control ? set_profile(ctl, id, err) : publish(ctl, id, err);
+        rv = control == 2 ? store_set(ctl, id, err) : control ? set_profile(ctl, id, err) : publish(ctl, id, err);
     }
     for (size_t k = 1; k <= started; k++) {
         pthread_join(th[k], NULL);
@@ -352,6 +424,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--control") == 0) {
             control = 1;
+        } else if (strcmp(argv[i], "--store") == 0) {
+            control = 2;
         } else if (strcmp(argv[i], "--head") == 0 && i + 1 < argc) {
             url = argv[++i];
         } else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
@@ -361,7 +435,7 @@ int main(int argc, char **argv)
         }
     }
     if (url == NULL) {
-        fprintf(stderr, "usage: rdzv_bench [--control] --head URL [--ranks 2,16,...] [--json FILE]\n");
+        fprintf(stderr, "usage: rdzv_bench [--control | --store] --head URL [--ranks 2,16,...] [--json FILE]\n");
         return 2;
     }
     for (const char *p = ranks; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
@@ -374,8 +448,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("%s\n%8s %14s %14s %12s\n",
-           control ? "troupe profile change (SetProfile) -> last waiting worker's control poll answered"
-                   : "rank 0 publishes the NCCL ID -> last rank holds it",
+           control == 2 ? "job store: rank 0 sets a 128-byte key (StoreSet) -> last rank's StoreGet answered"
+           : control    ? "troupe profile change (SetProfile) -> last waiting worker's control poll answered"
+                        : "rank 0 publishes the NCCL ID -> last rank holds it",
            "ranks", "last rank ms", "median ms", "connect ms");
     for (const char *p = ranks; *p && nres < 32; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
         uint32_t n = (uint32_t)strtoul(p, NULL, 10);
@@ -389,10 +464,12 @@ int main(int argc, char **argv)
     }
     if (json != NULL && (jf = fopen(json, "w")) != NULL) {
         fprintf(jf, "{\"bench\":\"rdzv\",\"what\":\"%s\",\"results\":[",
-                control ? "profile change -> last waiting worker has it" : "rank 0 publish -> last rank holds the ID");
+                control == 2 ? "store set -> last blocked get answered"
+                : control    ? "profile change -> last waiting worker has it"
+                             : "rank 0 publish -> last rank holds the ID");
         for (size_t i = 0; i < nres; i++) {
-            fprintf(jf, "%s{\"ranks\":%u,\"last_ms\":%.3f,\"median_ms\":%.3f}", i ? "," : "", res[i].ranks,
-                    res[i].last_ms, res[i].median_ms);
+            fprintf(jf, "%s{\"ranks\":%u,\"last_ms\":%.3f,\"median_ms\":%.3f,\"connect_ms\":%.1f}", i ? "," : "",
+                    res[i].ranks, res[i].last_ms, res[i].median_ms, res[i].connect_ms);
         }
         fprintf(jf, "]}\n");
         fclose(jf);

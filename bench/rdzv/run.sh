@@ -1,6 +1,6 @@
 #!/bin/sh
-# run.sh - bench/rdzv: troupe's NCCL-ID rendezvous beside PyTorch's TCPStore,
-# in the same run. Builds nothing.
+# run.sh - bench/rdzv: troupe's NCCL-ID rendezvous and its job store beside
+# PyTorch's TCPStore, in the same run. Builds nothing.
 #
 #   bench/rdzv/run.sh BUILD_DIR [OUT_DIR] [RANKS]
 #
@@ -31,6 +31,8 @@ trap 'kill $head_pid 2>/dev/null; wait $head_pid 2>/dev/null; rm -rf "$state"' E
 sleep 1
 echo "troupe-head $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores"
 "$build/bench/rdzv/rdzv_bench" --head "tcp://127.0.0.1:$port" --ranks "$ranks" --json "$out/rdzv-troupe.json"
+# The job store (troupe.torch's Store): rank 0's set answering N-1 blocked gets.
+"$build/bench/rdzv/rdzv_bench" --store --head "tcp://127.0.0.1:$port" --ranks "$ranks" --json "$out/rdzv-store.json"
 # A run-time profile change (troupe profile) reaching N workers' control polls.
 "$build/bench/rdzv/rdzv_bench" --control --head "tcp://127.0.0.1:$port" --ranks "${CONTROL_RANKS:-2,128,1024}" \
     --json "$out/rdzv-control.json"

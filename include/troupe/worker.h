@@ -308,6 +308,83 @@ typedef struct troupe_metrics_stats {
 /* troupe_worker_metrics_stats: this worker's counts, as of now. */
 TROUPE_API void troupe_worker_metrics_stats(troupe_worker_ctx *w, troupe_metrics_stats *out);
 
+/* ---- the job's key-value store ------------------------------------------------
+ * A store of keys and byte values on the head, with the semantics of
+ * torch.distributed's TCPStore (troupe.torch's Store is built on it): a
+ * process group exchanges its NCCL unique ID and runs its start-up barrier
+ * here, over the worker's one connection to the head, with no MASTER_PORT
+ * and no TCPStore listener.
+ *
+ * Scope: one space per communicator (comm NULL/"" = the worker's group) and
+ * epoch. A group restart moves the epoch: the restarted ranks see an empty
+ * space and never the old attempt's keys (a call of the old attempt is
+ * refused FAILED_PRECONDITION). Only workers of the job reach its keys;
+ * another job's worker is refused PERMISSION_DENIED. The keys are gone when
+ * the job stops running.
+ *
+ * Bounds: the head keeps at most store_max_keys keys and store_max_bytes
+ * bytes (keys plus values) per job over all its communicators (troupe-head's
+ * config); a set past them is RESOURCE_EXHAUSTED and err says the numbers.
+ * Keys are 1 to 1024 bytes of text; values any bytes.
+ *
+ * Memory only, as TCPStore is: a restarted head has no keys. A waiting call
+ * is answered UNAVAILABLE when the head stops and retried against the
+ * restarted head within its deadline (set, get, wait, check, delete and
+ * num_keys are retried; add and compare_set are not, as a retry could apply
+ * twice: they return UNAVAILABLE).
+ *
+ * Waits (get, wait) are long polls answered the moment the keys are set;
+ * at wait_ms (0 = the handle's default) they fail DEADLINE_EXCEEDED and err
+ * names the keys never set. Every function here is thread-safe. */
+
+/* troupe_worker_store_set sets key to len bytes of value (value may be NULL
+ * when len is 0), replacing what was there, and answers every rank waiting
+ * for it. */
+TROUPE_API troupe_status troupe_worker_store_set(troupe_worker_ctx *w, const char *comm, const char *key,
+                                                 const void *value, size_t len, troupe_error *err);
+
+/* troupe_worker_store_get waits up to wait_ms for key and returns its value:
+ * *value is malloc'ed (free it with troupe_free; never NULL on OK, even for
+ * 0 bytes) and *len its size. */
+TROUPE_API troupe_status troupe_worker_store_get(troupe_worker_ctx *w, const char *comm, const char *key,
+                                                 uint32_t wait_ms, void **value, size_t *len, troupe_error *err);
+
+/* troupe_worker_store_add adds amount to key's value read as a decimal
+ * int64 (a missing key counts 0), stores the sum as decimal text and returns
+ * it in *value (may be NULL). INVALID_ARGUMENT when the value is not a
+ * number or the sum overflows. Atomic: N ranks adding 1 end at N. */
+TROUPE_API troupe_status troupe_worker_store_add(troupe_worker_ctx *w, const char *comm, const char *key,
+                                                 int64_t amount, int64_t *value, troupe_error *err);
+
+/* troupe_worker_store_compare_set sets key to desired when its value equals
+ * expected, or when key is missing and exp_len is 0; *value (malloc'ed,
+ * troupe_free) is then the value now: desired when it was set, the current
+ * value when it differed, expected itself when key is missing and expected
+ * is not empty (TCPStore's answers). value may be NULL. */
+TROUPE_API troupe_status troupe_worker_store_compare_set(troupe_worker_ctx *w, const char *comm, const char *key,
+                                                         const void *expected, size_t exp_len, const void *desired,
+                                                         size_t des_len, void **value, size_t *len,
+                                                         troupe_error *err);
+
+/* troupe_worker_store_wait waits up to wait_ms until every one of the n keys
+ * (1..256) is set. */
+TROUPE_API troupe_status troupe_worker_store_wait(troupe_worker_ctx *w, const char *comm, const char *const *keys,
+                                                  size_t n, uint32_t wait_ms, troupe_error *err);
+
+/* troupe_worker_store_check sets *present to 1 when every one of the n keys
+ * is set, 0 otherwise; it does not wait. */
+TROUPE_API troupe_status troupe_worker_store_check(troupe_worker_ctx *w, const char *comm, const char *const *keys,
+                                                   size_t n, int *present, troupe_error *err);
+
+/* troupe_worker_store_delete removes key; *deleted (may be NULL) is 1 when it
+ * was set. */
+TROUPE_API troupe_status troupe_worker_store_delete(troupe_worker_ctx *w, const char *comm, const char *key,
+                                                    int *deleted, troupe_error *err);
+
+/* troupe_worker_store_num_keys returns in *n how many keys comm's space holds. */
+TROUPE_API troupe_status troupe_worker_store_num_keys(troupe_worker_ctx *w, const char *comm, uint64_t *n,
+                                                      troupe_error *err);
+
 /* ---- CPU collective -------------------------------------------------------------
  * All-reduce (sum of float32 or float64), broadcast and
  * barrier between the ranks of a communicator, directly between the worker

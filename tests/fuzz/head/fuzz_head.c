@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "head.h"
+#include "kv.h"
 #include "log.h"
 #include "rpc.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -67,6 +68,8 @@ static void start(void)
     CHECK(tr_cfg_defaults(tr_head_config_table, &head.cfg, &err) == TROUPE_OK &&
               tr_cfg_apply_args(tr_head_config_table, &head.cfg, 7, argv, &err) == TROUPE_OK,
           "config: %s", err.msg);
+    /* The job store's handlers too (the other services' are not here yet). */
+    CHECK(tr_head_add_service(&head, &tr_kv_service, &err) == TROUPE_OK, "store service: %s", err.msg);
     CHECK(tr_head_start(&head, &err) == TROUPE_OK, "head: %s", err.msg);
     co.url = url;
     CHECK(tr_rpc_client_open(&co, &cli, &err) == TROUPE_OK, "client: %s", err.msg);

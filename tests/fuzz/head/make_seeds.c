@@ -1,7 +1,8 @@
 /* make_seeds.c - writes fuzz_head's seed corpus (committed under corpus/;
  * rerun after a schema change: make_seeds DIR). Each seed is one byte naming
  * the method (its index in troupe.v1.Head) and a typical payload: register a
- * node, heartbeat, submit (one and a batch), get, list, logs, sync, stop. */
+ * node, heartbeat, submit (one and a batch), get, list, logs, sync, stop,
+ * and the job store's set, get (a wait) and add as job 1's worker. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,9 @@ int main(int argc, char **argv)
     Troupe__V1__GetLogsRequest logs = TROUPE__V1__GET_LOGS_REQUEST__INIT;
     Troupe__V1__NodeSyncRequest sync = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
     Troupe__V1__WorkerReport rep = TROUPE__V1__WORKER_REPORT__INIT, *reps[] = {&rep};
+    Troupe__V1__StoreRequest kv = TROUPE__V1__STORE_REQUEST__INIT;
+    Troupe__V1__WorkerRef from = TROUPE__V1__WORKER_REF__INIT;
+    char *keys[] = {"k"};
     Troupe__V1__JobSpec *spec = NULL, *specs[2];
     uint64_t ids[] = {1, 2};
     tr_err err;
@@ -116,6 +120,20 @@ int main(int argc, char **argv)
     stops.n_job_ids = 2;
     stops.job_ids = ids;
     seed("stop_batch", "StopJobs", &stops.base);
+    from.job_id = 1;
+    from.worker = "job1-g-0";
+    kv.from = &from;
+    kv.keys = keys;
+    kv.n_keys = 1;
+    kv.value.data = (uint8_t *)"7";
+    kv.value.len = 1;
+    seed("store_set", "StoreSet", &kv.base);
+    kv.value.len = 0;
+    kv.wait_ms = 100;
+    seed("store_get", "StoreGet", &kv.base);
+    kv.wait_ms = 0;
+    kv.amount = 5;
+    seed("store_add", "StoreAdd", &kv.base);
     tr_jobspec_free(spec);
     return 0;
 }

@@ -1,0 +1,268 @@
+"""troupe.Client: what the troupe CLI does, from Python, over libtroupe's
+include/troupe/client.h: submit (a YAML file or a dict), job, jobs, wait,
+stop, delete, logs (follow), metrics (follow) and nodes. Results are plain
+dicts and lists. A Client may be used from several threads.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+from ctypes import POINTER, Structure, byref, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+from ._lib import Error, check, dec, enc, lib
+from .errors import DeadlineExceeded
+
+
+class _ClientOpts(Structure):
+    _fields_ = [("head_url", c_char_p), ("token", c_char_p), ("timeout_ms", c_uint32), ("token_file", c_char_p),
+                ("tls_ca", c_char_p), ("tls_cert", c_char_p), ("tls_key", c_char_p), ("tls_server_name", c_char_p)]
+
+
+class _Worker(Structure):
+    _fields_ = [("name", c_char_p), ("group", c_char_p), ("rank", c_uint32), ("local_rank", c_uint32),
+                ("local_world_size", c_uint32), ("node_rank", c_uint32), ("node_id", c_uint64),
+                ("node_name", c_char_p), ("n_gpus", c_size_t), ("gpus", POINTER(c_uint32)), ("state", c_int),
+                ("exit_code", c_int), ("signal", c_int), ("pid", c_uint32), ("attempt", c_uint32),
+                ("message", c_char_p), ("started_ms", c_int64), ("ended_ms", c_int64), ("paused", c_int),
+                ("nsys_report", c_char_p)]
+
+
+class _Group(Structure):
+    _fields_ = [("name", c_char_p), ("master_addr", c_char_p), ("master_port", c_uint32), ("world_size", c_uint32)]
+
+
+class _Event(Structure):
+    _fields_ = [("ts_ms", c_int64), ("kind", c_char_p), ("message", c_char_p)]
+
+
+class _Job(Structure):
+    # troupe_job (client.h), every field: listings are arrays of it, so the
+    # size must be the C one. The pointers after events are not read here.
+    _fields_ = [("id", c_uint64), ("name", c_char_p), ("state", c_int), ("reason", c_char_p),
+                ("submitted_ms", c_int64), ("started_ms", c_int64), ("ended_ms", c_int64), ("restarts", c_uint32),
+                ("max_restarts", c_uint32), ("workers_total", c_uint32), ("version", c_uint64),
+                ("n_workers", c_size_t), ("workers", POINTER(_Worker)), ("n_groups", c_size_t),
+                ("groups", POINTER(_Group)), ("n_events", c_size_t), ("events", POINTER(_Event)),
+                ("events_dropped", c_uint32), ("n_waits", c_size_t), ("waits", c_void_p), ("profile", c_void_p),
+                ("next_restart_ms", c_int64), ("n_failures", c_size_t), ("failures", c_void_p),
+                ("failures_dropped", c_uint32), ("health", c_void_p)]
+
+
+class _JobList(Structure):
+    _fields_ = [("count", c_size_t), ("jobs", POINTER(_Job)), ("next_cursor", c_uint64)]
+
+
+class _Node(Structure):
+    # troupe_node, every field (node lists are arrays of it).
+    _fields_ = [("id", c_uint64), ("name", c_char_p), ("hostname", c_char_p), ("address", c_char_p),
+                ("state", c_int), ("reason", c_char_p), ("registered_ms", c_int64), ("last_seen_ms", c_int64),
+                ("pid", c_uint32), ("gpus_free", c_uint32), ("n_gpus", c_size_t), ("gpus", c_void_p),
+                ("n_labels", c_size_t), ("labels", c_void_p), ("stop_grace_ms", c_uint32), ("draining", c_int),
+                ("replaces", c_uint64), ("fenced_workers", c_uint32), ("has_nsys", c_int), ("stats_ms", c_int64),
+                ("gpu_source", c_char_p), ("load1", c_double), ("mem_total_bytes", c_uint64),
+                ("mem_available_bytes", c_uint64)]
+
+
+class _NodeList(Structure):
+    _fields_ = [("count", c_size_t), ("nodes", POINTER(_Node))]
+
+
+class _Point(Structure):
+    _fields_ = [("id", c_uint64), ("seq", c_uint64), ("step", c_uint64), ("worker", c_char_p),
+                ("attempt", c_uint32), ("name", c_char_p), ("value", c_double), ("ts_ms", c_int64)]
+
+
+class _MetricsQuery(Structure):
+    _fields_ = [("workers", POINTER(c_char_p)), ("n_workers", c_size_t), ("names", POINTER(c_char_p)),
+                ("n_names", c_size_t), ("after_id", c_uint64), ("last", c_uint32), ("limit", c_uint32),
+                ("wait_ms", c_uint32)]
+
+
+class _MetricsPage(Structure):
+    _fields_ = [("n_points", c_size_t), ("points", POINTER(_Point)), ("n_streams", c_size_t),
+                ("streams", c_void_p), ("next_id", c_uint64), ("more", c_int), ("kept", c_uint64),
+                ("trimmed", c_uint64)]
+
+
+def _job_dict(j: _Job) -> Dict[str, Any]:
+    d: Dict[str, Any] = {
+        "id": j.id, "name": dec(j.name), "state": dec(lib.troupe_job_state_name(j.state)), "reason": dec(j.reason),
+        "submitted_ms": j.submitted_ms, "started_ms": j.started_ms, "ended_ms": j.ended_ms,
+        "restarts": j.restarts, "max_restarts": j.max_restarts, "workers_total": j.workers_total,
+        "version": j.version,
+    }
+    d["workers"] = [{
+        "name": dec(w.name), "group": dec(w.group), "rank": w.rank, "local_rank": w.local_rank,
+        "node": dec(w.node_name), "gpus": [w.gpus[k] for k in range(w.n_gpus)],
+        "state": dec(lib.troupe_worker_state_name(w.state)), "exit_code": w.exit_code, "signal": w.signal,
+        "pid": w.pid, "attempt": w.attempt, "message": dec(w.message),
+    } for w in (j.workers[i] for i in range(j.n_workers))]
+    d["groups"] = [{"name": dec(g.name), "world_size": g.world_size}
+                   for g in (j.groups[i] for i in range(j.n_groups))]
+    d["events"] = [{"ts_ms": e.ts_ms, "kind": dec(e.kind), "message": dec(e.message)}
+                   for e in (j.events[i] for i in range(j.n_events))]
+    return d
+
+
+_TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class Client:
+    """A connection to troupe-head.
+
+    Client(head=None, token=None, token_file=None, timeout=10.0): head
+    defaults to $TROUPE_HEAD, the credential to token, token_file, then the
+    environment (as the CLI). UNAVAILABLE when nothing answers at head."""
+
+    def __init__(self, head: Optional[str] = None, token: Optional[str] = None, token_file: Optional[str] = None,
+                 timeout: float = 10.0):
+        self._h = c_void_p()
+        self._keep = [enc(head), enc(token), enc(token_file)]
+        opts = _ClientOpts(self._keep[0], self._keep[1], int(timeout * 1000), self._keep[2])
+        err = Error()
+        check(lib.troupe_client_open(byref(self._h), byref(opts), byref(err)), err)
+
+    def close(self) -> None:
+        """Disconnect. Idempotent."""
+        if self._h:
+            lib.troupe_client_close(self._h)
+            self._h = c_void_p()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def submit(self, spec: Union[str, os.PathLike, Dict[str, Any]], name: str = "job.yaml",
+               base_dir: Optional[str] = None) -> int:
+        """Submit a job: a YAML file's path, or the spec as a dict (sent as
+        JSON, which is YAML). Returns the job id; InvalidArgument names
+        file:line:col, FailedPrecondition an impossible placement."""
+        jid, err = c_uint64(), Error()
+        if isinstance(spec, dict):
+            text = json.dumps(spec).encode()
+            check(lib.troupe_submit_yaml(self._h, text, len(text), enc(name), enc(base_dir), byref(jid),
+                                         byref(err)), err)
+        else:
+            check(lib.troupe_submit_file(self._h, enc(os.fspath(spec)), byref(jid), byref(err)), err)
+        return jid.value
+
+    def job(self, job_id: int) -> Dict[str, Any]:
+        """One job with its workers, groups and events (NotFound when unknown)."""
+        out, err = c_void_p(), Error()
+        check(lib.troupe_get_job(self._h, job_id, byref(out), byref(err)), err)
+        try:
+            return _job_dict(ctypes.cast(out, POINTER(_Job)).contents)
+        finally:
+            lib.troupe_job_free(out)
+
+    def jobs(self, active: bool = False) -> List[Dict[str, Any]]:
+        """Every job the head keeps (only PENDING and RUNNING with active)."""
+        out, err = c_void_p(), Error()
+        check(lib.troupe_list_jobs(self._h, 1 if active else 0, byref(out), byref(err)), err)
+        try:
+            lst = ctypes.cast(out, POINTER(_JobList)).contents
+            return [_job_dict(lst.jobs[i]) for i in range(lst.count)]
+        finally:
+            lib.troupe_job_list_free(out)
+
+    def wait(self, job_id: int, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Wait until the job ends (SUCCEEDED, FAILED or STOPPED) and return
+        it; DeadlineExceeded after timeout seconds (None = no limit)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        job = self.job(job_id)
+        while job["state"] not in _TERMINAL:
+            left = 30.0 if end is None else end - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded(4, f"job {job_id} is still {job['state']} after {timeout} s")
+            out, err = c_void_p(), Error()
+            check(lib.troupe_wait_job(self._h, job_id, job["version"], int(min(left, 30.0) * 1000) or 1, byref(out),
+                                      byref(err)), err)
+            try:
+                job = _job_dict(ctypes.cast(out, POINTER(_Job)).contents)
+            finally:
+                lib.troupe_job_free(out)
+        return job
+
+    def stop(self, job_id: int) -> None:
+        """Stop a job (SIGTERM, then SIGKILL after the node's grace)."""
+        err = Error()
+        check(lib.troupe_stop_job(self._h, job_id, byref(err)), err)
+
+    def delete(self, job_id: int) -> None:
+        """Delete a finished job with its events and logs."""
+        err = Error()
+        check(lib.troupe_delete_job(self._h, job_id, byref(err)), err)
+
+    def _read_logs(self, job_id: int, worker: Optional[str], offset: int, wait_ms: int):
+        data, n, nxt, done, err = c_void_p(), c_size_t(), c_uint64(), c_int(), Error()
+        check(lib.troupe_read_logs(self._h, job_id, enc(worker), offset, wait_ms, byref(data), byref(n), byref(nxt),
+                                   byref(done), byref(err)), err)
+        try:
+            text = ctypes.string_at(data, n.value).decode("utf-8", "replace") if n.value else ""
+        finally:
+            lib.troupe_free(data)
+        return text, nxt.value, bool(done.value)
+
+    def logs(self, job_id: int, worker: Optional[str] = None) -> str:
+        """The job's output so far ("[worker] line" lines)."""
+        out, offset = [], 0
+        while True:
+            text, nxt, done = self._read_logs(job_id, worker, offset, 0)
+            out.append(text)
+            if done or nxt == offset or not text:
+                return "".join(out)
+            offset = nxt
+
+    def follow_logs(self, job_id: int, worker: Optional[str] = None) -> Iterator[str]:
+        """The job's output as it comes, until the job has ended and all is read."""
+        offset = 0
+        while True:
+            text, offset, done = self._read_logs(job_id, worker, offset, 5000)
+            if text:
+                yield text
+            if done:
+                return
+
+    def metrics(self, job_id: int, names: Optional[List[str]] = None, after_id: int = 0,
+                wait: float = 0.0) -> Dict[str, Any]:
+        """One page of a job's metrics: {"points": [{step, worker, name,
+        value, ...}], "next_id": ...}; pass next_id as after_id for the next
+        page, with wait (seconds) to follow without polling."""
+        q = _MetricsQuery()
+        arr = None
+        if names:
+            arr = (c_char_p * len(names))(*[enc(n) for n in names])
+            q.names, q.n_names = ctypes.cast(arr, POINTER(c_char_p)), len(names)
+        q.after_id, q.wait_ms = after_id, int(wait * 1000)
+        out, err = c_void_p(), Error()
+        check(lib.troupe_get_metrics(self._h, job_id, byref(q), byref(out), byref(err)), err)
+        try:
+            p = ctypes.cast(out, POINTER(_MetricsPage)).contents
+            pts = [{"id": x.id, "step": x.step, "worker": dec(x.worker), "attempt": x.attempt, "name": dec(x.name),
+                    "value": x.value, "ts_ms": x.ts_ms} for x in (p.points[i] for i in range(p.n_points))]
+            return {"points": pts, "next_id": p.next_id, "more": bool(p.more)}
+        finally:
+            lib.troupe_metrics_page_free(out)
+
+    def nodes(self, include_dead: bool = False) -> List[Dict[str, Any]]:
+        """Registered nodes: id, name, address, state, reason, GPUs free/total."""
+        out, err = c_void_p(), Error()
+        check(lib.troupe_list_nodes(self._h, 1 if include_dead else 0, byref(out), byref(err)), err)
+        try:
+            lst = ctypes.cast(out, POINTER(_NodeList)).contents
+            return [{"id": n.id, "name": dec(n.name), "hostname": dec(n.hostname), "address": dec(n.address),
+                     "state": dec(lib.troupe_node_state_name(n.state)), "reason": dec(n.reason),
+                     "gpus": n.n_gpus, "gpus_free": n.gpus_free} for n in (lst.nodes[i] for i in range(lst.count))]
+        finally:
+            lib.troupe_node_list_free(out)
