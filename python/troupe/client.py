@@ -48,7 +48,7 @@ class _Job(Structure):
                 ("groups", POINTER(_Group)), ("n_events", c_size_t), ("events", POINTER(_Event)),
                 ("events_dropped", c_uint32), ("n_waits", c_size_t), ("waits", c_void_p), ("profile", c_void_p),
                 ("next_restart_ms", c_int64), ("n_failures", c_size_t), ("failures", c_void_p),
-                ("failures_dropped", c_uint32), ("health", c_void_p)]
+                ("failures_dropped", c_uint32), ("health", c_void_p), ("owner", c_char_p)]
 
 
 class _JobList(Structure):
@@ -63,7 +63,7 @@ class _Node(Structure):
                 ("n_labels", c_size_t), ("labels", c_void_p), ("stop_grace_ms", c_uint32), ("draining", c_int),
                 ("replaces", c_uint64), ("fenced_workers", c_uint32), ("has_nsys", c_int), ("stats_ms", c_int64),
                 ("gpu_source", c_char_p), ("load1", c_double), ("mem_total_bytes", c_uint64),
-                ("mem_available_bytes", c_uint64)]
+                ("mem_available_bytes", c_uint64), ("isolation", c_char_p), ("sync_error", c_char_p)]
 
 
 class _NodeList(Structure):
@@ -92,7 +92,7 @@ def _job_dict(j: _Job) -> Dict[str, Any]:
         "id": j.id, "name": dec(j.name), "state": dec(lib.troupe_job_state_name(j.state)), "reason": dec(j.reason),
         "submitted_ms": j.submitted_ms, "started_ms": j.started_ms, "ended_ms": j.ended_ms,
         "restarts": j.restarts, "max_restarts": j.max_restarts, "workers_total": j.workers_total,
-        "version": j.version,
+        "version": j.version, "owner": dec(j.owner),
     }
     d["workers"] = [{
         "name": dec(w.name), "group": dec(w.group), "rank": w.rank, "local_rank": w.local_rank,
@@ -263,6 +263,7 @@ class Client:
             lst = ctypes.cast(out, POINTER(_NodeList)).contents
             return [{"id": n.id, "name": dec(n.name), "hostname": dec(n.hostname), "address": dec(n.address),
                      "state": dec(lib.troupe_node_state_name(n.state)), "reason": dec(n.reason),
-                     "gpus": n.n_gpus, "gpus_free": n.gpus_free} for n in (lst.nodes[i] for i in range(lst.count))]
+                     "gpus": n.n_gpus, "gpus_free": n.gpus_free, "isolation": dec(n.isolation),
+                     "sync_error": dec(n.sync_error)} for n in (lst.nodes[i] for i in range(lst.count))]
         finally:
             lib.troupe_node_list_free(out)

@@ -38,7 +38,7 @@ pass "DDP on 2 ranks through troupe.torch = 1 rank with the same global batch (p
 n=$(cli -o json metrics "$id2" --name loss | jq '[.points[] | .worker] | group_by(.) | map(length) | join(",")' -r)
 [ "$n" = "30,30" ] || fail "loss points per rank: $n"
 pass "30 steps' loss from each rank at the head"
-cli trace "$id2" -o "$T/trace.json" >/dev/null || fail "trace"
+cli trace "$id2" --output "$T/trace.json" >/dev/null || fail "trace"
 got=$(jq -c '[.traceEvents[] | select(.ph == "X" and (.name | startswith("step"))) | .name] | sort' "$T/trace.json")
 [ "$got" = '["step 3","step 4"]' ] || fail "profiled steps: $got"
 [ "$(jq '[.traceEvents[] | select(.ph == "X") | .pid] | unique | length' "$T/trace.json")" = 1 ] || fail "more than one worker traced"

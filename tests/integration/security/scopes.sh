@@ -24,6 +24,8 @@ declare -A SCOPE=(
     [GetJob]=worker_job [GetLogs]=worker_job [CommIds]=worker_job [Gather]=worker_job
     [WorkerControl]=worker_job [ReportMetrics]=worker_job [GetMetrics]=worker_job
     [ReportFailure]=worker_job [ReportTrace]=worker_job [GetTrace]=worker_job
+    [StoreSet]=worker_job [StoreGet]=worker_job [StoreAdd]=worker_job [StoreCompareSet]=worker_job
+    [StoreWait]=worker_job [StoreCheck]=worker_job [StoreDelete]=worker_job [StoreNumKeys]=worker_job
     [CreateToken]=admin [RevokeToken]=admin [DrainNode]=admin
 )
 # expect CLASS CREDENTIAL: the outcome the table promises.
