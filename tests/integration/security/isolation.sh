@@ -19,6 +19,13 @@ source "$(dirname "$0")/../lib.sh"
 unset TROUPE_SHARED_UID # the isolation itself is under test (lib.sh sets it)
 umask 077
 chmod 711 "$T" # workers reach $T/wd (theirs to write) by path, nothing else here
+# ... which needs every directory above $T to let other uids through.
+d=$(dirname "$T")
+while [ "$d" != / ]; do
+    [ "$(( 0$(stat -c %a "$d") & 1 ))" = 1 ] ||
+        skip_test "$d (above the test's dir) does not let other uids through (mode $(stat -c %a "$d")): workers under their own uids could not reach their workdir; use a TMPDIR others can traverse"
+    d=$(dirname "$d")
+done
 mkdir -m 1777 "$T/wd"
 
 printf '%s\n' "adm-$RANDOM$RANDOM" >"$T/admin.tok"
