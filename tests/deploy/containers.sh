@@ -33,7 +33,9 @@ cli() {
         -v "$TAG-jobs:/jobs" "$IMAGE" "$@"
 }
 
-(umask 077; cli troupe token create --scope node --ttl 1d >"$T/node.token") || fail "minting the node credential"
+# One credential for both agents: bound to the first two names that register
+# (--max-nodes 2); a third agent with it is refused.
+(umask 077; cli troupe token create --scope node --max-nodes 2 --ttl 1d >"$T/node.token") || fail "minting the node credential"
 grep -q '^tr1\.n\.' "$T/node.token" || fail "node.token is not a node credential: $(head -c 20 "$T/node.token")"
 chown 10001:10001 "$T/node.token"
 for n in a:8 b:16; do
@@ -41,7 +43,7 @@ for n in a:8 b:16; do
     run_c "node-${n%:*}" --network "$NET" --network-alias "node-${n%:*}" --hostname "node-${n%:*}" \
         --no-healthcheck --stop-timeout 30 -v "$T/node.token:/run/secrets/node_token:ro" -v "$TAG-jobs:/jobs" \
         "$IMAGE" troupe-node --head tcp://head:7770 --token-file /run/secrets/node_token \
-        --name "node-${n%:*}" --fake-gpus "${n#*:}xH200:141GB" --state-dir /var/lib/troupe/node
+        --name "node-${n%:*}" --fake-gpus "${n#*:}xH200:141GB" --state-dir /var/lib/troupe/node --shared-uid
 done
 alive2() { [ "$(cli troupe -o json nodes --alive | jq '[.nodes[] | select(.state == "ALIVE")] | length')" = 2 ]; }
 wait_for 60 "node-a and node-b to be ALIVE" alive2

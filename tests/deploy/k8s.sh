@@ -180,8 +180,8 @@ status=$(podman exec "$TAG-head" troupe status)
 grep -q "^head .*tls+tcp://127.0.0.1:7770" <<<"$status" || fail "the probes do not reach the head over TLS"
 pass "head pod (${head_args[*]}; read-only root, uid 10001): readinessProbe and livenessProbe (${head_read[*]}) pass, over TLS"
 
-# deploy/README.md: kubectl -n troupe exec troupe-head-0 -- troupe token create --scope node --ttl 365d
-(umask 077; podman exec "$TAG-head" troupe token create --scope node --ttl 365d >"$T/node.token") || fail "minting the node credential"
+# deploy/k8s/secret.yaml: kubectl -n troupe exec troupe-head-0 -- troupe token create --scope node --max-nodes 1000 --ttl 365d
+(umask 077; podman exec "$TAG-head" troupe token create --scope node --max-nodes 1000 --ttl 365d >"$T/node.token") || fail "minting the node credential"
 for a in node-a node-b; do
     pod_args node "$a"
     run_c "$a" --network "$NET" --ip "$(agent_ip "$a")" --hostname "$a" --no-healthcheck --stop-timeout 30 \
