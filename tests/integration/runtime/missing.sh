@@ -28,12 +28,13 @@ cli logs "$id" >"$T/logs"
 grep -q "rt: barrier: DEADLINE_EXCEEDED: barrier:ready number 1 of communicator policy epoch 0: 1 of 4 ranks never arrived: 2 job1-policy-2 on na" "$T/logs" || fail "no deadline naming rank 2: $(cat "$T/logs")"
 pass "waiting ranks failed naming the missing one: $(grep -m1 DEADLINE "$T/logs")"
 # Rank 0 never arrives either when it hangs: the waiters say it never published.
+# Job 1's workers may still hold na while it winds down, so any node may host it.
 t0=$(date +%s%N)
 sed -e "s/job1-policy-2/job2-policy-0/" -e "s/name: hang/name: hang0/" "$T/hang.yaml" >"$T/hang0.yaml"
 id=$(submit "$T/hang0.yaml")
 wait_for 15 "job $id to fail" is_job_state "$id" FAILED
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-logs_grep "$id" "rank 0 never published.*0 job2-policy-0 on na" || fail "rank 0 not named: $(cli logs "$id")"
+logs_grep "$id" "rank 0 never published.*0 job2-policy-0 on n[abc]" || fail "rank 0 not named: $(cli logs "$id")"
 pass "rank 0 that never publishes is named; the job failed ${ms} ms after submit (deadline 3000 ms)"
 
 # A group restart: attempt 0's rank 1 fails after its IDs; attempt 1 meets in
