@@ -164,11 +164,12 @@ static void job_drop(kv_svc *s, uint64_t id, const char *why)
 }
 
 /* space_get returns v's space at its current epoch, replacing an older one. */
-static tr_kv_space *space_get(kv_svc *s, uint64_t job_id, const tr_rdzv_view *v, tr_err *err)
+static tr_kv_space *space_get(kv_svc *s, const tr_head_job *hj, const tr_rdzv_view *v, tr_err *err)
 {
-    kv_job *kj = job_get(s, job_id);
+    kv_job *kj = job_get(s, hj->j->id);
     tr_kv_space *sp = NULL, **grown;
-    char why[200];
+    char why[200], **names;
+    int rv;
 
     if (kj == NULL) {
         tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
@@ -192,7 +193,13 @@ static tr_kv_space *space_get(kv_svc *s, uint64_t job_id, const tr_rdzv_view *v,
         return NULL;
     }
     kj->spaces = grown;
-    if (tr_kv_space_new(v->name, v->epoch, &kj->usage, &sp, err) != TROUPE_OK) {
+    if ((names = tr_rdzv_rank_names(hj->j, v)) == NULL) {
+        tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+        return NULL;
+    }
+    rv = tr_kv_space_new(v->name, v->epoch, v->size, (const char *const *)names, &kj->usage, &sp, err);
+    tr_rdzv_rank_names_free(names, v->size);
+    if (rv != TROUPE_OK) {
         return NULL;
     }
     kj->spaces[kj->n_spaces++] = sp;
@@ -268,7 +275,8 @@ static tr_kv_space *enter(kv_svc *s, tr_rpc_call *call, Troupe__V1__StoreRequest
     } else {
         rv = tr_rdzv_resolve(s->h, (*req)->from, (*req)->comm, &hj, &v, &err);
     }
-    if (rv == TROUPE_OK && (sp = space_get(s, hj->j->id, &v, &err)) != NULL) {
+    if (rv == TROUPE_OK && (sp = space_get(s, hj, &v, &err)) != NULL) {
+        tr_kv_touch(sp, v.rank);
         return sp;
     }
     TR_LOG(TR_LOG_INFO, "store refused method=%s job=%llu worker=%s comm=%s: %s", tr_rpc_call_method(call),

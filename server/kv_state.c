@@ -30,6 +30,9 @@ typedef struct kv_waiter {
 struct tr_kv_space {
     char *comm;
     uint32_t epoch;
+    uint32_t size;     /* ranks of the communicator */
+    char **rank_names; /* size of them: "job7-policy-1 on node-b" */
+    uint8_t *touched;  /* size flags: the rank called this space */
     tr_kv_usage *usage;
     kv_entry *e;
     size_t n, cap;
@@ -37,12 +40,37 @@ struct tr_kv_space {
     size_t n_w, cap_w;
 };
 
-int tr_kv_space_new(const char *comm, uint32_t epoch, tr_kv_usage *usage, tr_kv_space **out, tr_err *err)
+static void names_free(tr_kv_space *s)
+{
+    for (uint32_t r = 0; s->rank_names != NULL && r < s->size; r++) {
+        free(s->rank_names[r]);
+    }
+    free(s->rank_names);
+    free(s->touched);
+}
+
+int tr_kv_space_new(const char *comm, uint32_t epoch, uint32_t size, const char *const *rank_names,
+                    tr_kv_usage *usage, tr_kv_space **out, tr_err *err)
 {
     tr_kv_space *s = calloc(1, sizeof(*s));
+    int ok = s != NULL && (s->comm = strdup(comm)) != NULL;
 
     *out = NULL;
-    if (s == NULL || (s->comm = strdup(comm)) == NULL) {
+    if (ok) {
+        s->size = size;
+        s->rank_names = calloc(size ? size : 1, sizeof(char *));
+        s->touched = calloc(size ? size : 1, 1);
+        ok = s->rank_names != NULL && s->touched != NULL;
+    }
+    for (uint32_t r = 0; ok && r < size; r++) {
+        s->rank_names[r] = strdup(rank_names != NULL && rank_names[r] != NULL ? rank_names[r] : "?");
+        ok = s->rank_names[r] != NULL;
+    }
+    if (!ok) {
+        if (s != NULL) {
+            names_free(s);
+            free(s->comm);
+        }
         free(s);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
     }
@@ -50,6 +78,13 @@ int tr_kv_space_new(const char *comm, uint32_t epoch, tr_kv_usage *usage, tr_kv_
     s->usage = usage;
     *out = s;
     return TROUPE_OK;
+}
+
+void tr_kv_touch(tr_kv_space *s, uint32_t rank)
+{
+    if (rank < s->size) {
+        s->touched[rank] = 1;
+    }
 }
 
 static void waiter_free(kv_waiter *w)
@@ -77,6 +112,7 @@ void tr_kv_space_free(tr_kv_space *s, int code, const char *why, tr_kv_answer_fn
     }
     free(s->w);
     free(s->e);
+    names_free(s);
     free(s->comm);
     free(s);
 }
@@ -410,7 +446,37 @@ int tr_kv_wait(tr_kv_space *s, const char *const *keys, size_t n, int want_value
     return TROUPE_OK;
 }
 
-/* expire_msg names the keys w still waits for (the first few, quoted). */
+/* absent_text appends "; 1 of 4 ranks never called this store: 2 job7-policy-2
+ * on node-b" when some rank never did: a rank that never arrived is the usual
+ * reason a key is never set, and its name is what the user needs. */
+static int absent_text(const tr_kv_space *s, char *msg, size_t used, size_t cap)
+{
+    uint32_t absent = 0, listed = 0;
+
+    for (uint32_t r = 0; r < s->size; r++) {
+        absent += !s->touched[r];
+    }
+    if (absent == 0 || used >= cap) {
+        return 0;
+    }
+    used += (size_t)snprintf(msg + used, cap - used, "; %u of %u ranks never called this store:", absent,
+                             s->size);
+    for (uint32_t r = 0; r < s->size && used < cap; r++) {
+        if (s->touched[r]) {
+            continue;
+        }
+        if (used + 80 > cap || listed == 16) {
+            snprintf(msg + used, cap - used, " ... (%u more)", absent - listed);
+            return 1;
+        }
+        used += (size_t)snprintf(msg + used, cap - used, "%s %u %s", listed ? "," : "", r, s->rank_names[r]);
+        listed++;
+    }
+    return 1;
+}
+
+/* expire_msg names the keys w still waits for (the first few, quoted) and
+ * the ranks that never called the space. */
 static void expire_msg(const tr_kv_space *s, const kv_waiter *w, int64_t now, char *msg, size_t cap)
 {
     size_t used, missing = 0, named = 0;
@@ -433,17 +499,18 @@ static void expire_msg(const tr_kv_space *s, const kv_waiter *w, int64_t now, ch
         }
     }
     if (used < cap) {
-        snprintf(msg + used, cap - used,
-                 "%s, never set (%zu of %zu keys missing): is every rank running and "
-                 "setting it?",
-                 missing > named ? " ..." : "", missing, w->n);
+        used += (size_t)snprintf(msg + used, cap - used, "%s, never set (%zu of %zu keys missing)",
+                                 missing > named ? " ..." : "", missing, w->n);
+    }
+    if (!absent_text(s, msg, used, cap) && (used = strlen(msg)) < cap) {
+        snprintf(msg + used, cap - used, ": is every rank running and setting it?");
     }
 }
 
 int64_t tr_kv_expire(tr_kv_space *s, int64_t now, tr_kv_answer_fn answer, void *ctx)
 {
     int64_t next = INT64_MAX;
-    char msg[1536];
+    char msg[3072];
     size_t k = 0;
 
     for (size_t i = 0; i < s->n_w; i++) {

@@ -39,8 +39,16 @@ typedef void (*tr_kv_answer_fn)(void *token, int code, const char *msg, const ui
 typedef struct tr_kv_space tr_kv_space;
 
 /* tr_kv_space_new makes an empty space for communicator comm (copied) at
- * epoch, counting into usage (borrowed: it must outlive the space). */
-int tr_kv_space_new(const char *comm, uint32_t epoch, tr_kv_usage *usage, tr_kv_space **out, tr_err *err);
+ * epoch, counting into usage (borrowed: it must outlive the space). size is
+ * the communicator's number of ranks and rank_names (copied; NULL, or NULL
+ * entries, for unknown) say who each is ("job7-policy-1 on node-b"): a
+ * deadline names the ranks that never called this space (tr_kv_touch). */
+int tr_kv_space_new(const char *comm, uint32_t epoch, uint32_t size, const char *const *rank_names,
+                    tr_kv_usage *usage, tr_kv_space **out, tr_err *err);
+
+/* tr_kv_touch records that rank called this space (ranks past size are
+ * ignored). */
+void tr_kv_touch(tr_kv_space *s, uint32_t rank);
 
 /* tr_kv_space_free answers every waiter with code and why, gives its keys
  * and bytes back to the usage and frees; NULL is a no-op. */
@@ -83,7 +91,8 @@ int tr_kv_wait(tr_kv_space *s, const char *const *keys, size_t n, int want_value
                int64_t until, int *parked, tr_err *err);
 
 /* tr_kv_expire answers every waiter whose deadline is <= now with
- * DEADLINE_EXCEEDED naming the keys still not set; returns the earliest
+ * DEADLINE_EXCEEDED naming the keys still not set and the ranks that never
+ * called the space (they cannot have set anything); returns the earliest
  * deadline still parked (INT64_MAX when none). */
 int64_t tr_kv_expire(tr_kv_space *s, int64_t now, tr_kv_answer_fn answer, void *ctx);
 

@@ -10,7 +10,8 @@ NCCL's unique ID, init_process_group's store barrier) goes over each worker's
 one connection to the head. No MASTER_ADDR/MASTER_PORT, no TCPStore listener.
 Keys are scoped to the job, the communicator and its epoch: a restarted group
 starts with an empty store. A get or wait that runs out raises
-torch's timeout error whose message names the keys never set.
+torch's timeout error whose message names the keys never set and the ranks
+(worker, node) that never called the store.
 
 Works with torch's Python-store trampoline (torch.distributed.Store
 subclasses, torch 1.13 and later): it calls set/get/add/compare_set/wait and,
@@ -131,11 +132,22 @@ def init_process_group(backend: Optional[str] = None, worker: Optional[Worker] =
     size are this worker's in comm (None = its group; a communicator the job
     declares across groups otherwise), the rendezvous goes through Store.
     backend None picks NCCL when CUDA is available (and sets the device:
-    the first of the worker's own GPUs, see _device_index), gloo otherwise. Returns the Store (kept for the process
-    group's life; close it after destroy_process_group)."""
+    the first of the worker's own GPUs, see _device_index), gloo otherwise.
+    Returns the Store (kept for the process group's life; close it after
+    destroy_process_group). When a rank does not arrive within timeout,
+    raises troupe.DeadlineExceeded (a TimeoutError) naming the ranks that
+    never arrived, with their worker names and nodes."""
     global _store
     w = worker if worker is not None else Worker()
     info = w.comm_info(comm)
+    # Every rank meets at a troupe barrier first: the backends' own waits
+    # (gloo's address exchange, NCCL's unique ID, torch's store barrier that
+    # polls add()) end in torch's messages, which name a key or a count; the
+    # head's barrier names the ranks that never came, with worker and node.
+    try:
+        w.barrier("troupe.torch.init_process_group", comm=comm, timeout=_seconds(timeout))
+    except DeadlineExceeded as e:
+        raise DeadlineExceeded(e.code, f"init_process_group of communicator {comm or w.group}: {e.message}") from e
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":

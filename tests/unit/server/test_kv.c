@@ -34,7 +34,8 @@ static tr_kv_space *mk(tr_kv_usage *u, uint32_t epoch)
 {
     tr_kv_space *sp = NULL;
     tr_err err;
-    TR_ASSERT_OK(tr_kv_space_new("policy", epoch, u, &sp, &err), &err);
+    static const char *const names[] = {"job7-policy-0 on na", "job7-policy-1 on nb", NULL};
+    TR_ASSERT_OK(tr_kv_space_new("policy", epoch, 3, names, u, &sp, &err), &err);
     return sp;
 }
 
@@ -142,6 +143,23 @@ static void waits(void **state)
     assert_non_null(
         strstr(s.msg[2], "store of policy (epoch 3): waited 500 ms for key 'c', never set (1 of 3"));
     assert_null(strstr(s.msg[2], "'a'"));
+    /* no rank called the space here: all three named, the unknown one as "?" */
+    assert_non_null(strstr(s.msg[2], "; 3 of 3 ranks never called this store: 0 job7-policy-0 on na, 1 "
+                                     "job7-policy-1 on nb, 2 ?"));
+    /* ranks that called are left out; with every rank in, the message asks why instead */
+    tr_kv_touch(sp, 0);
+    tr_kv_touch(sp, 2);
+    tr_kv_touch(sp, 7); /* past the size: ignored */
+    TR_ASSERT_OK(tr_kv_wait(sp, (const char *[]){"d"}, 1, 0, TOK(5), 0, 600, &parked, &err), &err);
+    assert_int_equal(tr_kv_expire(sp, 600, answer, &s), INT64_MAX);
+    assert_non_null(strstr(s.msg[5], "'d', never set (1 of 1 keys missing); 1 of 3 ranks never called this "
+                                      "store: 1 job7-policy-1 on nb"));
+    assert_null(strstr(s.msg[5], "job7-policy-0"));
+    tr_kv_touch(sp, 1);
+    TR_ASSERT_OK(tr_kv_wait(sp, (const char *[]){"d"}, 1, 0, TOK(6), 0, 700, &parked, &err), &err);
+    assert_int_equal(tr_kv_expire(sp, 700, answer, &s), INT64_MAX);
+    assert_non_null(strstr(s.msg[6], "(1 of 1 keys missing): is every rank running and setting it?"));
+    assert_null(strstr(s.msg[6], "never called"));
     /* already set: answered at once, nothing parked */
     TR_ASSERT_OK(tr_kv_wait(sp, two, 2, 0, TOK(3), 0, 1000, &parked, &err), &err);
     assert_int_equal(parked, 0);

@@ -1,0 +1,30 @@
+"""A PyTorch worker for integration.python.torch_missing: the worker named in
+PT_ABSENT never reaches troupe (it sleeps, then exits); the others wait for it
+through the job store and through troupe.torch.init_process_group, and print
+what each wait raised ("pt: ..." lines the test greps)."""
+import datetime
+import os
+import sys
+import time
+
+if os.environ.get("TROUPE_WORKER") == os.environ.get("PT_ABSENT"):
+    time.sleep(float(os.environ.get("PT_ABSENT_S", "30")))
+    sys.exit(0)
+
+import troupe  # noqa: E402
+import troupe.torch  # noqa: E402
+
+w = troupe.Worker()
+store = troupe.torch.Store(worker=w, timeout=datetime.timedelta(seconds=2))
+try:
+    store.wait([f"ready/{(w.rank + 1) % w.world_size}"])
+    print("pt: store wait returned", flush=True)
+except RuntimeError as e:
+    print(f"pt: store wait raised RuntimeError: {e}", flush=True)
+t0 = time.monotonic()
+try:
+    troupe.torch.init_process_group(backend="gloo", worker=w, timeout=datetime.timedelta(seconds=3))
+    print("pt: init_process_group returned", flush=True)
+except troupe.DeadlineExceeded as e:
+    print(f"pt: init_process_group raised {type(e).__name__} after {time.monotonic() - t0:.1f} s: {e}", flush=True)
+w.close()
