@@ -1,7 +1,14 @@
 """troupe.Client: what the troupe CLI does, from Python, over libtroupe's
 include/troupe/client.h: submit (a YAML file or a dict), job, jobs, wait,
-stop, delete, logs (follow), metrics (follow) and nodes. Results are plain
+stop, delete, logs (follow), metrics (follow), nodes, run-time profiling
+(profile) and the built-in trace (trace, chrome_trace). Results are plain
 dicts and lists. A Client may be used from several threads.
+
+Credentials and TLS are libtroupe's, as the CLI's: token=, token_file=, else
+$TROUPE_TOKEN, $TROUPE_TOKEN_FILE, $TROUPE_CREDENTIALS; a tls+tcp:// head is
+verified with tls_ca= (else $TROUPE_TLS_CA), with tls_cert=/tls_key= where
+the head asks for a client certificate and tls_server_name= to check another
+name than the URL's host.
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from ctypes import POINTER, Structure, byref, c_char_p, c_double, c_int, c_int64
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from ._lib import Error, check, dec, enc, lib
-from .errors import DeadlineExceeded
+from .errors import DeadlineExceeded, error_for
 
 
 class _ClientOpts(Structure):
@@ -38,6 +45,12 @@ class _Event(Structure):
     _fields_ = [("ts_ms", c_int64), ("kind", c_char_p), ("message", c_char_p)]
 
 
+class _Profile(Structure):
+    _fields_ = [("spec_steps", c_char_p), ("spec_workers", c_char_p), ("version", c_uint64), ("off", c_int),
+                ("steps", c_char_p), ("next", c_uint32), ("align", c_uint32), ("workers", c_char_p),
+                ("set_ms", c_int64)]
+
+
 class _Job(Structure):
     # troupe_job (client.h), every field: listings are arrays of it, so the
     # size must be the C one. The pointers after events are not read here.
@@ -46,9 +59,29 @@ class _Job(Structure):
                 ("max_restarts", c_uint32), ("workers_total", c_uint32), ("version", c_uint64),
                 ("n_workers", c_size_t), ("workers", POINTER(_Worker)), ("n_groups", c_size_t),
                 ("groups", POINTER(_Group)), ("n_events", c_size_t), ("events", POINTER(_Event)),
-                ("events_dropped", c_uint32), ("n_waits", c_size_t), ("waits", c_void_p), ("profile", c_void_p),
+                ("events_dropped", c_uint32), ("n_waits", c_size_t), ("waits", c_void_p), ("profile", POINTER(_Profile)),
                 ("next_restart_ms", c_int64), ("n_failures", c_size_t), ("failures", c_void_p),
                 ("failures_dropped", c_uint32), ("health", c_void_p), ("owner", c_char_p)]
+
+
+class _ProfileReq(Structure):
+    _fields_ = [("off", c_int), ("steps", c_char_p), ("next", c_uint32), ("align", c_uint32), ("workers", c_char_p)]
+
+
+class _Span(Structure):
+    _fields_ = [("name", c_char_p), ("cat", c_char_p), ("ts_us", c_int64), ("dur_us", c_int64), ("step", c_uint64),
+                ("tid", c_uint32), ("rank", c_uint32)]
+
+
+class _TraceWorker(Structure):
+    _fields_ = [("worker", c_char_p), ("group", c_char_p), ("node", c_char_p), ("rank", c_uint32),
+                ("group_rank", c_uint32), ("attempt", c_uint32), ("offset_us", c_int64), ("rtt_us", c_int64),
+                ("spans", c_uint64), ("dropped", c_uint64)]
+
+
+class _Trace(Structure):
+    _fields_ = [("n_spans", c_size_t), ("spans", POINTER(_Span)), ("n_workers", c_size_t),
+                ("workers", POINTER(_TraceWorker))]
 
 
 class _JobList(Structure):
@@ -104,6 +137,11 @@ def _job_dict(j: _Job) -> Dict[str, Any]:
                    for g in (j.groups[i] for i in range(j.n_groups))]
     d["events"] = [{"ts_ms": e.ts_ms, "kind": dec(e.kind), "message": dec(e.message)}
                    for e in (j.events[i] for i in range(j.n_events))]
+    if j.profile:
+        p = j.profile.contents
+        d["profile"] = {"spec_steps": dec(p.spec_steps), "spec_workers": dec(p.spec_workers),
+                        "version": p.version, "off": bool(p.off), "steps": dec(p.steps), "next": p.next,
+                        "align": p.align, "workers": dec(p.workers), "set_ms": p.set_ms}
     return d
 
 
@@ -113,17 +151,28 @@ _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 class Client:
     """A connection to troupe-head.
 
-    Client(head=None, token=None, token_file=None, timeout=10.0): head
+    Client(head=None, token=None, token_file=None, timeout=10.0,
+    tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None): head
     defaults to $TROUPE_HEAD, the credential to token, token_file, then the
-    environment (as the CLI). UNAVAILABLE when nothing answers at head."""
+    environment (as the CLI); the TLS files to $TROUPE_TLS_CA, ...
+    Unavailable when nothing answers at head; a call without a valid
+    credential raises Unauthenticated, one outside its scope
+    PermissionDenied."""
 
     def __init__(self, head: Optional[str] = None, token: Optional[str] = None, token_file: Optional[str] = None,
-                 timeout: float = 10.0):
+                 timeout: float = 10.0, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, tls_server_name: Optional[str] = None):
         self._h = c_void_p()
-        self._keep = [enc(head), enc(token), enc(token_file)]
-        opts = _ClientOpts(self._keep[0], self._keep[1], int(timeout * 1000), self._keep[2])
+        self._keep = [enc(head), enc(token), enc(token_file), enc(tls_ca), enc(tls_cert), enc(tls_key),
+                      enc(tls_server_name)]
+        opts = _ClientOpts(self._keep[0], self._keep[1], int(timeout * 1000), *self._keep[2:])
         err = Error()
         check(lib.troupe_client_open(byref(self._h), byref(opts), byref(err)), err)
+
+    @property
+    def head(self) -> str:
+        """The head URL in use."""
+        return dec(lib.troupe_client_url(self._h))
 
     def close(self) -> None:
         """Disconnect. Idempotent."""
@@ -267,3 +316,75 @@ class Client:
                      "sync_error": dec(n.sync_error)} for n in (lst.nodes[i] for i in range(lst.count))]
         finally:
             lib.troupe_node_list_free(out)
+
+    # -- profiling and the built-in trace ----------------------------------------------
+
+    def profile(self, job_id: int, steps: Optional[str] = None, next: int = 0, align: int = 0,
+                workers: Optional[str] = None, off: bool = False) -> int:
+        """Change a running job's profiling (`troupe profile`): steps "A:B"
+        (1-based, B exclusive), or the next N steps from each worker's next
+        step boundary (from a multiple of align when align > 0), on the
+        workers matching workers (comma-separated globs on group and worker
+        names; None = all); off=True stops it. Workers profile those steps
+        (CUDA profiler range, NVTX, spans for trace()). Returns the setting's
+        version. InvalidArgument for a bad range or pattern, NotFound for an
+        unknown job, FailedPrecondition for one that ended."""
+        if not off and not steps and not next:
+            raise error_for(3, "profile: give steps='A:B', next=N or off=True")
+        req = _ProfileReq(1 if off else 0, enc(steps), next, align, enc(workers))
+        ver, err = c_uint64(), Error()
+        check(lib.troupe_set_profile(self._h, job_id, byref(req), byref(ver), byref(err)), err)
+        return ver.value
+
+    def profile_off(self, job_id: int) -> int:
+        """Stop a job's run-time profiling (profile(job_id, off=True))."""
+        return self.profile(job_id, off=True)
+
+    def trace(self, job_id: int) -> Dict[str, Any]:
+        """The spans of profiled steps the head holds for a job, on the
+        head's clock: {"spans": [{name, cat, ts_us, dur_us, step, tid,
+        rank}], "workers": [{worker, group, node, rank, group_rank,
+        attempt, offset_us, rtt_us, spans, dropped}]}. Empty lists when no
+        worker profiled yet; NotFound for an unknown job."""
+        out, err = c_void_p(), Error()
+        check(lib.troupe_get_trace(self._h, job_id, byref(out), byref(err)), err)
+        try:
+            t = ctypes.cast(out, POINTER(_Trace)).contents
+            spans = [{"name": dec(x.name), "cat": dec(x.cat), "ts_us": x.ts_us, "dur_us": x.dur_us,
+                      "step": x.step, "tid": x.tid, "rank": x.rank} for x in (t.spans[i] for i in range(t.n_spans))]
+            workers = [{"worker": dec(w.worker), "group": dec(w.group), "node": dec(w.node), "rank": w.rank,
+                        "group_rank": w.group_rank, "attempt": w.attempt, "offset_us": w.offset_us,
+                        "rtt_us": w.rtt_us, "spans": w.spans, "dropped": w.dropped}
+                       for w in (t.workers[i] for i in range(t.n_workers))]
+            return {"spans": spans, "workers": workers}
+        finally:
+            lib.troupe_trace_free(out)
+
+    def chrome_trace(self, job_id: int) -> Dict[str, Any]:
+        """trace() as Chrome/Perfetto trace-event JSON, the document `troupe
+        trace JOB` writes: a process per rank named after its worker, a
+        thread per worker thread, complete events in microseconds from the
+        first span."""
+        return chrome_trace(job_id, self.trace(job_id))
+
+
+def chrome_trace(job_id: int, t: Dict[str, Any]) -> Dict[str, Any]:
+    """A trace() result as trace-event JSON (the same as the CLI's)."""
+    spans = sorted(t["spans"], key=lambda s: (s["rank"], s["tid"], s["ts_us"], -s["dur_us"]))
+    origin = min((s["ts_us"] for s in spans), default=2**63 - 1)
+    events: List[Dict[str, Any]] = []
+    for w in t["workers"]:
+        if any(o["rank"] == w["rank"] and o["attempt"] > w["attempt"] for o in t["workers"]):
+            continue  # named after its newest attempt
+        name = f"{w['worker']} (rank {w['rank']}: {w['group']} {w['group_rank']} on {w['node'] or '?'})"
+        events.append({"name": "process_name", "ph": "M", "pid": w["rank"], "tid": 0, "args": {"name": name}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": w["rank"], "tid": 0,
+                       "args": {"sort_index": w["rank"]}})
+    for s in spans:
+        events.append({"name": s["name"], "cat": s["cat"], "ph": "X", "pid": s["rank"], "tid": s["tid"],
+                       "ts": s["ts_us"] - origin, "dur": s["dur_us"], "args": {"step": s["step"]}})
+    other = {"job": job_id, "clock": "troupe-head wall clock", "origin_unix_us": origin,
+             "workers": [{"worker": w["worker"], "rank": w["rank"], "attempt": w["attempt"],
+                          "offset_us": w["offset_us"], "rtt_us": w["rtt_us"], "spans": w["spans"],
+                          "dropped": w["dropped"]} for w in t["workers"]]}
+    return {"displayTimeUnit": "ms", "traceEvents": events, "otherData": other}
