@@ -148,6 +148,7 @@ TROUPE_API troupe_status troupe_worker_open(troupe_worker_ctx **out, const troup
     free(cred);
     if (rv == TROUPE_OK) {
         tr_wk_control_init(w);
+        w->caller_profiles = opts != NULL && opts->caller_profiles;
         if (opts == NULL || !opts->no_control) {
             rv = tr_wk_control_start(w, &e);
         }

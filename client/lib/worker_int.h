@@ -67,6 +67,7 @@ struct troupe_worker_ctx {
     int (*nvtx_push)(const char *);
     int (*nvtx_pop)(void);
     int libs_tried;
+    int caller_profiles; /* opts->caller_profiles: no libcudart or NVTX of our own */
     int64_t step_t0_ns;   /* CLOCK_MONOTONIC at step_begin; 0 = none since the last end */
     int64_t last_end_ns;  /* at the last step_end; 0 = none yet */
 

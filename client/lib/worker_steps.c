@@ -220,7 +220,7 @@ void tr_wk_profiler_close(troupe_worker_ctx *w)
         w->nvtx_pop();
     }
     w->nvtx_open = 0;
-    if (w->profiling) {
+    if (w->profiling && !w->caller_profiles) {
         profiler(w, 0, 0);
     }
     if (w->cudart != NULL) {
@@ -301,9 +301,15 @@ TROUPE_API troupe_status troupe_worker_step_begin(troupe_worker_ctx *w, uint64_t
         resolve(w, step);
     }
     w->step_t0_ns = mono_ns();
-    load_libs(w); /* once */
+    if (!w->caller_profiles) {
+        load_libs(w); /* once */
+    }
     in = w->match && (uint64_t)w->start <= step && step < (uint64_t)w->stop;
-    if (in != w->profiling) {
+    if (in != w->profiling && w->caller_profiles) {
+        w->profiling = in;
+        snprintf(w->note, sizeof(w->note), "profiling %s at step %llu (by the caller)", in ? "starts" : "stops",
+                 (unsigned long long)step);
+    } else if (in != w->profiling) {
         profiler(w, in, step);
     }
     if (profile != NULL) {

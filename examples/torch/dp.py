@@ -3,10 +3,11 @@
 Every rank holds the same model (DistributedDataParallel averages the
 gradients) and takes its share of each global batch; the process group meets
 through troupe's store (troupe.torch.init_process_group: gloo on CPU, NCCL on
-GPUs, no MASTER_PORT). Each step is a troupe step with its figures (loss,
-step time, GPU memory on GPUs), so `troupe metrics`, `troupe job` (health:
-stalls, stragglers) and profiling (`profile:` in the job, `troupe profile`,
-NRL_NSYS_PROFILE_STEP_RANGE) work as for troupe-train. The data is synthetic
+GPUs, no MASTER_PORT). Each step is a troupe.torch.step with its figures
+(loss, step time, GPU memory on GPUs), so `troupe metrics`, `troupe job`
+(health: stalls, stragglers) and profiling (`profile:` in the job, `troupe
+profile`, NRL_NSYS_PROFILE_STEP_RANGE: torch.cuda.profiler.start/stop and NVTX
+ranges per step) work as for troupe-train. The data is synthetic
 (a noisy linear map through a tanh), the same on every rank from a fixed
 seed, so 2 ranks train exactly what 1 rank does with the same global batch.
 
@@ -31,7 +32,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    w = troupe.Worker()
+    # caller_profiles: troupe.torch.step drives the CUDA profiler and NVTX
+    # through torch on the steps troupe says to profile.
+    w = troupe.Worker(caller_profiles=True)
     troupe.torch.init_process_group(worker=w)
     rank, size = dist.get_rank(), dist.get_world_size()
     if args.global_batch % size:
@@ -54,7 +57,7 @@ def main() -> int:
         start = ((step - 1) * args.global_batch) % (n - args.global_batch + 1)
         lo = start + rank * per
         xb, yb = x[lo:lo + per].to(dev), y[lo:lo + per].to(dev)
-        with w.step(step) as s:
+        with troupe.torch.step(step, worker=w) as s:  # GPU memory figures filled in on CUDA
             with w.span("forward"):
                 loss = torch.nn.functional.mse_loss(ddp(xb), yb)
             with w.span("backward"):
@@ -65,11 +68,6 @@ def main() -> int:
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             s.loss = mean.item() / size
-            if cuda:
-                s.gpu_mem_in_use_bytes = torch.cuda.memory_allocated(dev)
-                s.gpu_mem_peak_bytes = torch.cuda.max_memory_allocated(dev)
-                s.gpu_mem_reserved_bytes = torch.cuda.memory_reserved(dev)
-                s.gpu_mem_total_bytes = torch.cuda.get_device_properties(dev).total_memory
         if rank == 0 and (step == 1 or step % 10 == 0 or step == args.steps):
             print(f"dp: step {step} loss {s.figures['loss']:.6f}", flush=True)
         if w.should_stop():

@@ -70,6 +70,10 @@ typedef struct troupe_worker_opts {
     const char *head_url;     /* NULL: $TROUPE_HEAD */
     uint32_t wait_ms;         /* default deadline of waits given 0; 0 = 300000 (5 min) */
     int no_control;           /* 1: no background control poll (profile only from the spec/env) */
+    int caller_profiles;      /* 1: the caller starts and stops the CUDA profiler and pushes NVTX
+                               * ranges itself (troupe.torch does, through torch's own CUDA
+                               * runtime); the runtime still decides which steps are profiled,
+                               * answers it from step_begin and records their spans */
 } troupe_worker_opts;
 
 /* What the environment says about this worker; strings live until close. */

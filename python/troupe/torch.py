@@ -13,6 +13,16 @@ starts with an empty store. A get or wait that runs out raises
 torch's timeout error whose message names the keys never set and the ranks
 (worker, node) that never called the store.
 
+troupe.torch.step(n) marks a training step as troupe.Worker.step does (the
+head's step figures and health, run-time profiling) and drives profiling
+through torch: on the steps the head asks this worker to profile (`profile:`,
+NRL_NSYS_PROFILE_STEP_RANGE/NRL_NSYS_WORKER_PATTERNS, `troupe profile`),
+torch.cuda.profiler.start() at the first and stop() at the first step past
+the window (what `nsys --capture-range=cudaProfilerApi` captures), an NVTX
+range "step N" per step, and GPU memory figures, when CUDA is in use. On CPU
+the window is recorded all the same (profile_windows(), the trace's spans,
+a "profiled" metric of 1 per profiled step).
+
 Works with torch's Python-store trampoline (torch.distributed.Store
 subclasses, torch 1.13 and later): it calls set/get/add/compare_set/wait and,
 by their C++ names, deleteKey and getNumKeys; delete_key, num_keys and check
@@ -20,15 +30,18 @@ are here too for direct use.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import os
-from typing import Any, List, Optional, Sequence, Union
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
 
 from .errors import DeadlineExceeded
-from .worker import Worker
+from .worker import Step, Worker
 
 _DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 
@@ -64,7 +77,7 @@ class Store(dist.Store):
                  timeout: datetime.timedelta = _DEFAULT_TIMEOUT):
         super().__init__()
         self._owned = worker is None
-        self.worker = worker if worker is not None else Worker()
+        self.worker = worker if worker is not None else _default_worker()
         self.comm = comm
         self.set_timeout(timeout)
 
@@ -109,9 +122,13 @@ class Store(dist.Store):
     getNumKeys = num_keys
 
     def close(self) -> None:
-        """Close the worker when the store opened it."""
+        """Close the worker when the store opened it (troupe.torch's own
+        worker: troupe.torch.close())."""
         if self._owned:
-            self.worker.close()
+            if self.worker is _worker:
+                close()
+            else:
+                self.worker.close()
 
 
 _store: Optional[Store] = None
@@ -138,7 +155,7 @@ def init_process_group(backend: Optional[str] = None, worker: Optional[Worker] =
     raises troupe.DeadlineExceeded (a TimeoutError) naming the ranks that
     never arrived, with their worker names and nodes."""
     global _store
-    w = worker if worker is not None else Worker()
+    w = worker if worker is not None else _default_worker()
     info = w.comm_info(comm)
     # Every rank meets at a troupe barrier first: the backends' own waits
     # (gloo's address exchange, NCCL's unique ID, torch's store barrier that
@@ -157,3 +174,142 @@ def init_process_group(backend: Optional[str] = None, worker: Optional[Worker] =
     dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.size, timeout=timeout, **kwargs)
     _store = store
     return store
+
+
+# ---- steps and profiling -------------------------------------------------------------
+
+_worker: Optional[Worker] = None
+
+
+def _default_worker() -> Worker:
+    """The worker troupe.torch opens from the environment when not given
+    one, once per process, with caller_profiles so that the CUDA profiler
+    and NVTX are torch's (the runtime would otherwise load a libcudart of
+    its own, which need not be the one torch uses)."""
+    global _worker
+    if _worker is None:
+        _worker = Worker(caller_profiles=True)
+    return _worker
+
+
+class _Profiling:
+    """One worker's profiling state across steps: whether the window is
+    open, where it started, the windows so far."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.cuda = False
+        self.start = 0
+        self.last = 0
+        self.windows: List[Tuple[int, int]] = []
+
+
+_prof: Dict[int, _Profiling] = {}
+
+
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _say(w: Worker, text: str) -> None:
+    print(f"troupe.torch: {w.name}: {text}", file=sys.stderr, flush=True)
+
+
+def _window_open(w: Worker, p: _Profiling, n: int) -> None:
+    p.on, p.start, p.cuda = True, n, _cuda_in_use()
+    if p.cuda:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+    _say(w, f"profiling from step {n} ({'torch.cuda.profiler.start' if p.cuda else 'CPU: spans and metrics only'})")
+
+
+def _window_close(w: Worker, p: _Profiling) -> None:
+    if not p.on:
+        return
+    if p.cuda:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    p.on = False
+    p.windows.append((p.start, p.last + 1))
+    _say(w, f"profiled steps {p.start}..{p.last} ({'torch.cuda.profiler.stop' if p.cuda else 'CPU'})")
+
+
+def _close_all() -> None:
+    for key, p in list(_prof.items()):
+        w = _owners.get(key)
+        if w is not None:
+            _window_close(w, p)
+
+
+_owners: Dict[int, Worker] = {}
+atexit.register(_close_all)
+
+
+def profile_windows(worker: Optional[Worker] = None) -> List[Tuple[int, int]]:
+    """The profiling windows troupe.torch.step has driven for worker (the
+    module's own when None): [(A, B), ...], steps A..B-1, the open one
+    included up to its last step so far."""
+    w = worker if worker is not None else _default_worker()
+    p = _prof.get(id(w))
+    if p is None:
+        return []
+    return p.windows + ([(p.start, p.last + 1)] if p.on else [])
+
+
+def _memory_figures(s: Step) -> None:
+    dev = torch.cuda.current_device()
+    for name, value in (("gpu_mem_in_use_bytes", torch.cuda.memory_allocated(dev)),
+                        ("gpu_mem_peak_bytes", torch.cuda.max_memory_allocated(dev)),
+                        ("gpu_mem_reserved_bytes", torch.cuda.memory_reserved(dev)),
+                        ("gpu_mem_total_bytes", torch.cuda.get_device_properties(dev).total_memory)):
+        if name not in s.figures:
+            setattr(s, name, value)
+
+
+@contextlib.contextmanager
+def step(n: int, worker: Optional[Worker] = None) -> Iterator[Step]:
+    """`with troupe.torch.step(n) as s:` around training step n (1-based,
+    increasing): the worker's step (s.profiled, figures set on s reported at
+    the end, step_ms measured), with profiling driven through torch when the
+    worker was opened with caller_profiles (troupe.torch's own worker, the
+    default): torch.cuda.profiler.start/stop at the window's edges, an NVTX
+    range "step n", GPU memory figures when CUDA is in use. A worker opened
+    without it profiles through libtroupe's own libcudart instead (as C
+    programs do), and this only marks the steps."""
+    w = worker if worker is not None else _default_worker()
+    drive = w.caller_profiles
+    p = _prof.setdefault(id(w), _Profiling())
+    _owners[id(w)] = w
+    profiled = w.step_begin(n)
+    if drive and profiled and not p.on:
+        _window_open(w, p, n)
+    elif drive and not profiled and p.on:
+        _window_close(w, p)
+    nvtx = drive and _cuda_in_use()
+    if nvtx:
+        torch.cuda.nvtx.range_push(f"step {n}")
+    s = Step(n, profiled)
+    try:
+        yield s
+    finally:
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
+        if profiled:
+            p.last = n
+            w.metric(n, "profiled", 1.0)
+        if _cuda_in_use():
+            _memory_figures(s)
+        w.step_end(n, **s.figures)
+
+
+def close() -> None:
+    """End what troupe.torch holds: the profiling window if open, the
+    module's worker (flushing its metrics). destroy_process_group first."""
+    global _worker, _store
+    _close_all()
+    if _worker is not None:
+        _prof.pop(id(_worker), None)
+        _owners.pop(id(_worker), None)
+        _worker.close()
+        _worker = None
+    _store = None

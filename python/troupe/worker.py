@@ -30,7 +30,7 @@ class _CommInfo(Structure):
 
 
 class _Opts(Structure):
-    _fields_ = [("head_url", c_char_p), ("wait_ms", c_uint32), ("no_control", c_int)]
+    _fields_ = [("head_url", c_char_p), ("wait_ms", c_uint32), ("no_control", c_int), ("caller_profiles", c_int)]
 
 
 class _Blob(Structure):
@@ -91,16 +91,22 @@ class Step:
 class Worker:
     """The worker runtime from the environment troupe-node gives a worker.
 
-    Worker(head=None, wait=None, control=True): head overrides $TROUPE_HEAD,
-    wait (seconds) is the default deadline of waits (300 s), control=False
-    skips the background poll for run-time profile changes. Outside troupe it
-    raises FailedPrecondition naming the missing variable. Use as a context
-    manager, or call close() (it flushes metrics)."""
+    Worker(head=None, wait=None, control=True, caller_profiles=False): head
+    overrides $TROUPE_HEAD, wait (seconds) is the default deadline of waits
+    (300 s), control=False skips the background poll for run-time profile
+    changes. caller_profiles=True leaves starting and stopping the CUDA
+    profiler and NVTX ranges to the caller (troupe.torch.step does it through
+    torch): the runtime still decides which steps are profiled (step_begin's
+    answer) and records their spans. Outside troupe it raises
+    FailedPrecondition naming the missing variable. Use as a context manager,
+    or call close() (it flushes metrics)."""
 
-    def __init__(self, head: Optional[str] = None, wait: Optional[float] = None, control: bool = True):
+    def __init__(self, head: Optional[str] = None, wait: Optional[float] = None, control: bool = True,
+                 caller_profiles: bool = False):
         self._h = ctypes.c_void_p()
         self._head = enc(head)  # kept alive for the call
-        opts = _Opts(self._head, _ms(wait), 0 if control else 1)
+        self.caller_profiles = bool(caller_profiles)
+        opts = _Opts(self._head, _ms(wait), 0 if control else 1, 1 if caller_profiles else 0)
         err = Error()
         check(lib.troupe_worker_open(byref(self._h), byref(opts), byref(err)), err)
         me = _Self.from_address(lib.troupe_worker_self_info(self._h))

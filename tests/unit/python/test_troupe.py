@@ -96,7 +96,77 @@ def torch_bytes():
     assert tt._device_index(0) == 0
 
 
-CASES = {f.__name__: f for f in (errors_by_code, worker_outside_troupe, library_env, step_figures, torch_bytes)}
+def torch_step_cuda():
+    """troupe.torch.step with CUDA in use (mocked: this machine has no GPU):
+    on the steps the runtime answers profiled, torch.cuda.profiler.start at
+    the window's first step and stop at the first step past it, an NVTX
+    range per step, a "profiled" metric and GPU memory figures; a worker
+    opened without caller_profiles only gets its steps marked."""
+    try:
+        import torch
+    except ImportError:
+        print("SKIP: no torch in this Python")
+        sys.exit(77)
+    import troupe.torch as tt
+    calls = []
+
+    class FakeWorker:
+        name, caller_profiles = "job1-policy-1", True
+
+        def __init__(self, window):
+            self.window = window
+
+        def step_begin(self, n):
+            calls.append(f"begin {n}")
+            return n in self.window
+
+        def step_end(self, n, **figs):
+            calls.append(f"end {n} {sorted(figs)}")
+
+        def metric(self, n, name, value):
+            calls.append(f"metric {n} {name}={value}")
+
+    cuda = torch.cuda
+    cuda.is_available = cuda.is_initialized = lambda: True
+    cuda.synchronize = lambda *a: None
+    cuda.current_device = lambda: 0
+    cuda.memory_allocated = cuda.max_memory_allocated = cuda.memory_reserved = lambda d=None: 1 << 20
+    cuda.get_device_properties = lambda d: type("P", (), {"total_memory": 80 << 30})()
+    cuda.profiler.start = lambda: calls.append("profiler.start")
+    cuda.profiler.stop = lambda: calls.append("profiler.stop")
+    cuda.nvtx.range_push = lambda name: calls.append(f"push {name}")
+    cuda.nvtx.range_pop = lambda: calls.append("pop")
+    w = FakeWorker({3, 4})
+    for n in range(1, 7):
+        with tt.step(n, worker=w) as s:
+            s.loss = 1.0
+    mem = "['gpu_mem_in_use_bytes', 'gpu_mem_peak_bytes', 'gpu_mem_reserved_bytes', 'gpu_mem_total_bytes', 'loss']"
+    want = []
+    for n in range(1, 7):
+        want += [f"begin {n}"] + (["profiler.start"] if n == 3 else ["profiler.stop"] if n == 5 else [])
+        want += [f"push step {n}", "pop"] + ([f"metric {n} profiled=1.0"] if n in (3, 4) else []) + [f"end {n} {mem}"]
+    assert calls == want, "\n".join(calls)
+    assert tt.profile_windows(w) == [(3, 5)]
+    # A window still open at the end is closed by troupe.torch.close() (or at exit).
+    calls.clear()
+    w2 = FakeWorker({2, 3, 4})
+    for n in (1, 2):
+        with tt.step(n, worker=w2):
+            pass
+    assert tt.profile_windows(w2) == [(2, 3)]
+    tt._close_all()
+    assert calls[-1] == "profiler.stop" and tt.profile_windows(w2) == [(2, 3)], calls
+    # Without caller_profiles libtroupe drives the profiler: no torch calls here.
+    calls.clear()
+    w3 = FakeWorker({1})
+    w3.caller_profiles = False
+    with tt.step(1, worker=w3):
+        pass
+    assert "profiler.start" not in calls and not any(c.startswith("push") for c in calls), calls
+
+
+CASES = {f.__name__: f for f in (errors_by_code, worker_outside_troupe, library_env, step_figures, torch_bytes,
+                                 torch_step_cuda)}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in CASES:

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# troupe.torch.step on CPU: a job profiling steps 3:5 of *policy-1 (its
+# profile:) runs two PyTorch ranks stepping with troupe.torch.step. Exactly
+# steps 3 and 4 of rank 1 are profiled: the window is recorded
+# (troupe.torch.profile_windows, a line on stderr), reported to the head (a
+# "profiled" metric per step, the trace's spans), and step figures (step_ms,
+# loss) arrive for every step of both ranks. The runtime does not drive a CUDA
+# profiler of its own under troupe.torch (TROUPE_CUDART points at a fake
+# libcudart that would print every call). Exit 77 (skipped) without torch.
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/py_lib.bash"
+: "${FAKE_CUDART:?}"
+D=$(cd "$(dirname "$0")" && pwd)
+if ! pyrun "$PY" -c "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null; then
+    echo "SKIP: $PY has no torch with gloo (scripts/setup.sh installs Debian's python3-torch)"
+    exit 77
+fi
+start_cluster
+cat >"$T/job.yaml" <<YAML
+name: ptstep
+cluster: {nodes: [4]}
+groups:
+  - {name: policy, workers: 2, resources: {gpu: 1}, command: [$PY_CMD, $D/torch_step_worker.py]}
+env: {$PY_JOB_ENV, GLOO_SOCKET_IFNAME: lo, PT_STEPS: "6", TROUPE_CUDART: "$FAKE_CUDART"}
+profile: {steps: "3:5", workers: "*policy-1"}
+YAML
+timeout 150 "$CLI_BIN" submit "$T/job.yaml" >"$T/out" 2>"$T/err" || fail "job failed: $(cat "$T/err"; cli logs "$(head -1 "$T/out")")"
+id=$(head -1 "$T/out")
+cli logs "$id" >"$T/logs"
+[ "$(grep -c "ptstep: rank 1 step [0-9]* profiled" "$T/logs")" = 2 ] && grep -q "ptstep: rank 1 step 3 profiled" "$T/logs" &&
+    grep -q "ptstep: rank 1 step 4 profiled" "$T/logs" || fail "rank 1's profiled steps: $(grep ptstep "$T/logs")"
+grep -q "ptstep: rank 0 step" "$T/logs" && fail "rank 0 profiled: $(grep ptstep "$T/logs")"
+grep -q "ptstep: rank 1 windows \[(3, 5)\]" "$T/logs" && grep -q "ptstep: rank 0 windows \[\]" "$T/logs" ||
+    fail "windows: $(grep ptstep "$T/logs")"
+grep -q "job$id-policy-1\] troupe.torch: job$id-policy-1: profiling from step 3 (CPU: spans and metrics only)" "$T/logs" &&
+    grep -q "job$id-policy-1\] troupe.torch: job$id-policy-1: profiled steps 3..4 (CPU)" "$T/logs" ||
+    fail "window lines: $(grep troupe.torch "$T/logs")"
+pass "steps 3..4 of policy-1 only, recorded as the window [(3, 5)]: $(grep -o 'troupe.torch: .*profiled steps.*' "$T/logs")"
+grep -q fake_cudart "$T/logs" && fail "the runtime drove its own libcudart: $(grep fake_cudart "$T/logs")"
+pass "no cudaProfilerStart/Stop from libtroupe's own libcudart under troupe.torch"
+m=$(cli -o json metrics "$id" --name profiled)
+[ "$(jq -c '[.points[] | [.worker, .step, .value]] | sort' <<<"$m")" = "[[\"job$id-policy-1\",3,1],[\"job$id-policy-1\",4,1]]" ] ||
+    fail "profiled metric: $m"
+m=$(cli -o json metrics "$id" --name step_ms)
+[ "$(jq '[.points[] | select(.value >= 0)] | length' <<<"$m")" = 12 ] || fail "step_ms: $m"
+[ "$(cli -o json metrics "$id" --name loss | jq '[.points[]] | length')" = 12 ] || fail "loss: $(cli -o json metrics "$id" --name loss)"
+pass "the head has a profiled metric for steps 3 and 4 of policy-1, step_ms and loss for all 12 steps"
+cli trace "$id" --output "$T/trace.json" >/dev/null || fail "troupe trace failed"
+got=$(jq -c '[.traceEvents[] | select(.ph == "X" and .cat == "step") | [.pid, .args.step]] | sort' "$T/trace.json")
+[ "$got" = "[[1,3],[1,4]]" ] || fail "trace steps: $got"
+pass "troupe trace holds steps 3 and 4 of rank 1: $got"
