@@ -542,6 +542,23 @@ static int js_strategy(js_ctx *c, const yaml_node_t *n, const char *path, Troupe
     return js_copy(c, n, path, tr_js_strategy(s), &g->strategy);
 }
 
+/* js_env_style reads env_style: absent is troupe's own variables only. */
+static int js_env_style(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V1__GroupSpec *g)
+{
+    const char *s;
+    int rv = js_scalar(c, n, path, "an environment style", &s);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    if (strcmp(s, TR_JS_ENV_TORCHRUN) != 0) {
+        return js_fail(c, n, "%s: unknown env_style '%s' (use " TR_JS_ENV_TORCHRUN
+                             ", or leave it out for troupe's variables only)",
+                       path, s);
+    }
+    return js_copy(c, n, path, s, &g->env_style);
+}
+
 /* js_command_string splits the string form; see tr_js_split_command. */
 static int js_command_string(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V1__GroupSpec *g)
 {
@@ -597,7 +614,8 @@ static int js_command(js_ctx *c, const yaml_node_t *n, const char *path, Troupe_
     return rv;
 }
 
-static const char *const group_keys[] = {"name", "workers", "resources", "strategy", "command", "env", NULL};
+static const char *const group_keys[] = {"name", "workers", "resources", "strategy", "command", "env", "env_style",
+                                         NULL};
 
 /* js_group reads one entry of groups; *name_key is where its name was written
  * (for duplicate-name messages). */
@@ -610,7 +628,7 @@ static int js_group(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V
     int rv = js_expect(c, n, path, YAML_MAPPING_NODE, "a mapping (a group)");
 
     if (rv == TROUPE_OK) {
-        rv = js_check_keys(c, n, path, group_keys, "name, workers, resources, strategy, command or env");
+        rv = js_check_keys(c, n, path, group_keys, "name, workers, resources, strategy, command, env or env_style");
     }
     if (rv == TROUPE_OK && (rv = js_req(c, n, path, "name", &v)) == TROUPE_OK) {
         js_find(c, n, "name", name_key);
@@ -631,6 +649,9 @@ static int js_group(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V
     }
     if (rv == TROUPE_OK && (v = js_opt(c, n, "env")) != NULL) {
         rv = js_env(c, v, js_path(sub, path, "env"), &g->env, &g->n_env);
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "env_style")) != NULL) {
+        rv = js_env_style(c, v, js_path(sub, path, "env_style"), g);
     }
     return rv;
 }

@@ -41,6 +41,9 @@ int tr_js_env_name_ok(const char *s);
  * strategy matched case-insensitively, or NULL when unknown. Static storage. */
 const char *tr_js_strategy(const char *s);
 
+/* TR_JS_ENV_TORCHRUN is the one env_style a group may name (GroupSpec). */
+#define TR_JS_ENV_TORCHRUN "torchrun"
+
 /* TR_JS_STRATEGIES is the list that error messages offer. */
 #define TR_JS_STRATEGIES "PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"
 

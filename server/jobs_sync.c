@@ -128,6 +128,56 @@ static void job_env(arena *a, const Troupe__V1__JobSpec *sp, Troupe__V1__JobComm
     }
 }
 
+/* user_sets: the job's or the group's env: names key. */
+static int user_sets(const Troupe__V1__JobSpec *sp, const Troupe__V1__GroupSpec *gs, const char *key)
+{
+    for (size_t i = 0; i < sp->n_env; i++) {
+        if (strcmp(sp->env[i]->key, key) == 0) {
+            return 1;
+        }
+    }
+    for (size_t i = 0; gs != NULL && i < gs->n_env; i++) {
+        if (strcmp(gs->env[i]->key, key) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* torchrun_env adds what torchrun gives its workers beyond troupe's own
+ * variables (env_style: torchrun), so a program written for torchrun finds
+ * everything it reads: a node of the group is torchrun's agent (GROUP_RANK is
+ * NODE_RANK), the group its one role, the worker's attempt its restart count.
+ * TORCHELASTIC_USE_AGENT_STORE is False: no agent hosts a TCPStore, rank 0 does
+ * on MASTER_PORT. OMP_NUM_THREADS=1 with several workers on a node unless the
+ * job sets it, as torchrun does. */
+static void torchrun_env(arena *a, const tr_head_job *hj, const Troupe__V1__GroupSpec *gs,
+                         const Troupe__V1__WorkerInfo *w, uint32_t world, Troupe__V1__WorkerAssignment *wa)
+{
+    const Troupe__V1__JobSpec *sp = hj->j->spec;
+    uint32_t nodes = 1;
+
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        const Troupe__V1__WorkerInfo *o = hj->j->workers[i];
+        if (strcmp(o->group, w->group) == 0 && o->node_rank + 1 > nodes) {
+            nodes = o->node_rank + 1;
+        }
+    }
+    env_add(a, wa->env, &wa->n_env, "GROUP_RANK", arena_printf(a, "%u", w->node_rank));
+    env_add(a, wa->env, &wa->n_env, "GROUP_WORLD_SIZE", arena_printf(a, "%u", nodes));
+    env_add(a, wa->env, &wa->n_env, "ROLE_NAME", w->group);
+    env_add(a, wa->env, &wa->n_env, "ROLE_RANK", arena_printf(a, "%u", w->rank));
+    env_add(a, wa->env, &wa->n_env, "ROLE_WORLD_SIZE", arena_printf(a, "%u", world));
+    env_add(a, wa->env, &wa->n_env, "TORCHELASTIC_RUN_ID",
+            arena_printf(a, "troupe-job%llu-%s", (unsigned long long)hj->j->id, w->group));
+    env_add(a, wa->env, &wa->n_env, "TORCHELASTIC_RESTART_COUNT", arena_printf(a, "%u", w->attempt));
+    env_add(a, wa->env, &wa->n_env, "TORCHELASTIC_MAX_RESTARTS", arena_printf(a, "%u", sp->max_restarts));
+    env_add(a, wa->env, &wa->n_env, "TORCHELASTIC_USE_AGENT_STORE", "False");
+    if (w->local_world_size > 1 && !user_sets(sp, gs, "OMP_NUM_THREADS")) {
+        env_add(a, wa->env, &wa->n_env, "OMP_NUM_THREADS", "1");
+    }
+}
+
 /* worker_env: the worker's own layer, troupe's variables, over the job's and
  * its group's env: entries (which travel once per reply, JobCommon). */
 static void worker_env(tr_head *h, arena *a, const tr_head_job *hj, const Troupe__V1__WorkerInfo *w,
@@ -135,11 +185,13 @@ static void worker_env(tr_head *h, arena *a, const tr_head_job *hj, const Troupe
 {
     const Troupe__V1__JobSpec *sp = hj->j->spec;
     const Troupe__V1__GroupInfo *gi = NULL;
-    size_t cap = 24 + (flat ? 1 + sp->n_env + flat->n_env : 0);
+    const Troupe__V1__GroupSpec *gs = NULL;
+    size_t cap = 36 + (flat ? 1 + sp->n_env + flat->n_env : 0);
 
     for (size_t g = 0; g < sp->n_groups; g++) {
         if (strcmp(sp->groups[g]->name, w->group) == 0) {
             gi = g < hj->j->n_groups ? hj->j->groups[g] : NULL;
+            gs = sp->groups[g];
         }
     }
     if ((wa->env = arena_alloc(a, cap * sizeof(*wa->env))) == NULL) {
@@ -168,6 +220,9 @@ static void worker_env(tr_head *h, arena *a, const tr_head_job *hj, const Troupe
     env_add(a, wa->env, &wa->n_env, "MASTER_ADDR", gi ? gi->master_addr : "127.0.0.1");
     env_add(a, wa->env, &wa->n_env, "MASTER_PORT", arena_printf(a, "%u", gi ? gi->master_port : 0));
     env_add(a, wa->env, &wa->n_env, "CUDA_VISIBLE_DEVICES", gpu_list(a, w));
+    if (gs != NULL && strcmp(gs->env_style, "torchrun") == 0) {
+        torchrun_env(a, hj, gs, w, gi ? gi->world_size : 1, wa);
+    }
     if (sp->profile != NULL && sp->profile->steps[0]) {
         env_add(a, wa->env, &wa->n_env, "TROUPE_PROFILE_STEPS", sp->profile->steps);
         env_add(a, wa->env, &wa->n_env, "TROUPE_PROFILE_WORKERS", sp->profile->workers);

@@ -198,6 +198,27 @@ static void strategies(void **state)
                    "strategy: expected a strategy name, got a list");
 }
 
+static void env_styles(void **state)
+{
+    char *yaml = jt_group("1", "{gpu: 1}", "[run]", "    env_style: torchrun\n");
+    Troupe__V1__JobSpec *s = jt_parse(yaml);
+    (void)state;
+    assert_string_equal(s->groups[0]->env_style, "torchrun");
+    tr_jobspec_free(s);
+    free(yaml);
+    yaml = jt_group("1", "{gpu: 1}", "[run]", "");
+    s = jt_parse(yaml);
+    assert_string_equal(s->groups[0]->env_style, ""); /* troupe's variables only */
+    tr_jobspec_free(s);
+    free(yaml);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "    env_style: torchrunn\n", TROUPE_INVALID_ARGUMENT,
+                   "job.yaml:9:16: groups[0].env_style: unknown env_style 'torchrunn' (use torchrun, or leave it "
+                   "out for troupe's variables only)",
+                   NULL);
+    jt_fails_group("1", "{gpu: 1}", "[run]", "    env_style: [torchrun]\n", TROUPE_INVALID_ARGUMENT, "9:16",
+                   "env_style: expected an environment style, got a list");
+}
+
 static void duplicate_groups(void **state)
 {
     const char *yaml = "name: demo\n"
@@ -490,7 +511,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(missing_required), cmocka_unit_test(names),
     cmocka_unit_test(profile_pairs),    cmocka_unit_test(profile_bad_ranges), cmocka_unit_test(health_settings),
     cmocka_unit_test(env_rules),        cmocka_unit_test(labels),
-    cmocka_unit_test(top_level_values),
+    cmocka_unit_test(top_level_values),   cmocka_unit_test(env_styles),
 };
 
 const struct CMUnitTest *jt_parse_tests(size_t *n)

@@ -101,6 +101,8 @@ static void validate_groups(void **state)
                    expect_bad(&h, "group gen: unknown strategy 'pack'"); /* not canonical */
     hand_init(&h), h.g[1].strategy = "", expect_bad(&h, "group gen: unknown strategy ''");
     hand_init(&h), h.g[1].strategy = NULL, expect_bad(&h, "group gen: unknown strategy ''");
+    hand_init(&h), h.g[1].env_style = "torchrunn",
+                   expect_bad(&h, "group gen: unknown env_style 'torchrunn' (use torchrun, or leave it out)");
     hand_init(&h), h.g[0].n_command = 0, expect_bad(&h, "group policy: command is empty");
     hand_init(&h), h.g[0].command = NULL, expect_bad(&h, "group policy: command is empty");
     hand_init(&h), h.g[0].n_command = 300,
