@@ -176,6 +176,53 @@ def init_process_group(backend: Optional[str] = None, worker: Optional[Worker] =
     return store
 
 
+_made: Dict[str, int] = {}
+_pg_stores: List[Store] = []
+
+
+def new_process_group(comm: str, backend: Optional[str] = None, worker: Optional[Worker] = None,
+                      timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> Tuple[Any, int, int]:
+    """A process group of communicator comm (one the job declares across
+    groups, e.g. refit: [policy, generation]) beside the default one, for
+    weight refits: (pg, rank, size). It is a torch ProcessGroupGloo or
+    ProcessGroupNCCL on Store(comm=comm) that is not registered with
+    torch.distributed's world, so call its own methods:
+    pg.broadcast([t], opts).wait() with a torch.distributed.BroadcastOptions
+    (rootRank in comm's ranks: the declaring groups' ranks in spec order).
+    backend None: NCCL when CUDA is available, gloo otherwise. Every rank of
+    comm calls it, in the same order as its other new_process_group calls;
+    a rank that never comes is named (troupe.DeadlineExceeded) at timeout."""
+    w = worker if worker is not None else _default_worker()
+    info = w.comm_info(comm)
+    try:
+        w.barrier("troupe.torch.new_process_group", comm=comm, timeout=_seconds(timeout))
+    except DeadlineExceeded as e:
+        raise DeadlineExceeded(e.code, f"new_process_group of communicator {comm}: {e.message}") from e
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    n = _made.get(comm, 0)
+    _made[comm] = n + 1
+    # A prefix per call: a second group of the same communicator must not
+    # read the first one's rendezvous keys.
+    inner = Store(worker=w, comm=comm, timeout=timeout)
+    # torch holds a Python store only through its C++ side: the Python object
+    # must stay alive as long as the group may call it.
+    _pg_stores.append(inner)
+    store = dist.PrefixStore(f"troupe.pg.{n}/", inner)
+    if backend == "gloo":
+        pg = dist.ProcessGroupGloo(store, info.rank, info.size, timeout)
+    elif backend == "nccl":
+        try:
+            pg = dist.ProcessGroupNCCL(store, info.rank, info.size, timeout)
+        except TypeError:  # builds whose binding takes only Options
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = timeout
+            pg = dist.ProcessGroupNCCL(store, info.rank, info.size, opts)
+    else:
+        raise ValueError(f"backend {backend!r}: nccl or gloo")
+    return pg, info.rank, info.size
+
+
 # ---- steps and profiling -------------------------------------------------------------
 
 _worker: Optional[Worker] = None
