@@ -40,7 +40,9 @@
  * --align K, --off). On a profiled step the runtime calls cudaProfilerStart
  * at step_begin, cudaProfilerStop at the first step_begin past the range (or
  * at close), loading libcudart at run time (no link dependency); every step
- * is an NVTX range "step N" where libnvToolsExt is present.
+ * is an NVTX range "step N" where libnvToolsExt is present. With
+ * opts.caller_profiles the caller does both itself (troupe.torch through
+ * torch) and step_begin's *profile says when.
  *
  * Conventions as in client.h: troupe_status results, err (may be NULL) gets
  * the code and a sentence; out-params zeroed on entry; the library never
@@ -339,7 +341,9 @@ TROUPE_API void troupe_worker_metrics_stats(troupe_worker_ctx *w, troupe_metrics
  *
  * Waits (get, wait) are long polls answered the moment the keys are set;
  * at wait_ms (0 = the handle's default) they fail DEADLINE_EXCEEDED and err
- * names the keys never set. Every function here is thread-safe. */
+ * names the keys never set, then the communicator's ranks that never called
+ * its store ("1 of 3 ranks never called this store: 2 job7-policy-2 on
+ * node-b"). Every function here is thread-safe. */
 
 /* troupe_worker_store_set sets key to len bytes of value (value may be NULL
  * when len is 0), replacing what was there, and answers every rank waiting
