@@ -552,8 +552,9 @@ static int js_env_style(js_ctx *c, const yaml_node_t *n, const char *path, Troup
         return rv;
     }
     if (strcmp(s, TR_JS_ENV_TORCHRUN) != 0) {
-        return js_fail(c, n, "%s: unknown env_style '%s' (use " TR_JS_ENV_TORCHRUN
-                             ", or leave it out for troupe's variables only)",
+        return js_fail(c, n,
+                       "%s: unknown env_style '%s' (use " TR_JS_ENV_TORCHRUN
+                       ", or leave it out for troupe's variables only)",
                        path, s);
     }
     return js_copy(c, n, path, s, &g->env_style);
@@ -614,8 +615,8 @@ static int js_command(js_ctx *c, const yaml_node_t *n, const char *path, Troupe_
     return rv;
 }
 
-static const char *const group_keys[] = {"name", "workers", "resources", "strategy", "command", "env", "env_style",
-                                         NULL};
+static const char *const group_keys[] = {"name",    "workers", "resources", "strategy",
+                                         "command", "env",     "env_style", NULL};
 
 /* js_group reads one entry of groups; *name_key is where its name was written
  * (for duplicate-name messages). */
@@ -628,7 +629,8 @@ static int js_group(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V
     int rv = js_expect(c, n, path, YAML_MAPPING_NODE, "a mapping (a group)");
 
     if (rv == TROUPE_OK) {
-        rv = js_check_keys(c, n, path, group_keys, "name, workers, resources, strategy, command, env or env_style");
+        rv = js_check_keys(c, n, path, group_keys,
+                           "name, workers, resources, strategy, command, env or env_style");
     }
     if (rv == TROUPE_OK && (rv = js_req(c, n, path, "name", &v)) == TROUPE_OK) {
         js_find(c, n, "name", name_key);

@@ -126,8 +126,9 @@ static int check_group(const Troupe__V1__GroupSpec *g, size_t *env_total, tr_err
                           str(g->strategy), TR_JS_STRATEGIES);
     }
     if (g->env_style != NULL && g->env_style[0] != '\0' && strcmp(g->env_style, TR_JS_ENV_TORCHRUN) != 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s: unknown env_style '%.64s' (use " TR_JS_ENV_TORCHRUN
-                          ", or leave it out)", g->name, g->env_style);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "group %s: unknown env_style '%.64s' (use " TR_JS_ENV_TORCHRUN ", or leave it out)",
+                          g->name, g->env_style);
     }
     int rv = check_command(g, err);
     if (rv != TROUPE_OK) {

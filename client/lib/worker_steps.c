@@ -307,8 +307,8 @@ TROUPE_API troupe_status troupe_worker_step_begin(troupe_worker_ctx *w, uint64_t
     in = w->match && (uint64_t)w->start <= step && step < (uint64_t)w->stop;
     if (in != w->profiling && w->caller_profiles) {
         w->profiling = in;
-        snprintf(w->note, sizeof(w->note), "profiling %s at step %llu (by the caller)", in ? "starts" : "stops",
-                 (unsigned long long)step);
+        snprintf(w->note, sizeof(w->note), "profiling %s at step %llu (by the caller)",
+                 in ? "starts" : "stops", (unsigned long long)step);
     } else if (in != w->profiling) {
         profiler(w, in, step);
     }

@@ -153,7 +153,7 @@ static void waits(void **state)
     TR_ASSERT_OK(tr_kv_wait(sp, (const char *[]){"d"}, 1, 0, TOK(5), 0, 600, &parked, &err), &err);
     assert_int_equal(tr_kv_expire(sp, 600, answer, &s), INT64_MAX);
     assert_non_null(strstr(s.msg[5], "'d', never set (1 of 1 keys missing); 1 of 3 ranks never called this "
-                                      "store: 1 job7-policy-1 on nb"));
+                                     "store: 1 job7-policy-1 on nb"));
     assert_null(strstr(s.msg[5], "job7-policy-0"));
     tr_kv_touch(sp, 1);
     TR_ASSERT_OK(tr_kv_wait(sp, (const char *[]){"d"}, 1, 0, TOK(6), 0, 700, &parked, &err), &err);
