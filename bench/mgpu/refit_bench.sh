@@ -38,6 +38,7 @@
 # collective (the device path needs CUDA and NCCL): it checks the jobs, the
 # log parsing and the table, not the figures.
 set -u
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = --jobs ]; then
     # the bench stage itself, in a child under the stage's cap
@@ -154,14 +155,16 @@ stage() {
 if [ "$status" = 0 ]; then
     for s in ${@:-test bench}; do
         case $s in
-            test) stage test 200 bash -c 'set -e
+            test) stage test 200 bash -c 'rc=0
                 if [ -x "$TROUPE_BIN/tests/gpu/train/test_train_gpu" ]; then
-                    "$TROUPE_BIN/tests/gpu/train/test_train_gpu" refit_ops && echo "ok: gpu.train.refit_ops"
+                    "$TROUPE_BIN/tests/gpu/train/test_train_gpu" refit_ops && echo "ok: gpu.train.refit_ops" ||
+                        { echo "FAIL: gpu.train.refit_ops"; rc=1; }
                 else
                     echo "note: no test_train_gpu staged: gpu.train.refit_ops not run"
                 fi
-                GPU_OUT=$0 bash tests/gpu/runtime/refit.sh' "$work/test" ;;
-            bench) stage bench 330 bash "$0" --jobs "$work/raw" ;;
+                GPU_OUT=$0 bash tests/gpu/runtime/refit.sh || rc=1
+                exit $rc' "$work/test" ;;
+            bench) stage bench 330 bash "$self" --jobs "$work/raw" ;;
             *) echo "unknown stage $s (test bench)" | tee -a "$work/status.txt"; status=1 ;;
         esac
     done
