@@ -643,6 +643,7 @@ typedef struct fake_dev {
     tr_backend *in;
     float *f32;
     uint16_t *bf16;
+    int diverged; /* its weights differ from the other ranks' in one value (refit_hash sees it) */
 } fake_dev;
 
 static int fake_corrupt; /* refit_taken flips a bit of what it takes (the next refit only) */
@@ -729,6 +730,9 @@ static uint16_t to_bf16(float f)
 static int fake_refresh(fake_dev *d, tr_err *e)
 {
     int rv = d->in->ops->get_params(d->in, d->f32, e);
+    if (d->diverged) {
+        d->f32[1] += 1.0f;
+    }
     for (size_t i = 0; rv == TROUPE_OK && i < d->base.num_params; i++) {
         d->bf16[i] = to_bf16(d->f32[i]);
     }
@@ -813,6 +817,17 @@ static int fake_create(const tr_model_config *cfg, const tr_backend_opts *opts, 
     }
     *out = &d->base;
     return TROUPE_OK;
+}
+
+/* fake_create_diverged: a rank whose weights went their own way. */
+static int fake_create_diverged(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
+                                tr_err *err)
+{
+    int rv = fake_create(cfg, opts, out, err);
+    if (rv == TROUPE_OK) {
+        ((fake_dev *)*out)->diverged = 1;
+    }
+    return rv;
 }
 
 static const char *fake_precision = "fp32";
@@ -919,6 +934,37 @@ static void refit_device_hash_mismatch(void **state)
     assert_int_equal(runs[2].refits.n, 0);
 }
 
+static void rank1_diverged(int rank, tr_train_config *cfg)
+{
+    on_fake_device(rank, cfg);
+    if (rank == 1) {
+        cfg->create_cuda = fake_create_diverged;
+    }
+}
+
+/* On the device path the other policy ranks compare their own weights'
+ * hash with rank 0's: a data-parallel rank whose weights differ fails
+ * DATA_LOSS naming itself, and every other rank learns it by name. */
+static void refit_device_ranks_diverged(void **state)
+{
+    fixture *f = *state;
+    refit_run runs[3];
+
+    fake_precision = "fp32";
+    f->cfg.refit_every = 5;
+    refit_comm_ops = &t_dev_ops;
+    tweak = rank1_diverged;
+    run_refit(f, 2, 1, runs);
+    tweak = NULL;
+    refit_comm_ops = &t_ops;
+    TR_ASSERT_FAILS(runs[1].rv, TROUPE_DATA_LOSS, &runs[1].err, "policy rank 1's weights (f32, mix64 ");
+    TR_ASSERT_FAILS(runs[1].rv, TROUPE_DATA_LOSS, &runs[1].err, "the data-parallel ranks diverged");
+    TR_ASSERT_FAILS(runs[0].rv, TROUPE_ABORTED, &runs[0].err,
+                    "rank 1 of the refit communicator (policy rank 1) failed");
+    TR_ASSERT_FAILS(runs[2].rv, TROUPE_ABORTED, &runs[2].err,
+                    "rank 1 of the refit communicator (policy rank 1) failed");
+}
+
 static void path_device(int rank, tr_train_config *cfg)
 {
     (void)rank;
@@ -1004,6 +1050,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(refit_device_f32, setup, teardown),
         cmocka_unit_test_setup_teardown(refit_device_bf16, setup, teardown),
         cmocka_unit_test_setup_teardown(refit_device_hash_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_device_ranks_diverged, setup, teardown),
         cmocka_unit_test_setup_teardown(refit_path_device_refused, setup, teardown),
     };
     return TR_TEST_MAIN("unit.train.dp", tests, argc, argv);
