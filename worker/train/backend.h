@@ -131,6 +131,20 @@ typedef struct tr_backend_ops {
      * backward; allreduce_grads, called as before, then only finishes and
      * waits. A backend may also ignore it (opts.dp_overlap 0). */
     int (*allreduce_start)(tr_backend *b, tr_comm *c, tr_err *err);
+    /* The refit from device memory (refit.h), all optional (NULL: the
+     * backend's weights reach the refit only through get_params/set_params).
+     * refit_params waits for queued work and sets *dev to the backend's own
+     * device vector of the num_params weights in dtype: the fp32 master
+     * (TR_COMM_F32) or the bf16 copy the passes compute with (TR_COMM_BF16,
+     * FAILED_PRECONDITION in fp32 precision; *dev is NULL on any failure);
+     * it lives as long as b, and a collective may read it or write it in
+     * place. refit_taken says that vector was overwritten: the backend
+     * refreshes its other copy from it (bf16 from fp32, or fp32 widened from
+     * bf16). refit_hash sets *hash to tr_refit_mix_hash of that vector's
+     * bytes, computed on the device. */
+    int (*refit_params)(tr_backend *b, tr_comm_dtype dtype, void **dev, tr_err *err);
+    int (*refit_taken)(tr_backend *b, tr_comm_dtype dtype, tr_err *err);
+    int (*refit_hash)(tr_backend *b, tr_comm_dtype dtype, uint64_t *hash, tr_err *err);
 } tr_backend_ops;
 
 /* Every backend struct starts with this header. */

@@ -60,6 +60,13 @@ typedef struct tr_comm_ops {
      * (begin 1, then end 0) so the transport may launch them as one (NCCL:
      * ncclGroupStart/End); end reports what enqueueing them failed with. */
     int (*group)(tr_comm *c, int begin, tr_err *err);
+    /* broadcast_device (optional, NULL: host operations only) broadcasts
+     * count elements of dtype from root's device buffer buf into every other
+     * rank's buf (device memory of the rank's GPU, in place) and returns
+     * when done on this rank, under the deadline. The caller has finished
+     * every write to buf on the root before the call (the transport runs it
+     * on a stream of its own). */
+    int (*broadcast_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, int root, tr_err *err);
 } tr_comm_ops;
 
 /* Every communicator struct starts with this header. */

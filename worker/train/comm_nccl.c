@@ -176,6 +176,25 @@ static int nccl_group(tr_comm *c, int begin, tr_err *err)
                  : nccl_enqueued(nc, ncclGroupEnd(), "ncclGroupEnd", err);
 }
 
+/* nccl_broadcast_device: one ncclBroadcast of the caller's device buffer on
+ * the communicator's stream (the refit's weights, GPU to GPU), waited for
+ * under the deadline. NCCL splits a large broadcast into its own chunks and
+ * pipelines them, so one call for the whole vector is what runs fastest. */
+static int nccl_broadcast_device(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, int root,
+                                 tr_err *err)
+{
+    nccl_comm *nc = (nccl_comm *)c;
+    int rv = refuse_if_failed(nc, err);
+
+    if (rv == TROUPE_OK) {
+        rv = nccl_enqueued(nc,
+                           ncclBroadcast(buf, buf, count, dtype == TR_COMM_BF16 ? ncclBfloat16 : ncclFloat32,
+                                         root, nc->comm, nc->s),
+                           "ncclBroadcast (device)", err);
+    }
+    return rv == TROUPE_OK ? nccl_wait_device(c, nc->s, err) : rv;
+}
+
 static int scratch(nccl_comm *nc, size_t bytes, tr_err *err)
 {
     cudaError_t e;
@@ -304,6 +323,7 @@ static const tr_comm_ops nccl_ops = {
     .wait_device = nccl_wait_device,
     .close = nccl_close,
     .group = nccl_group,
+    .broadcast_device = nccl_broadcast_device,
 };
 
 int tr_comm_nccl_open(troupe_worker_ctx *w, int gpu, uint32_t init_ms, uint32_t op_ms, tr_comm **out,

@@ -23,6 +23,7 @@ typedef struct gen {
     tr_model_config mcfg;
     tr_backend *b;
     int32_t *in, *tg;
+    tr_refit_plan plan; /* agreed by check_same */
 } gen;
 
 static int gen_open(gen *g, tr_err *err)
@@ -65,7 +66,7 @@ static int check_same(gen *g, tr_comm *c, tr_err *err)
 
     tr_train_refit_settings(g->cfg, &g->mcfg, &g->data, &s);
     tr_comm_set_timeout(c, (uint32_t)g->cfg->refit_wait_ms);
-    rv = tr_refit_check_same(c, &s, err);
+    rv = tr_refit_check_same(c, g->b, &s, &g->plan, err);
     tr_comm_set_timeout(c, (uint32_t)g->cfg->refit_timeout_ms);
     return rv;
 }
@@ -100,7 +101,7 @@ int tr_generation_run(const tr_train_config *cfg, tr_refit_link *link, tr_err *e
             checked = rv == TROUPE_OK;
         }
         if (rv == TROUPE_OK) {
-            rv = tr_refit_recv(link->comm, link->gather, g.b, &ev, &st, err);
+            rv = tr_refit_recv(link->comm, link->gather, g.b, &g.plan, &ev, &st, err);
         }
         if (rv == TROUPE_OK) {
             refits++;

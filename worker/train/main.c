@@ -281,6 +281,7 @@ static void on_refit(const tr_refit_stats *st, int rank, void *user)
         troupe_worker_metric(w, step, "refit_bytes", (double)st->bytes);
         troupe_worker_metric(w, step, "refit_ms", st->ms);
         troupe_worker_metric(w, step, "refit_mb_per_s", st->mb_per_s);
+        troupe_worker_metric(w, step, "refit_total_ms", st->total_ms);
         if (generation && !isnan(st->val_loss)) {
             troupe_worker_metric(w, step, "val_loss", st->val_loss);
             troupe_worker_metric(w, step, "refit_eval_ms", st->eval_ms);

@@ -41,6 +41,7 @@ typedef struct run {
     tr_comm *comm;    /* data parallelism; NULL alone */
     int rank, size;   /* 0 and 1 alone */
     int refit_final; /* the last refit was sent (the generation group is done) */
+    tr_refit_plan refit_plan; /* agreed by tr_refit_check_same */
     int64_t pos_step; /* the data position saved last (dp), kept as the file's second entry */
     uint64_t pos_rng;
     FILE *json;
@@ -605,7 +606,7 @@ static int run_open(run *r, tr_err *err)
     if (rv == TROUPE_OK && c->refit != NULL) {
         tr_refit_settings s;
         tr_train_refit_settings(c, &r->mcfg, &r->data, &s);
-        rv = tr_refit_check_same(c->refit, &s, err);
+        rv = tr_refit_check_same(c->refit, r->b, &s, &r->refit_plan, err);
     }
     t_checks = now_ms();
     if (rv != TROUPE_OK) {
@@ -666,7 +667,8 @@ static int refit(run *r, int final, tr_err *err)
     size_t nb;
 
     val_shape(r, &Bg, &nb);
-    rv = tr_refit_send(r->cfg->refit, r->cfg->refit_gather, r->b, r->size, r->step, final, Bg, (int)nb, &st, err);
+    rv = tr_refit_send(r->cfg->refit, r->cfg->refit_gather, r->b, &r->refit_plan, r->size, r->step, final, Bg,
+                       (int)nb, &st, err);
     if (rv == TROUPE_OK) {
         r->refit_final = final;
         if (r->cfg->on_refit != NULL) {
@@ -680,6 +682,7 @@ void tr_train_refit_settings(const tr_train_config *c, const tr_model_config *m,
                              tr_refit_settings *s)
 {
     *s = (tr_refit_settings){.refit_every = c->refit_every,
+                             .path = tr_refit_parse_path(c->refit_path),
                              .layers = m->layers,
                              .width = m->width,
                              .heads = m->heads,

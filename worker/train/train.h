@@ -59,6 +59,10 @@
  *                          collective) | cpu (always the CPU collective: GPU and CPU
  *                          workers mixed, or several workers on one GPU); both sides
  *                          must choose the same (default auto)
+ *   refit.path             how the weights travel: auto (device to device when every
+ *                          rank has the CUDA backend and an NCCL communicator, else
+ *                          through host memory) | host | device (fails when a rank
+ *                          cannot); the same on both sides (default auto)
  *   refit.timeout_ms       deadline of each refit's collectives (default 300000)
  *   refit.wait_ms          generation: deadline of the wait for the policy's next refit,
  *                          and for the policy group to come back after a restart (default 3600000)
@@ -109,6 +113,7 @@ typedef struct tr_train_config {
     char *role;       /* policy | generation */
     char *refit_comm; /* the job's communicator the refit uses */
     char *refit_transport; /* auto | cpu */
+    char *refit_path;      /* auto | host | device */
     int64_t refit_every, refit_timeout_ms, refit_wait_ms;
     int dp_overlap;
     /* Not in the table: set by the program. */

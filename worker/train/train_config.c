@@ -80,7 +80,11 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"refit.comm", TR_CFG_STRING, F(refit_comm), "refit", TR_CFG_UNBOUNDED, 0,
      "the job's communicator across the policy and generation groups (job YAML communicators:)"},
     {"refit.transport", TR_CFG_STRING, F(refit_transport), "auto", TR_CFG_UNBOUNDED, 0,
-     "auto (NCCL on a GPU, else the CPU collective) | cpu (the CPU collective always); the same on both sides"},
+     "auto (NCCL on a GPU, else the CPU collective) | cpu (the CPU collective always); the same on both "
+     "sides"},
+    {"refit.path", TR_CFG_STRING, F(refit_path), "auto", TR_CFG_UNBOUNDED, 0,
+     "auto (GPU to GPU over NCCL when every rank can, else through host memory) | host | device; the same on "
+     "both sides"},
     {"refit.every", TR_CFG_INT, F(refit_every), "10", 0, 1e12, 0,
      "policy: send the weights to the generation group every N steps and at the end; 0 = only at the end"},
     {"refit.timeout_ms", TR_CFG_INT, F(refit_timeout_ms), "300000", 1, 86400000, 0,
@@ -141,6 +145,10 @@ int tr_train_config_check(const tr_train_config *cfg, tr_err *err)
     if (!one_of(cfg->refit_transport, "auto", "cpu", NULL)) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.transport must be auto or cpu, got '%s'",
                           cfg->refit_transport ? cfg->refit_transport : "");
+    }
+    if (!one_of(cfg->refit_path, "auto", "host", "device")) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.path must be auto, host or device, got '%s'",
+                          cfg->refit_path ? cfg->refit_path : "");
     }
     if (cfg->refit_comm == NULL || cfg->refit_comm[0] == '\0') {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.comm must name a communicator of the job");

@@ -16,8 +16,10 @@ for f in server/troupe-head worker/node/troupe-node client/troupe worker/train/t
     mkdir -p "$d/bin/$(dirname "$f")"
     cp "$b/$f" "$d/bin/$f"
 done
-# bench/mgpu/run_device.sh's all-reduce benchmark, where it was built.
-for f in bench/mgpu/troupe-bench-allreduce; do
+# bench/mgpu/run_device.sh's all-reduce benchmark and the CUDA backend's
+# test program (bench/mgpu/refit_bench.sh runs its refit_ops case), where
+# they were built.
+for f in bench/mgpu/troupe-bench-allreduce tests/gpu/train/test_train_gpu; do
     [ -f "$b/$f" ] || continue
     mkdir -p "$d/bin/$(dirname "$f")"
     cp "$b/$f" "$d/bin/$f"

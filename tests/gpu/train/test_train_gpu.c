@@ -12,6 +12,7 @@
  * far off where values cancel; what must hold is the direction of each
  * gradient tensor, so we require cosine similarity > 0.99 per tensor and loss
  * within 1% relative. */
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "refit.h"
 #include "rng.h"
 #include "train_cuda.h"
 
@@ -273,9 +275,79 @@ static void smoke(tr_precision prec)
     free(p);
 }
 
+/* refit_ops: the backend's refit ops (refit_cuda.cu) against the host. The
+ * device hash equals tr_refit_mix_hash of the same bytes (fp32 master and
+ * bf16 copy); a vector written in place, as a receive writes it, and taken
+ * with refit_taken is what the backend then holds, in both types (bf16
+ * widened exactly into the master). */
+static void refit_ops(tr_precision prec)
+{
+    tr_err err = {0};
+    tr_model_config cfg = make_cfg(2, 64, 4, 32, 100);
+    tr_backend_opts o = {2, prec, 0, 0, 0, 0, 0};
+    tr_backend *g = NULL;
+    OK_OR_DIE(tr_backend_cuda_create(&cfg, &o, &g, &err));
+    size_t n = g->num_params;
+    float *p = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
+    uint16_t *h16 = malloc(n * sizeof(uint16_t));
+    uint64_t hd = 0;
+    void *dev = NULL;
+
+    randomise(&cfg, p, 7);
+    OK_OR_DIE(g->ops->set_params(g, p, &err));
+    OK_OR_DIE(g->ops->refit_hash(g, TR_COMM_F32, &hd, &err));
+    CHECK(hd == tr_refit_mix_hash(p, n * sizeof(float)), "fp32 device hash %016llx, host %016llx",
+          (unsigned long long)hd, (unsigned long long)tr_refit_mix_hash(p, n * sizeof(float)));
+    /* another fp32 vector written in place, then taken */
+    for (size_t i = 0; i < n; i++) {
+        p[i] = p[i] * 0.5f - 0.25f;
+    }
+    OK_OR_DIE(g->ops->refit_params(g, TR_COMM_F32, &dev, &err));
+    CHECK(cudaMemcpy(dev, p, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy to the master");
+    OK_OR_DIE(g->ops->refit_taken(g, TR_COMM_F32, &err));
+    OK_OR_DIE(g->ops->get_params(g, back, &err));
+    CHECK(memcmp(back, p, n * sizeof(float)) == 0, "fp32 refit: the backend does not hold what was written");
+    OK_OR_DIE(g->ops->refit_hash(g, TR_COMM_F32, &hd, &err));
+    CHECK(hd == tr_refit_mix_hash(p, n * sizeof(float)), "fp32 device hash after the take");
+    if (prec == TR_PRECISION_BF16) {
+        OK_OR_DIE(g->ops->refit_params(g, TR_COMM_BF16, &dev, &err));
+        CHECK(cudaMemcpy(h16, dev, n * sizeof(uint16_t), cudaMemcpyDeviceToHost) == cudaSuccess, "copy of bf16");
+        OK_OR_DIE(g->ops->refit_hash(g, TR_COMM_BF16, &hd, &err));
+        CHECK(hd == tr_refit_mix_hash(h16, n * sizeof(uint16_t)), "bf16 device hash %016llx, host %016llx",
+              (unsigned long long)hd, (unsigned long long)tr_refit_mix_hash(h16, n * sizeof(uint16_t)));
+        /* a bf16 vector written in place (every value's sign flipped), taken:
+         * the master becomes the exact widening */
+        for (size_t i = 0; i < n; i++) {
+            h16[i] ^= 0x8000u;
+        }
+        CHECK(cudaMemcpy(dev, h16, n * sizeof(uint16_t), cudaMemcpyHostToDevice) == cudaSuccess, "copy to bf16");
+        OK_OR_DIE(g->ops->refit_taken(g, TR_COMM_BF16, &err));
+        OK_OR_DIE(g->ops->get_params(g, back, &err));
+        int off = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)h16[i] << 16;
+            float w;
+            memcpy(&w, &u, sizeof(w));
+            off += memcmp(&w, &back[i], sizeof(w)) != 0;
+        }
+        CHECK(off == 0, "bf16 refit: %d of %zu master values are not the widened bf16", off, n);
+        OK_OR_DIE(g->ops->refit_hash(g, TR_COMM_BF16, &hd, &err));
+        CHECK(hd == tr_refit_mix_hash(h16, n * sizeof(uint16_t)), "bf16 device hash after the take");
+    } else {
+        int rv = g->ops->refit_params(g, TR_COMM_BF16, &dev, &err);
+        CHECK(rv == TROUPE_FAILED_PRECONDITION && dev == NULL, "bf16 refit of an fp32 backend: %s",
+              troupe_strerror(rv));
+    }
+    g->ops->destroy(g);
+    free(p);
+    free(back);
+    free(h16);
+}
+
 int main(int argc, char **argv)
 {
-    static const char *const cases[] = {"all", "parity_fp32", "parity_bf16", "attention", "learns", "smoke"};
+    static const char *const cases[] = {"all",    "parity_fp32", "parity_bf16", "attention",
+                                        "learns", "smoke",       "refit_ops"};
     const char *c = argc > 1 ? argv[1] : "all";
     int all = strcmp(c, "all") == 0, known = 0;
     const char *require = getenv("TROUPE_REQUIRE_GPU");
@@ -284,7 +356,7 @@ int main(int argc, char **argv)
         known |= strcmp(c, cases[i]) == 0;
     }
     if (!known) {
-        fprintf(stderr, "test_train_gpu: no test case named '%s' (all parity_fp32 parity_bf16 attention learns smoke)\n",
+        fprintf(stderr, "test_train_gpu: no test case named '%s' (all parity_fp32 parity_bf16 attention learns smoke refit_ops)\n",
                 c);
         return 2;
     }
@@ -332,6 +404,11 @@ int main(int argc, char **argv)
         printf("smoke\n");
         smoke(TR_PRECISION_BF16);
         smoke(TR_PRECISION_FP32);
+    }
+    if (all || strcmp(c, "refit_ops") == 0) {
+        printf("refit_ops fp32, bf16\n");
+        refit_ops(TR_PRECISION_FP32);
+        refit_ops(TR_PRECISION_BF16);
     }
     if (failures > 0) {
         printf("%d check(s) failed\n", failures);

@@ -3,7 +3,8 @@
 
 Checks a refit job's logs (`troupe logs JOB`): for every step in --steps,
 policy rank 0 logged one refit and every generation worker printed one with
-the same params_fnv1a (the weights it holds are bit-identical to rank 0's),
+the same weights hash (params_fnv1a on the host path, params_mix64 on the
+device path: the weights it holds are bit-identical to rank 0's),
 the hashes differ from step to step (the weights moved), the last refit is
 final, and each generation worker's val_loss equals policy rank 0's own
 val_loss at that step (its metrics JSON) within a relative --tol."""
@@ -16,6 +17,7 @@ ap.add_argument("policy")
 ap.add_argument("gens", nargs="+")
 ap.add_argument("--steps", required=True)
 ap.add_argument("--tol", type=float, default=1e-5)
+ap.add_argument("--path", choices=["host", "device"], help="every refit line must say this path")
 a = ap.parse_args()
 steps = [int(s) for s in a.steps.split(",")]
 
@@ -28,6 +30,11 @@ def refits(worker):
         step = int(kv["step"])
         if step in out:
             sys.exit("%s: two refit lines for step %d" % (worker, step))
+        kv["hash"] = kv.get("params_fnv1a") or kv.get("params_mix64")
+        if kv["hash"] is None:
+            sys.exit("%s: a refit line without a weights hash: %s" % (worker, line.strip()))
+        if a.path and kv.get("path") != a.path:
+            sys.exit("%s step %d: path=%s, expected %s" % (worker, step, kv.get("path"), a.path))
         out[step] = kv
     return out
 
@@ -40,7 +47,7 @@ for line in open(a.metrics):
 pol = refits(a.policy)
 if sorted(pol) != steps:
     sys.exit("%s logged refits at steps %s, expected %s" % (a.policy, sorted(pol), steps))
-hashes = [pol[s]["params_fnv1a"] for s in steps]
+hashes = [pol[s]["hash"] for s in steps]
 if len(set(hashes)) != len(hashes):
     sys.exit("the weights did not change between refits: %s" % hashes)
 worst = 0.0
@@ -50,8 +57,8 @@ for g in a.gens:
         sys.exit("%s printed refits at steps %s, expected %s" % (g, sorted(got), steps))
     for s in steps:
         kv = got[s]
-        if kv["params_fnv1a"] != pol[s]["params_fnv1a"]:
-            sys.exit("%s step %d: weights hash %s, policy rank 0 sent %s" % (g, s, kv["params_fnv1a"], pol[s]["params_fnv1a"]))
+        if kv["hash"] != pol[s]["hash"]:
+            sys.exit("%s step %d: weights hash %s, policy rank 0 sent %s" % (g, s, kv["hash"], pol[s]["hash"]))
         if int(kv["bytes"]) <= 0 or int(kv["bytes"]) != int(pol[s]["bytes"]):
             sys.exit("%s step %d: %s bytes, rank 0 sent %s" % (g, s, kv["bytes"], pol[s]["bytes"]))
         if int(kv["final"]) != (s == steps[-1]):
@@ -62,5 +69,7 @@ for g in a.gens:
         worst = max(worst, rel)
         if rel > a.tol:
             sys.exit("%s step %d: val_loss %s, policy %.9g (rel %.2e > %g)" % (g, s, kv["val_loss"], val[s], rel, a.tol))
+last = pol[steps[-1]]
 print("%d refits x %d generation workers: hashes equal to rank 0's, val_loss within %.1e of the policy's (tol %g); "
-      "%s bytes, last %s MB/s" % (len(steps), len(a.gens), worst, a.tol, pol[steps[-1]]["bytes"], pol[steps[-1]]["mb_per_s"]))
+      "path %s dtype %s, %s bytes, last %s MB/s" % (len(steps), len(a.gens), worst, a.tol, last.get("path", "?"),
+                                                    last.get("dtype", "?"), last["bytes"], last["mb_per_s"]))

@@ -80,6 +80,8 @@ static void config_bad_enums(void **state)
                     &err, "train.precision must be bf16 or fp32, got 'fp8'");
     TR_ASSERT_FAILS(load(f, "train: {precision: fp32}\ndevice: tpu\n", &err), TROUPE_INVALID_ARGUMENT, &err,
                     "device must be auto, cpu or cuda, got 'tpu'");
+    TR_ASSERT_FAILS(load(f, "device: cpu\nrefit: {path: gpu}\n", &err), TROUPE_INVALID_ARGUMENT, &err,
+                    "refit.path must be auto, host or device, got 'gpu'");
 }
 
 static void config_missing_data_path(void **state)

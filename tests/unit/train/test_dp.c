@@ -82,7 +82,18 @@ static void t_close(tr_comm *c, int failed)
     (void)failed;
 }
 
-static const tr_comm_ops t_ops = {"test", t_allreduce, t_broadcast, t_barrier, NULL, NULL, t_close, NULL, NULL};
+static const tr_comm_ops t_ops = {"test", t_allreduce, t_broadcast, t_barrier, NULL,
+                                  NULL,   t_close,     NULL,        NULL,      NULL};
+
+/* The same with broadcast_device: "device memory" is host memory here, so
+ * the refit's device path runs through refit.c exactly as on NCCL. */
+static int t_broadcast_device(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, int root, tr_err *err)
+{
+    return t_broadcast(c, buf, count * (dtype == TR_COMM_BF16 ? 2 : sizeof(float)), root, err);
+}
+
+static const tr_comm_ops t_dev_ops = {"test-device", t_allreduce, t_broadcast, t_barrier, NULL,
+                                      NULL,          t_close,     NULL,        NULL,      t_broadcast_device};
 
 /* ---- fixture ----------------------------------------------------------------- */
 
@@ -524,6 +535,9 @@ static void *refit_main(void *arg)
     return NULL;
 }
 
+/* refit_comm_ops: the refit communicator's table in run_refit. */
+static const tr_comm_ops *refit_comm_ops = &t_ops;
+
 /* run_refit: np policy ranks (data-parallel when np > 1) and ng generation
  * workers, the refit communicator across all of them (policy ranks first). */
 static void run_refit(fixture *f, int np, int ng, refit_run *runs)
@@ -536,8 +550,8 @@ static void run_refit(fixture *f, int np, int ng, refit_run *runs)
     assert_int_equal(pthread_barrier_init(&rf.bar, NULL, (unsigned)(np + ng)), 0);
     for (int r = 0; r < np + ng; r++) {
         runs[r] = (refit_run){.cfg = f->cfg, .generation = r >= np};
-        runs[r].refit =
-            (tcomm){.base = {.ops = &t_ops, .rank = r, .size = np + ng, .timeout_ms = 1000}, .s = &rf};
+        runs[r].refit = (tcomm){
+            .base = {.ops = refit_comm_ops, .rank = r, .size = np + ng, .timeout_ms = 1000}, .s = &rf};
         runs[r].cfg.refit = &runs[r].refit.base;
         runs[r].cfg.on_refit = rec_refit;
         runs[r].cfg.on_refit_user = &runs[r].refits;
@@ -617,6 +631,380 @@ static void refit_settings_must_match(void **state)
     assert_int_equal(runs[0].rec.n, 0);
 }
 
+/* ---- the device path, on a stand-in backend ------------------------------------- */
+
+/* fake_dev wraps the CPU backend and offers the refit ops on a "device"
+ * vector in host memory: f32 is the backend's weights as get_params gives
+ * them, bf16 their round-to-nearest-even bf16 copy (what a bf16 CUDA
+ * backend computes with). After a bf16 refit the backend holds the widened
+ * bf16 values, as the CUDA backend's master then does. */
+typedef struct fake_dev {
+    tr_backend base;
+    tr_backend *in;
+    float *f32;
+    uint16_t *bf16;
+    int diverged; /* its weights differ from the other ranks' in one value (refit_hash sees it) */
+} fake_dev;
+
+static int fake_corrupt; /* refit_taken flips a bit of what it takes (the next refit only) */
+
+static tr_backend *IN(tr_backend *b)
+{
+    return ((fake_dev *)b)->in;
+}
+
+static void fake_destroy(tr_backend *b)
+{
+    fake_dev *d = (fake_dev *)b;
+    d->in->ops->destroy(d->in);
+    free(d->f32);
+    free(d->bf16);
+    free(d);
+}
+static int fake_set_params(tr_backend *b, const float *p, tr_err *e)
+{
+    return IN(b)->ops->set_params(IN(b), p, e);
+}
+static int fake_get_params(tr_backend *b, float *p, tr_err *e)
+{
+    return IN(b)->ops->get_params(IN(b), p, e);
+}
+static int fake_zero_grads(tr_backend *b, tr_err *e)
+{
+    return IN(b)->ops->zero_grads(IN(b), e);
+}
+static int fake_fb(tr_backend *b, const int32_t *i, const int32_t *t, int B, int T, float s, float *l,
+                   tr_err *e)
+{
+    return IN(b)->ops->forward_backward(IN(b), i, t, B, T, s, l, e);
+}
+static int fake_fl(tr_backend *b, const int32_t *i, const int32_t *t, int B, int T, float *l, tr_err *e)
+{
+    return IN(b)->ops->forward_loss(IN(b), i, t, B, T, l, e);
+}
+static int fake_norm(tr_backend *b, float *n, tr_err *e)
+{
+    return IN(b)->ops->grad_norm(IN(b), n, e);
+}
+static int fake_get_grads(tr_backend *b, float *g, tr_err *e)
+{
+    return IN(b)->ops->get_grads(IN(b), g, e);
+}
+static int fake_adamw(tr_backend *b, const tr_adamw *o, tr_err *e)
+{
+    return IN(b)->ops->adamw_update(IN(b), o, e);
+}
+static int fake_get_opt(tr_backend *b, float *m, float *v, tr_err *e)
+{
+    return IN(b)->ops->get_opt_state(IN(b), m, v, e);
+}
+static int fake_set_opt(tr_backend *b, const float *m, const float *v, tr_err *e)
+{
+    return IN(b)->ops->set_opt_state(IN(b), m, v, e);
+}
+static void fake_mem(tr_backend *b, tr_mem_stats *o)
+{
+    IN(b)->ops->mem_stats(IN(b), o);
+}
+static void fake_phases(tr_backend *b, tr_phase_times *o)
+{
+    IN(b)->ops->phase_times(IN(b), o);
+}
+static int fake_sync(tr_backend *b, tr_err *e)
+{
+    return IN(b)->ops->sync(IN(b), e);
+}
+static int fake_allreduce(tr_backend *b, tr_comm *c, tr_err *e)
+{
+    return IN(b)->ops->allreduce_grads(IN(b), c, e);
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* fake_refresh: f32 and bf16 from what the backend holds. */
+static int fake_refresh(fake_dev *d, tr_err *e)
+{
+    int rv = d->in->ops->get_params(d->in, d->f32, e);
+    if (d->diverged) {
+        d->f32[1] += 1.0f;
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < d->base.num_params; i++) {
+        d->bf16[i] = to_bf16(d->f32[i]);
+    }
+    return rv;
+}
+
+static int fake_refit_params(tr_backend *b, tr_comm_dtype dt, void **dev, tr_err *e)
+{
+    fake_dev *d = (fake_dev *)b;
+    int rv = fake_refresh(d, e);
+    *dev = rv != TROUPE_OK ? NULL : dt == TR_COMM_BF16 ? (void *)d->bf16 : (void *)d->f32;
+    return rv;
+}
+
+static int fake_refit_taken(tr_backend *b, tr_comm_dtype dt, tr_err *e)
+{
+    fake_dev *d = (fake_dev *)b;
+    if (fake_corrupt) {
+        fake_corrupt = 0;
+        d->f32[3] = -d->f32[3];
+        d->bf16[3] ^= 0x8000u;
+    }
+    for (size_t i = 0; dt == TR_COMM_BF16 && i < b->num_params; i++) {
+        uint32_t u = (uint32_t)d->bf16[i] << 16;
+        memcpy(&d->f32[i], &u, sizeof(u));
+    }
+    return d->in->ops->set_params(d->in, d->f32, e);
+}
+
+static int fake_refit_hash(tr_backend *b, tr_comm_dtype dt, uint64_t *h, tr_err *e)
+{
+    fake_dev *d = (fake_dev *)b;
+    int rv = fake_refresh(d, e);
+    *h = dt == TR_COMM_BF16 ? tr_refit_mix_hash(d->bf16, b->num_params * 2)
+                            : tr_refit_mix_hash(d->f32, b->num_params * sizeof(float));
+    return rv;
+}
+
+static const tr_backend_ops fake_ops = {
+    .name = "fake-device",
+    .destroy = fake_destroy,
+    .set_params = fake_set_params,
+    .get_params = fake_get_params,
+    .zero_grads = fake_zero_grads,
+    .forward_backward = fake_fb,
+    .forward_loss = fake_fl,
+    .grad_norm = fake_norm,
+    .get_grads = fake_get_grads,
+    .adamw_update = fake_adamw,
+    .get_opt_state = fake_get_opt,
+    .set_opt_state = fake_set_opt,
+    .mem_stats = fake_mem,
+    .phase_times = fake_phases,
+    .sync = fake_sync,
+    .allreduce_grads = fake_allreduce,
+    .refit_params = fake_refit_params,
+    .refit_taken = fake_refit_taken,
+    .refit_hash = fake_refit_hash,
+};
+
+/* fake_create is tr_train_config.create_cuda for device "cuda". */
+static int fake_create(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out, tr_err *err)
+{
+    fake_dev *d = calloc(1, sizeof(*d));
+    int rv;
+
+    *out = NULL;
+    if (d == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "fake device: no memory");
+    }
+    if ((rv = tr_backend_cpu_create(cfg, opts, &d->in, err)) != TROUPE_OK) {
+        free(d);
+        return rv;
+    }
+    d->base = *d->in;
+    d->base.ops = &fake_ops;
+    d->f32 = calloc(d->base.num_params, sizeof(float));
+    d->bf16 = calloc(d->base.num_params, sizeof(uint16_t));
+    if (d->f32 == NULL || d->bf16 == NULL) {
+        fake_destroy(&d->base);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "fake device: no memory");
+    }
+    *out = &d->base;
+    return TROUPE_OK;
+}
+
+/* fake_create_diverged: a rank whose weights went their own way. */
+static int fake_create_diverged(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
+                                tr_err *err)
+{
+    int rv = fake_create(cfg, opts, out, err);
+    if (rv == TROUPE_OK) {
+        ((fake_dev *)*out)->diverged = 1;
+    }
+    return rv;
+}
+
+static const char *fake_precision = "fp32";
+
+static void on_fake_device(int rank, tr_train_config *cfg)
+{
+    (void)rank;
+    cfg->device = (char *)"cuda";
+    cfg->create_cuda = fake_create;
+    cfg->precision = (char *)fake_precision;
+}
+
+/* run_fake_refit: 2 policy ranks and 1 generation worker on the stand-in
+ * device backend and a communicator with broadcast_device. */
+static void run_fake_refit(fixture *f, refit_run *runs)
+{
+    f->cfg.refit_every = 5;
+    refit_comm_ops = &t_dev_ops;
+    tweak = on_fake_device;
+    run_refit(f, 2, 1, runs);
+    tweak = NULL;
+    refit_comm_ops = &t_ops;
+}
+
+/* check_device_refits: every rank took the device path in dtype, 4 refits,
+ * the generation's mix64 hash equals both policy ranks', bytes are the
+ * dtype's, and its val_loss is the policy's within tol. */
+static void check_device_refits(const refit_run *runs, tr_comm_dtype dtype, double tol)
+{
+    for (int r = 0; r < 3; r++) {
+        TR_ASSERT_OK(runs[r].rv, &runs[r].err);
+        assert_int_equal(runs[r].refits.n, 4);
+    }
+    for (int i = 0; i < 4; i++) {
+        const tr_refit_stats *p = &runs[0].refits.st[i], *q = &runs[1].refits.st[i],
+                             *g = &runs[2].refits.st[i];
+        double pv = runs[0].rec.val[p->step - 1];
+        char line[1024];
+        for (int r = 0; r < 3; r++) {
+            assert_int_equal(runs[r].refits.st[i].device, 1);
+            assert_int_equal(runs[r].refits.st[i].dtype, dtype);
+        }
+        assert_true(g->hash == p->hash && q->hash == p->hash);
+        assert_true(g->bytes > 0);
+        assert_int_equal(p->bytes, g->bytes);
+        if (rel(g->val_loss, pv) > tol) {
+            fail_msg("refit at step %lld: generation val_loss %.9g, policy %.9g", (long long)p->step,
+                     g->val_loss, pv);
+        }
+        tr_refit_line(g, 2, 0, line, sizeof(line));
+        assert_non_null(strstr(line, dtype == TR_COMM_BF16 ? " path=device dtype=bf16 params_mix64="
+                                                           : " path=device dtype=f32 params_mix64="));
+    }
+}
+
+/* fp32 on every rank: the device path in fp32; the generation holds rank
+ * 0's exact weights, so its val_loss is the policy's (as on the host path). */
+static void refit_device_f32(void **state)
+{
+    refit_run runs[3], host[3];
+
+    fake_precision = "fp32";
+    run_fake_refit(*state, runs);
+    check_device_refits(runs, TR_COMM_F32, 1e-6);
+    run_refit(*state, 2, 1, host); /* the CPU backend and t_ops: the host path */
+    TR_ASSERT_OK(host[2].rv, &host[2].err);
+    assert_int_equal(host[2].refits.st[0].device, 0);
+    assert_int_equal(runs[2].refits.st[0].bytes, host[2].refits.st[0].bytes);
+    print_message("device path, f32: 4 refits, %llu bytes each, hashes equal\n",
+                  (unsigned long long)runs[0].refits.st[0].bytes);
+}
+
+/* bf16 on every rank: the bf16 copy travels (half the bytes of the fp32
+ * host path); the generation evaluates the bf16-rounded weights, so its
+ * loss is near the policy's (whose CPU stand-in computes with fp32). */
+static void refit_device_bf16(void **state)
+{
+    fixture *f = *state;
+    refit_run runs[3], host[3];
+
+    fake_precision = "bf16";
+    run_fake_refit(f, runs);
+    fake_precision = "fp32";
+    check_device_refits(runs, TR_COMM_BF16, 2e-2);
+    run_refit(f, 2, 1, host); /* the CPU backend and t_ops: the host path, fp32 */
+    TR_ASSERT_OK(host[2].rv, &host[2].err);
+    assert_int_equal(host[2].refits.st[0].device, 0);
+    assert_int_equal(runs[2].refits.st[0].bytes * 2, host[2].refits.st[0].bytes);
+}
+
+/* A generation worker whose device copy is not what rank 0 sent fails
+ * DATA_LOSS on the mix64 hash, and the policy ranks learn it by name. */
+static void refit_device_hash_mismatch(void **state)
+{
+    refit_run runs[3];
+
+    fake_precision = "fp32";
+    fake_corrupt = 1;
+    run_fake_refit(*state, runs);
+    fake_corrupt = 0;
+    TR_ASSERT_FAILS(runs[2].rv, TROUPE_DATA_LOSS, &runs[2].err, "the weights held after the refit hash to");
+    TR_ASSERT_FAILS(runs[0].rv, TROUPE_ABORTED, &runs[0].err,
+                    "rank 2 of the refit communicator (generation rank 0) failed");
+    assert_int_equal(runs[2].refits.n, 0);
+}
+
+static void rank1_diverged(int rank, tr_train_config *cfg)
+{
+    on_fake_device(rank, cfg);
+    if (rank == 1) {
+        cfg->create_cuda = fake_create_diverged;
+    }
+}
+
+/* On the device path the other policy ranks compare their own weights'
+ * hash with rank 0's: a data-parallel rank whose weights differ fails
+ * DATA_LOSS naming itself, and every other rank learns it by name. */
+static void refit_device_ranks_diverged(void **state)
+{
+    fixture *f = *state;
+    refit_run runs[3];
+
+    fake_precision = "fp32";
+    f->cfg.refit_every = 5;
+    refit_comm_ops = &t_dev_ops;
+    tweak = rank1_diverged;
+    run_refit(f, 2, 1, runs);
+    tweak = NULL;
+    refit_comm_ops = &t_ops;
+    TR_ASSERT_FAILS(runs[1].rv, TROUPE_DATA_LOSS, &runs[1].err, "policy rank 1's weights (f32, mix64 ");
+    TR_ASSERT_FAILS(runs[1].rv, TROUPE_DATA_LOSS, &runs[1].err, "the data-parallel ranks diverged");
+    TR_ASSERT_FAILS(runs[0].rv, TROUPE_ABORTED, &runs[0].err,
+                    "rank 1 of the refit communicator (policy rank 1) failed");
+    TR_ASSERT_FAILS(runs[2].rv, TROUPE_ABORTED, &runs[2].err,
+                    "rank 1 of the refit communicator (policy rank 1) failed");
+}
+
+static void path_device(int rank, tr_train_config *cfg)
+{
+    (void)rank;
+    cfg->refit_path = (char *)"device";
+}
+
+/* refit.path device where a rank cannot (the CPU backend): every rank fails
+ * FAILED_PRECONDITION before the first refit, saying how many can. */
+static void refit_path_device_refused(void **state)
+{
+    fixture *f = *state;
+    refit_run runs[2];
+
+    f->cfg.refit_every = 5;
+    tweak = path_device;
+    run_refit(f, 1, 1, runs);
+    tweak = NULL;
+    for (int r = 0; r < 2; r++) {
+        TR_ASSERT_FAILS(runs[r].rv, TROUPE_FAILED_PRECONDITION, &runs[r].err,
+                        "refit.path is device, but only 0 of the 2 ranks of the refit communicator can");
+        assert_int_equal(runs[r].refits.n, 0);
+    }
+}
+
+/* The device path's hash: the reference values of tr_refit_mix_hash
+ * (refit_cuda.cu computes the same on the GPU); position matters. */
+static void refit_mix_hash(void **state)
+{
+    const float v[2] = {1.0f, -2.5f}, w[2] = {-2.5f, 1.0f};
+    (void)state;
+
+    assert_true(tr_refit_mix_hash(v, sizeof(v)) == 0x5225972427b333c4ull);
+    assert_true(tr_refit_mix_hash(w, sizeof(w)) == 0xe930c8facf562f30ull);
+    assert_true(tr_refit_mix_hash(NULL, 0) == 0);
+    assert_int_equal(tr_refit_parse_path("device"), TR_REFIT_PATH_DEVICE);
+    assert_int_equal(tr_refit_parse_path("host"), TR_REFIT_PATH_HOST);
+    assert_int_equal(tr_refit_parse_path("auto"), TR_REFIT_PATH_AUTO);
+    assert_int_equal(tr_refit_parse_path("gpu"), -1);
+}
+
 /* The hash is FNV-1a over the bytes; the line carries what the tests and
  * the metrics read. */
 static void refit_hash_and_line(void **state)
@@ -631,11 +1019,18 @@ static void refit_hash_and_line(void **state)
     assert_true(tr_refit_hash(v, 2) == 0x9e629ee2dfdb3f8ull);
     assert_true(tr_refit_hash(NULL, 0) == 0xcbf29ce484222325ull);
     tr_refit_line(&st, 2, 0, line, sizeof(line));
-    assert_string_equal(line, "refit step=30 final=1 rank=2 bytes=120320 ms=2.000 mb_per_s=60.16 "
-                              "params_fnv1a=09e629ee2dfdb3f8 val_loss=3.25 eval_ms=1.500");
+    assert_string_equal(line,
+                        "refit step=30 final=1 rank=2 bytes=120320 ms=2.000 mb_per_s=60.16 path=host "
+                        "dtype=f32 params_fnv1a=09e629ee2dfdb3f8 hash_ms=0.000 total_ms=0.000 val_loss=3.25 "
+                        "eval_ms=1.500");
     tr_refit_line(&st, 2, 1, line, sizeof(line));
     assert_non_null(strstr(line, "\"event\":\"refit\",\"step\":30,\"final\":true"));
     assert_non_null(strstr(line, "\"params_fnv1a\":\"09e629ee2dfdb3f8\""));
+    st.device = 1;
+    st.dtype = TR_COMM_BF16;
+    tr_refit_line(&st, 2, 1, line, sizeof(line));
+    assert_non_null(
+        strstr(line, "\"path\":\"device\",\"dtype\":\"bf16\",\"params_mix64\":\"09e629ee2dfdb3f8\""));
 }
 
 int main(int argc, char **argv)
@@ -651,6 +1046,12 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(refit_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(refit_settings_must_match, setup, teardown),
         cmocka_unit_test(refit_hash_and_line),
+        cmocka_unit_test(refit_mix_hash),
+        cmocka_unit_test_setup_teardown(refit_device_f32, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_device_bf16, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_device_hash_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_device_ranks_diverged, setup, teardown),
+        cmocka_unit_test_setup_teardown(refit_path_device_refused, setup, teardown),
     };
     return TR_TEST_MAIN("unit.train.dp", tests, argc, argv);
 }

@@ -535,7 +535,7 @@ extern const tr_backend_ops tr_cu_ops = {
     cuda_zero_grads, cuda_forward_backward, cuda_forward_loss,  cuda_grad_norm,
     cuda_get_grads,  cuda_adamw_update,     cuda_get_opt_state, cuda_set_opt_state,
     cuda_mem_stats,  cuda_phase_times,      cuda_sync,          cuda_allreduce_grads,
-    cuda_allreduce_start,
+    cuda_allreduce_start, tr_cu_refit_params,  tr_cu_refit_taken,  tr_cu_refit_hash,
 };
 
 /* ---- train_cuda.h extras ---------------------------------------------------- */

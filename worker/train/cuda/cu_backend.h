@@ -81,6 +81,7 @@ typedef struct cu_backend {
     int dp_armed, dp_issued;
     cudaEvent_t *ev_layer; /* L + 1 */
     int have_fb, have_opt;
+    unsigned long long *refit_hash_dev; /* refit_cuda.cu's hash, allocated on first use */
     /* allocation tally, and every device allocation for destroy */
     void *allocs[TR_CU_MAX_ALLOCS];
     int nallocs;
@@ -113,5 +114,10 @@ cudaError_t tr_cu_record(cu_backend *cb, cudaEvent_t ev);
 /* tr_cu_dw_tensor: parameter tensor i's gradient is written whole by a
  * weight-gradient matmul, the first thing of a backward to touch it. */
 int tr_cu_dw_tensor(int i);
+
+/* The refit ops of backend.h (refit_cuda.cu). */
+int tr_cu_refit_params(tr_backend *b, tr_comm_dtype dtype, void **dev, tr_err *err);
+int tr_cu_refit_taken(tr_backend *b, tr_comm_dtype dtype, tr_err *err);
+int tr_cu_refit_hash(tr_backend *b, tr_comm_dtype dtype, uint64_t *hash, tr_err *err);
 
 #endif
