@@ -16,8 +16,9 @@
 
 const tr_cli_cmd tr_cli_commands[] = {
     {"nodes", tr_cli_cmd_nodes, "nodes [--alive]",
-     "list nodes with their GPUs, state and age (-o wide: hostname, address, pid, labels)", "--alive", NULL,
-     "table json wide"},
+     "list nodes with their GPUs, CPU slots (free/total, for CPU-only workers), state and age (-o wide: "
+     "hostname, address, pid, labels)",
+     "--alive", NULL, "table json wide"},
     {"status", tr_cli_cmd_status, "status", "cluster totals: nodes and jobs by state, GPUs total/free", "",
      NULL, NULL},
     {"ping", tr_cli_cmd_ping, "ping [-n COUNT]", "round-trip to the head and print the latency", "-n", NULL, NULL},

@@ -122,6 +122,10 @@ typedef struct troupe_node {
     /* Why the head cannot send the node its assignments (a worker too large
      * for one frame, an agent that takes no parts); "" when it can. */
     const char *sync_error;
+    /* CPU slots for CPU-only workers (resources: {gpu: 0}; troupe-node
+     * --cpus) and how many are free now (fractions: workers may take 0.5). */
+    uint32_t cpus;
+    double cpus_free;
 } troupe_node;
 
 typedef struct troupe_node_list {
