@@ -360,6 +360,7 @@ typedef struct troupe_job_health {
     int on_stall_fail;      /* health.on_stall: fail (a stall fails the group) */
     size_t n_stalled, n_stragglers, n_memory;
     const troupe_health_rank *stalled, *stragglers, *memory;
+    int ended; /* the job ended: its last judgement while it ran, kept; not judged again */
 } troupe_job_health;
 
 /* A rendezvous (IDs, barrier or all-gather) that ranks are waiting in. */

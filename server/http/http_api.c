@@ -200,9 +200,12 @@ static void health_json(FILE *out, const Troupe__V1__JobHealth *h)
         fputs(",\"health\":{\"state\":\"NONE\",\"stalled\":[],\"stragglers\":[],\"memory\":[]}", out);
         return;
     }
-    fprintf(out, ",\"health\":{\"state\":\"%s\",\"stall_after_ms\":%lld,\"judged_ms\":%lld,\"on_stall_fail\":%s",
-            enum_name(&troupe__v1__health_state__descriptor, h->state, "HEALTH_"), (long long)h->stall_after_ms,
-            (long long)h->judged_ms, h->on_stall_fail ? "true" : "false");
+    fprintf(out,
+            ",\"health\":{\"state\":\"%s\",\"stall_after_ms\":%lld,\"judged_ms\":%lld,\"on_stall_fail\":%s,"
+            "\"ended\":%s",
+            enum_name(&troupe__v1__health_state__descriptor, h->state, "HEALTH_"),
+            (long long)h->stall_after_ms, (long long)h->judged_ms, h->on_stall_fail ? "true" : "false",
+            h->ended ? "true" : "false");
     health_ranks_json(out, "stalled", h->stalled, h->n_stalled);
     health_ranks_json(out, "stragglers", h->stragglers, h->n_stragglers);
     health_ranks_json(out, "memory", h->memory, h->n_memory);
