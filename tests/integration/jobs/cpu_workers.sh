@@ -5,7 +5,8 @@
 # a CPU-only job runs there to SUCCEEDED with CUDA_VISIBLE_DEVICES set empty,
 # the slots are a limit (refused when it could never fit, PENDING while they
 # are held), and a job mixing a GPU group and a CPU-only group is placed as
-# one gang across a GPU node and the CPU node.
+# one gang across a GPU node and the CPU node. A head restart keeps a running
+# CPU-only job's slots taken (restored from its stored placement).
 source "$(dirname "$0")/../lib.sh"
 start_head
 CUDA_VISIBLE_DEVICES= "$NODE_BIN" --head "$HEAD" --name cpu0 --cpus 2 --stop-grace-ms 1000 \
@@ -92,3 +93,19 @@ done
 pass "a mixed job ran its GPU group on g1 and its CPU-only group on cpu0"
 [ "$(cli -o json nodes | jq -c '[.nodes[] | .cpus_free]')" = '[2,0]' ] || fail "slots given back: $(cli nodes)"
 pass "every CPU slot came back"
+
+# kill -9 of the head while a CPU-only job holds both slots: the restarted
+# head restores the placement, slots included, so the next CPU job waits.
+hold=$(submit "$T/hold.yaml")
+wait_for 20 "job $hold RUNNING" is_job_state "$hold" RUNNING
+kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+mark=$(head_log_mark)
+start_head
+wait_for 20 "cpu0 and g1 to register again with the new head" reregistered "$mark" cpu0 g1
+is_job_state "$hold" RUNNING || fail "job $hold after the restart: $(cli job "$hold" | head -3)"
+[ "$(cli -o json nodes | jq -c '[.nodes[] | .cpus_free]')" = '[0,0]' ] || fail "restored slots: $(cli nodes)"
+id=$(submit "$T/cpu.yaml")
+wait_for 10 "job $id to wait for the restored job's slots" bash -c "'$CLI_BIN' -o json job $id | jq -e '.reason | test(\"waiting for free CPU slots\")'"
+cli stop "$hold" >/dev/null
+wait_for 20 "job $id SUCCEEDED" is_job_state "$id" SUCCEEDED
+pass "a head restart kept the running CPU-only job's slots taken; the next CPU job ran once they came back"
