@@ -144,7 +144,8 @@ function renderJobs(list) {
     tr.append(el("td", { class: j.state }, j.state + (j.reason ? " – " + j.reason : "")));
     const ht = healthText(j);
     tr.append(el("td", { class: healthClass(ht), "data-health": (j.health && j.health.state) || "NONE" }, ht));
-    tr.append(el("td", {}, j.groups.map(g => g.name + " " + g.workers + "×" + g.gpus_per_worker + " GPU").join(", ")));
+    tr.append(el("td", {}, j.groups.map(g => g.name + " " + g.workers + "×" +
+      (g.gpus_per_worker ? g.gpus_per_worker + " GPU" : "CPU-only")).join(", ")));
     tr.append(el("td", {}, placement(j)));
     tr.addEventListener("click", () => select(j.id));
     tb.append(tr);
