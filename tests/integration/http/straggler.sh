@@ -8,7 +8,8 @@
 # GPU memory grows 3 bytes a step (value RANK*1e6+i) over a memory_slope_mb
 # of about 1 byte: both get a memory warning, marked on the memory chart only
 # (a ring on the latest point, the warning in the legend). Once the job is
-# stopped, every mark stays (its last judgement, health.ended).
+# stopped, every mark stays (its last judgement, health.ended; screenshot:
+# $TROUPE_ARTIFACTS/dashboard-ended-marks.png).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hlib.bash"
 
@@ -92,4 +93,11 @@ grep -q "<p id=\"job-health\" class=\"warn\" data-state=\"OK\">as the job ended:
 grep -q "<polyline class=\"series straggler\" data-worker=\"job$id-policy-1\"" "$T/dom-ended.html" ||
     fail "rank 1 not a straggler after the stop: $(grep -o '<polyline class="[^"]*" data-worker="[^"]*"' "$T/dom-ended.html" | sort -u)"
 memory_marks "$T/dom-ended.html" || fail "memory marks after the stop: $(grep -o '<circle class="memory-mark"[^>]*>' "$T/dom-ended.html")"
-pass "stopped: the dashboard keeps 'OK, 1 straggler, memory warning (as it ended)', rank 1 bold, the memory rings"
+mkdir -p "${TROUPE_ARTIFACTS:-$T/artifacts}"
+shot=${TROUPE_ARTIFACTS:-$T/artifacts}/dashboard-ended-marks.png
+rm -f "$shot"
+(cd "$T" && timeout 90 "$CHROMIUM" --headless --disable-dev-shm-usage --disable-gpu --no-sandbox --no-first-run \
+    --hide-scrollbars --user-data-dir="$T/chrome" --window-size=1400,1100 --virtual-time-budget=8000 \
+    --screenshot="$shot" "$HTTP/#job=$id" 2>>"$T/chromium.log") || fail "screenshot failed"
+[ -s "$shot" ] || fail "no screenshot at $shot"
+pass "stopped: the dashboard keeps 'OK, 1 straggler, memory warning (as it ended)', rank 1 bold, the memory rings; $shot"
