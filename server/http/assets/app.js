@@ -93,6 +93,8 @@ function renderCluster(c) {
     const live = n.state === "ALIVE" || n.state === "SUSPECT";
     if (live) { total += n.gpus_total; used += n.gpus_total - n.gpus_free; }
     tr.append(el("td", { class: "gpus" }, live ? (n.gpus_total - n.gpus_free) + " / " + n.gpus_total : "–"));
+    // CPU slots (troupe-node --cpus) are what CPU-only workers (gpu: 0) take
+    tr.append(el("td", { class: "cpus" }, live ? (+(n.cpus - n.cpus_free).toFixed(3)) + " / " + n.cpus : "–"));
     const models = {};
     for (const g of n.gpus) {
       const k = g.model + " " + Math.round(g.memory_bytes / 1e9) + " GB" + (g.simulated ? " (simulated)" : "");
