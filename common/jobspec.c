@@ -38,6 +38,7 @@ typedef struct js_ctx {
     tr_err *err;
     size_t n_env; /* env entries so far; TR_JS_MAX_ENV counts the whole job */
     size_t bytes; /* string bytes copied so far; see TR_JS_MAX_BYTES */
+    size_t n_vnodes; /* cluster.nodes entries: where groups with GPUs go */
 } js_ctx;
 
 /* ---- errors and node helpers --------------------------------------------- */
@@ -396,12 +397,11 @@ static int js_cluster(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec *spec
     if (rv == TROUPE_OK) {
         rv = js_check_keys(c, n, "cluster", cluster_keys, "nodes or labels");
     }
-    if (rv == TROUPE_OK) {
-        rv = js_req(c, n, "cluster", "nodes", &v);
-    }
-    if (rv == TROUPE_OK) {
+    /* nodes may be left out by a job of CPU-only groups (checked per group). */
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "nodes")) != NULL) {
         rv = js_nodes(c, v, spec);
     }
+    c->n_vnodes = spec->n_cluster_nodes;
     v = js_opt(c, n, "labels");
     if (rv == TROUPE_OK && v != NULL) {
         rv = js_labels(c, v, spec);
@@ -480,8 +480,8 @@ static int js_cpu(js_ctx *c, const yaml_node_t *n, const char *path, double *out
     /* strtod also takes "inf", "nan" and hex floats; none is a CPU count. */
     v = strtod(s, &end);
     if (!((s[0] >= '0' && s[0] <= '9') || s[0] == '.') || strpbrk(s, "xX") != NULL || *end != '\0' ||
-        !isfinite(v) || v <= 0) {
-        return js_fail(c, n, "%s: expected a number > 0, got '%s'", path, s);
+        !isfinite(v) || v <= 0 || v > TR_JS_MAX_CPUS) {
+        return js_fail(c, n, "%s: expected a number > 0 and <= %d, got '%s'", path, TR_JS_MAX_CPUS, s);
     }
     *out = v;
     return TROUPE_OK;
@@ -516,8 +516,14 @@ static int js_resources(js_ctx *c, const yaml_node_t *n, const char *path, Troup
         rv = js_req(c, n, path, "gpu", &v);
     }
     if (rv == TROUPE_OK) {
-        rv = js_int(c, v, js_path(sub, path, "gpu"), 1, TR_JS_MAX_GPUS, &gpus);
+        rv = js_int(c, v, js_path(sub, path, "gpu"), 0, TR_JS_MAX_GPUS, &gpus);
         g->gpus = (uint32_t)gpus;
+    }
+    if (rv == TROUPE_OK && gpus > 0 && c->n_vnodes == 0) {
+        rv = js_fail(c, v,
+                     "%s: %lld GPUs per worker, but the job has no cluster.nodes to place them in (add "
+                     "cluster: {nodes: [N]}, or gpu: 0 for a CPU-only worker)",
+                     js_path(sub, path, "gpu"), gpus);
     }
     if (rv == TROUPE_OK && (v = js_opt(c, n, "cpu")) != NULL) {
         rv = js_cpu(c, v, js_path(sub, path, "cpu"), &g->cpus);
@@ -1080,7 +1086,7 @@ static int js_root(js_ctx *c, const yaml_node_t *root, const char *base_dir, Tro
     if (rv == TROUPE_OK && (rv = js_req(c, root, "", "name", &v)) == TROUPE_OK) {
         rv = js_name(c, v, "name", &spec->name);
     }
-    if (rv == TROUPE_OK && (rv = js_req(c, root, "", "cluster", &v)) == TROUPE_OK) {
+    if (rv == TROUPE_OK && (v = js_opt(c, root, "cluster")) != NULL) {
         rv = js_cluster(c, v, spec);
     }
     if (rv == TROUPE_OK && (rv = js_req(c, root, "", "groups", &v)) == TROUPE_OK) {
@@ -1144,7 +1150,7 @@ int tr_jobspec_parse(const char *text, size_t len, const char *name, const char 
     yaml_parser_t parser;
     yaml_document_t doc;
     Troupe__V1__JobSpec *spec = NULL;
-    js_ctx c = {&doc, name ? name : "job spec", err, 0, 0};
+    js_ctx c = {&doc, name ? name : "job spec", err, 0, 0, 0};
     int rv;
 
     *out = NULL;

@@ -3,13 +3,15 @@
  * Schema (README "Job spec"):
  *
  *   name: grpo-demo
- *   cluster:
+ *   cluster:                  # optional for a job of CPU-only groups
  *     nodes: [4, 8, 16]       # GPUs per virtual node
  *     labels: {gpu: H200}     # optional node label selector
  *   groups:
  *     - name: policy
  *       workers: 4
  *       resources: {gpu: 2, cpu: 4, memory: 64GB}   # per worker; cpu, memory optional
+ *                             # gpu: 0 = a CPU-only worker: no GPU, cpu (default 1)
+ *                             # of its node's CPU slots, outside the virtual cluster
  *       strategy: PACK        # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD (default PACK)
  *       command: [troupe-train, --config, train.yaml]
  *       env: {KEY: value}
@@ -24,8 +26,9 @@
  *
  * Rules beyond the sketch above (enforced in common/jobspec*.c):
  * - name and group names: 1..63 of [A-Za-z0-9._-], not "." or ".."; group
- *   names unique. workers 1..4096, gpu 1..64, cluster.nodes entries 1..64.
- * - cpu: a number > 0. memory: a plain integer is bytes; else a number and a
+ *   names unique. workers 1..4096, gpu 0..64, cluster.nodes entries 1..64;
+ *   cluster.nodes is required when a group has gpu > 0.
+ * - cpu: a number > 0 and <= 4096. memory: a plain integer is bytes; else a number and a
  *   unit, B, KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (powers of
  *   1024), case-insensitive, fractions allowed ("1.5GiB").
  * - strategy: matched case-insensitively, stored upper-case; default PACK.
@@ -67,8 +70,9 @@ int tr_jobspec_parse(const char *text, size_t len, const char *name, const char 
 int tr_jobspec_load(const char *path, Troupe__V1__JobSpec **out, tr_err *err);
 
 /* tr_jobspec_validate checks a spec that did not come from YAML (e.g. a
- * SubmitJob request): non-empty name and groups, workers >= 1, gpus >= 1,
- * known strategy, non-empty command, unique group names, cluster nodes >= 1 GPU,
+ * SubmitJob request): non-empty name and groups, workers >= 1, gpus <= 64,
+ * known strategy, non-empty command, unique group names, cluster nodes >= 1 GPU
+ * (and at least one when a group has GPUs),
  * valid profile range/globs. Messages name the group and field ("group
  * policy: workers must be >= 1"). Stricter than the YAML path where that one
  * normalizes: strategy must be upper-case, a non-empty workdir absolute.

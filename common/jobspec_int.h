@@ -19,7 +19,8 @@
 #define TR_JS_MAX_LABELS 256     /* cluster.labels entries */
 #define TR_JS_MAX_GROUPS 256     /* groups of a job */
 #define TR_JS_MAX_WORKERS 4096   /* workers of one group */
-#define TR_JS_MAX_GPUS 64        /* GPUs of one worker */
+#define TR_JS_MAX_GPUS 64        /* GPUs of one worker (0 = a CPU-only worker) */
+#define TR_JS_MAX_CPUS 4096      /* CPUs of one worker (the scheduler's TR_SCHED_MAX_WORKER_CPUS) */
 #define TR_JS_MAX_ARGS 256       /* command arguments of one group */
 #define TR_JS_MAX_ENV 1024       /* env entries of a job: top level and every group together */
 #define TR_JS_MAX_RESTARTS 1000  /* restart.max_restarts */

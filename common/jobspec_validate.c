@@ -7,6 +7,7 @@
  * message is const): the strategy must already be one of the upper-case
  * names, and a workdir, when set, must be absolute. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,10 +47,26 @@ static int check_env(const char *who, Troupe__V1__EnvVar *const *env, size_t n, 
     return TROUPE_OK;
 }
 
+static bool wants_gpus(const Troupe__V1__JobSpec *spec)
+{
+    for (size_t i = 0; spec->groups != NULL && i < spec->n_groups; i++) {
+        if (spec->groups[i] != NULL && spec->groups[i]->gpus > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int check_cluster(const Troupe__V1__JobSpec *spec, tr_err *err)
 {
-    if (spec->n_cluster_nodes == 0 || spec->cluster_nodes == NULL) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cluster: no nodes (nodes lists GPUs per node)");
+    if (spec->n_cluster_nodes > 0 && spec->cluster_nodes == NULL) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cluster: %zu nodes but no list",
+                          spec->n_cluster_nodes);
+    }
+    if (spec->n_cluster_nodes == 0 && wants_gpus(spec)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "cluster: no nodes (nodes lists GPUs per node; only a job of CPU-only groups, "
+                          "gpu: 0, may leave it out)");
     }
     if (spec->n_cluster_nodes > TR_JS_MAX_NODES) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "cluster: %zu nodes, at most %d allowed",
@@ -112,13 +129,15 @@ static int check_group(const Troupe__V1__GroupSpec *g, size_t *env_total, tr_err
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s: workers must be >= 1 and <= %d, got %u",
                           g->name, TR_JS_MAX_WORKERS, g->workers);
     }
-    if (g->gpus < 1 || g->gpus > TR_JS_MAX_GPUS) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s: gpus must be >= 1 and <= %d, got %u",
-                          g->name, TR_JS_MAX_GPUS, g->gpus);
+    if (g->gpus > TR_JS_MAX_GPUS) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "group %s: gpus must be <= %d (0 = a CPU-only worker), got %u", g->name,
+                          TR_JS_MAX_GPUS, g->gpus);
     }
-    if (!isfinite(g->cpus) || g->cpus < 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s: cpus must be a number >= 0 (0 = unset)",
-                          g->name);
+    if (!isfinite(g->cpus) || g->cpus < 0 || g->cpus > TR_JS_MAX_CPUS) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "group %s: cpus must be a number >= 0 and <= %d (0 = unset)", g->name,
+                          TR_JS_MAX_CPUS);
     }
     if (g->strategy == NULL || tr_js_strategy(g->strategy) == NULL ||
         strcmp(tr_js_strategy(g->strategy), g->strategy) != 0) {

@@ -57,6 +57,7 @@ typedef struct hjob {
     size_t verdict_len;
     fired *fired; /* groups failed for a stall, by attempt */
     size_t n_fired;
+    int ended; /* the job ended: verdict is its last judgement, kept (no trackers) */
     struct hjob *next;
 } hjob;
 
@@ -128,6 +129,51 @@ static void job_free(hjob *j)
     free(j->verdict);
     free(j->fired);
     free(j);
+}
+
+/* An ended job keeps its last judgement, so that what was wrong when it
+ * ended (a stall that failed it, a straggler) stays on `troupe job` and the
+ * dashboard; the trackers go. At most MAX_ENDED such judgements are kept,
+ * the oldest jobs' dropped first; a deleted job's goes at the next tick. */
+#define MAX_ENDED 4096
+
+static void job_drop(health_svc *s, uint64_t id);
+
+static void job_end(health_svc *s, hjob *j)
+{
+    Troupe__V1__JobHealth *jh =
+        j->verdict ? troupe__v1__job_health__unpack(NULL, j->verdict_len, j->verdict) : NULL;
+    size_t n_ended = 0;
+    hjob *oldest = NULL;
+
+    for (size_t i = 0; i < j->n_w; i++) {
+        free(j->w[i]);
+    }
+    free(j->w);
+    free(j->index);
+    j->w = NULL;
+    j->index = NULL;
+    j->n_w = j->cap_w = j->idx_cap = 0;
+    j->ended = 1;
+    if (jh != NULL) {
+        jh->ended = 1;
+        size_t len = troupe__v1__job_health__get_packed_size(jh);
+        uint8_t *buf = malloc(len + 1);
+        if (buf != NULL) {
+            troupe__v1__job_health__pack(jh, buf);
+            free(j->verdict);
+            j->verdict = buf;
+            j->verdict_len = len;
+        }
+        troupe__v1__job_health__free_unpacked(jh, NULL);
+    }
+    for (hjob *k = s->jobs; k != NULL; k = k->next) {
+        n_ended += k->ended;
+        oldest = k->ended && (oldest == NULL || k->id < oldest->id) ? k : oldest;
+    }
+    if (n_ended > MAX_ENDED && oldest != NULL && oldest != j) {
+        job_drop(s, oldest->id);
+    }
 }
 
 static void job_drop(health_svc *s, uint64_t id)
@@ -237,7 +283,8 @@ void tr_health_feed(tr_head *h, const Troupe__V1__ReportMetricsRequest *req)
         return;
     }
     pthread_mutex_lock(&s->mu);
-    if ((j = job_get(s, req->from->job_id, 1)) != NULL) {
+    /* a late report of an ended job is kept out: its last judgement stays as it was */
+    if ((j = job_get(s, req->from->job_id, 1)) != NULL && !j->ended) {
         w = worker_get(j, req->from->worker, req->from->attempt, 1);
     }
     if (w != NULL) {
@@ -625,11 +672,19 @@ static void tick(health_svc *s)
         hjob *job = *pp;
         tr_head_job *hj = tr_jobs_find(h, job->id);
         Troupe__V1__JobHealth jh = TROUPE__V1__JOB_HEALTH__INIT;
-        if (hj == NULL || hj->j->state != TROUPE__V1__JOB_STATE__JOB_RUNNING) {
-            *pp = job->next; /* ended (or a late report of an ended job): nothing to judge */
+        if (hj == NULL) {
+            *pp = job->next; /* deleted */
             job_free(job);
             continue;
         }
+        if (hj->j->state != TROUPE__V1__JOB_STATE__JOB_RUNNING) {
+            if (!job->ended) {
+                job_end(s, job); /* its last judgement stays; nothing more to judge */
+            }
+            pp = &job->next;
+            continue;
+        }
+        job->ended = 0; /* running again (requeued, then placed): judged afresh */
         if (judge_job(s, hj, job, mono, &jh) == 0) {
             keep_verdict(job, &jh);
         }
@@ -740,15 +795,18 @@ static void list_fields(tr_head *h, tr_head_job *hj, Troupe__V1__Job *copy, int 
     set_health(state, copy, hj != NULL ? hj->j->id : copy->id, on);
 }
 
-/* job_changed: an ended job's trackers go at once (the tick would drop them
- * too); a restarted group starts over at its next report or tick. */
+/* job_changed: an ended job's trackers go at once, its last judgement stays
+ * (job_end); a restarted group starts over at its next report or tick. */
 static void job_changed(tr_head *h, tr_head_job *hj, void *state)
 {
     health_svc *s = state;
+    hjob *j;
     (void)h;
     if (hj->j->state != TROUPE__V1__JOB_STATE__JOB_RUNNING) {
         pthread_mutex_lock(&s->mu);
-        job_drop(s, hj->j->id);
+        if ((j = job_get(s, hj->j->id, 0)) != NULL && !j->ended) {
+            job_end(s, j);
+        }
         pthread_mutex_unlock(&s->mu);
     }
 }

@@ -19,7 +19,8 @@ extern const tr_head_service tr_health_service;
 void tr_health_feed(tr_head *h, const Troupe__V1__ReportMetricsRequest *req);
 
 /* tr_health_job returns in *out a copy of job_id's latest judgement (state
- * HEALTH_NONE when the job is not running or no worker reported a step yet;
+ * HEALTH_NONE when no worker reported a step yet; for an ended job its last
+ * judgement while it ran, with ended set, kept in memory only;
  * the same message `troupe job` gets as Job.health). The caller frees it with
  * troupe__v1__job_health__free_unpacked(*out, NULL). Read-only; any thread,
  * with or without h->mu held (it takes only the service's own lock, which

@@ -333,6 +333,14 @@ static void bump_job_nodes(tr_head *h, tr_head_job *hj)
             tr_jobs_node_bump(h, hj->j->vnodes[v]->node_id);
         }
     }
+    /* CPU-only workers hold no vnode: their nodes are woken too (a node
+     * bumped twice only syncs once more). */
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+        if (w->n_gpus == 0 && (i == 0 || hj->j->workers[i - 1]->node_id != w->node_id)) {
+            tr_jobs_node_bump(h, w->node_id);
+        }
+    }
 }
 
 /* Master ports are unique per master address (the host of a group's rank
@@ -628,6 +636,12 @@ static void job_start(tr_head *h, tr_head_job *hj, tr_sched_placement *pl)
         tr_head_node *hn = tr_head_node_find(h, hj->j->vnodes[v]->node_id);
         off += (size_t)snprintf(msg + off, sizeof(msg) - off, " %s[%zu GPUs]", hn ? hn->n->name : "?",
                                 hj->j->vnodes[v]->n_gpus);
+    }
+    for (size_t i = 0; i < hj->j->n_workers && off < sizeof(msg) - 64; i++) {
+        const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+        if (w->n_gpus == 0 && (i == 0 || hj->j->workers[i - 1]->node_id != w->node_id)) {
+            off += (size_t)snprintf(msg + off, sizeof(msg) - off, " %s[CPU-only]", w->node_name);
+        }
     }
     tr_jobs_set_str(&hj->j->reason, "running");
     tr_jobs_index_add(h, hj);
@@ -1138,11 +1152,11 @@ void tr_jobs_node_added(tr_head *h, const Troupe__V1__Node *n)
     ns.id = n->id;
     ns.name = n->name;
     ns.gpus = (unsigned)n->n_gpus;
+    ns.cpus = n->cpus;
     ns.labels = lab;
     ns.nlabels = n->n_labels;
-    /* A node without GPUs can still register; it just never gets workers. */
-    if (n->n_gpus > 0 && tr_sched_node_add(h->sched, &ns, &err) != TROUPE_OK &&
-        err.code != TROUPE_ALREADY_EXISTS) {
+    /* A node without GPUs is scheduled too: it takes CPU-only workers. */
+    if (tr_sched_node_add(h->sched, &ns, &err) != TROUPE_OK && err.code != TROUPE_ALREADY_EXISTS) {
         TR_LOG(TR_LOG_WARNING, "scheduler refused node=%llu: %s", (unsigned long long)n->id, err.msg);
     }
     free(lab);
@@ -1153,12 +1167,11 @@ void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n)
 {
     tr_err err;
 
-    if (n->n_gpus > 0 &&
-        tr_sched_node_set_state(h->sched, n->id, sched_state(n), &err) != TROUPE_OK &&
+    if (tr_sched_node_set_state(h->sched, n->id, sched_state(n), &err) != TROUPE_OK &&
         err.code != TROUPE_NOT_FOUND) {
         TR_LOG(TR_LOG_DEBUG, "scheduler node state node=%llu: %s", (unsigned long long)n->id, err.msg);
     }
-    if (n->n_gpus > 0) { /* why it takes no new work, for a waiting job's reason */
+    { /* why it takes no new work, for a waiting job's reason */
         tr_sched_node_set_hold(h->sched, n->id,
                                n->state != TROUPE__V1__NODE_STATE__NODE_ALIVE ? TR_SCHED_HOLD_UNREPORTED
                                : n->draining                                  ? TR_SCHED_HOLD_DRAINING
@@ -1175,6 +1188,15 @@ uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id)
 {
     tr_sched_node_info info;
     return tr_sched_node_get(h->sched, node_id, &info, NULL) == TROUPE_OK ? info.free_gpus : 0;
+}
+
+uint32_t tr_jobs_node_free_cpu_milli(tr_head *h, uint64_t node_id)
+{
+    tr_sched_node_info info;
+    if (tr_sched_node_get(h->sched, node_id, &info, NULL) != TROUPE_OK) {
+        return 0;
+    }
+    return info.free_cpu_milli > UINT32_MAX ? UINT32_MAX : (uint32_t)info.free_cpu_milli;
 }
 
 /* check_nsys refuses a job that wants nsys when no live node has it: the

@@ -57,6 +57,8 @@ void tr_jobs_node_state(tr_head *h, const Troupe__V1__Node *n);
  * DEAD (state); jobs no live node could hold wait restart_grace_ms for it. */
 void tr_jobs_node_gone(tr_head *h, const char *name, const char *state);
 uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
+/* tr_jobs_node_free_cpu_milli: the node's free CPU slots, in thousandths. */
+uint32_t tr_jobs_node_free_cpu_milli(tr_head *h, uint64_t node_id);
 
 /* Internals shared by jobs*.c. */
 tr_head_job *tr_jobs_find(tr_head *h, uint64_t id);

@@ -110,6 +110,9 @@ static const char *gpu_list(arena *a, const Troupe__V1__WorkerInfo *w)
 {
     char *s = arena_alloc(a, w->n_gpus * 4 + 1);
     size_t off = 0;
+    if (s != NULL) {
+        s[0] = '\0'; /* a CPU-only worker: CUDA_VISIBLE_DEVICES="" hides every GPU */
+    }
     for (size_t k = 0; s != NULL && k < w->n_gpus; k++) {
         off += (size_t)sprintf(s + off, "%s%u", k ? "," : "", w->gpus[k]);
     }

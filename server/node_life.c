@@ -230,6 +230,7 @@ static void reply_drain(tr_head *h, tr_rpc_call *call, uint64_t node_id)
         return;
     }
     hn->n->gpus_free = tr_head_node_gone(hn->n) ? 0 : tr_jobs_node_free_gpus(h, hn->n->id);
+    hn->n->cpu_milli_free = tr_head_node_gone(hn->n) ? 0 : tr_jobs_node_free_cpu_milli(h, hn->n->id);
     rep.node = hn->n;
     rep.running_jobs = running_jobs(hn);
     TR_LOG(TR_LOG_DEBUG, "drain answered node=%llu name=%s running_jobs=%u", (unsigned long long)hn->n->id,

@@ -430,6 +430,10 @@ static int validate_registration(const Troupe__V1__RegisterNodeRequest *r, tr_er
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "register: %zu GPUs advertised; at most %d per node",
                           r->n_gpus, MAX_GPUS_PER_NODE);
     }
+    if (r->cpus > TR_SCHED_MAX_NODE_CPUS) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "register: %u CPUs advertised; at most %d per node",
+                          r->cpus, TR_SCHED_MAX_NODE_CPUS);
+    }
     for (size_t i = 0; i < r->n_gpus; i++) {
         uint32_t idx = r->gpus[i]->index;
         if (idx >= MAX_GPUS_PER_NODE || (seen & (1ull << idx))) {
@@ -544,6 +548,7 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
     tmpl.n_tools = r->n_tools;
     tmpl.tools = r->tools;
     tmpl.isolation = r->isolation;
+    tmpl.cpus = r->cpus;
     if ((rv = check_identity(h, r, tmpl.name, err)) != TROUPE_OK) {
         return rv;
     }
@@ -592,9 +597,11 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
     tr_head_node_seen(h, hn, call);
     retire_namesakes(h, n->name, n->id);
     tr_jobs_node_added(h, n);
-    TR_LOG(TR_LOG_INFO, "node registered node=%llu name=%s gpus=%zu address=%s replaces=%llu fenced_workers=%u%s",
-           (unsigned long long)n->id, n->name, n->n_gpus, n->address, (unsigned long long)n->replaces,
-           n->fenced_workers, (old && tmpl.id == old->n->id) ? " again=1" : "");
+    TR_LOG(TR_LOG_INFO,
+           "node registered node=%llu name=%s gpus=%zu cpus=%u address=%s replaces=%llu fenced_workers=%u%s",
+           (unsigned long long)n->id, n->name, n->n_gpus, n->cpus, n->address,
+           (unsigned long long)n->replaces, n->fenced_workers,
+           (old && tmpl.id == old->n->id) ? " again=1" : "");
     *id_out = n->id;
     return TROUPE_OK;
 }
@@ -730,6 +737,7 @@ void tr_head_list_nodes(tr_rpc_call *call, void *user)
             break;
         }
         n->gpus_free = tr_head_node_gone(n) ? 0 : tr_jobs_node_free_gpus(h, n->id);
+        n->cpu_milli_free = tr_head_node_gone(n) ? 0 : tr_jobs_node_free_cpu_milli(h, n->id);
         sz = troupe__v1__node__get_packed_size(n) + 16;
         if (rep.n_nodes > 0 && used + sz > budget) {
             rep.next_cursor = last; /* the frame is full */

@@ -70,6 +70,13 @@ int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec
     }
     memcpy(p->workers, workers, nworkers * sizeof(*workers));
     memcpy(p->vnodes, vnodes, nvnodes * sizeof(*vnodes));
+    for (size_t i = 0; i < nworkers; i++) { /* CPU-only workers: slots, no vnode */
+        const tr_sched_group_spec *g =
+            &spec->groups[p->workers[i].group < spec->ngroups ? p->workers[i].group : 0];
+        p->workers[i].cpu_milli = g->gpus_per_worker == 0 ? tr_sched_cpu_milli(g) : 0;
+        p->workers[i].vnode = g->gpus_per_worker == 0 ? TR_SCHED_NO_VNODE : p->workers[i].vnode;
+        p->cpu |= g->gpus_per_worker == 0;
+    }
     for (v = 0; v < nvnodes; v++) {
         int64_t slot = tr_sched_slot_of(s, vnodes[v].node_id);
         if (slot < 0 || (s->live.free[slot] & vnodes[v].gpu_mask) != vnodes[v].gpu_mask) {
@@ -80,9 +87,24 @@ int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec
         p->vslot[v] = (uint32_t)slot;
         tr_sched_view_take(&s->live, (uint32_t)slot, vnodes[v].gpu_mask);
     }
+    /* CPU slots are taken as stored, even past the node's count: the workers
+     * run there already; new work waits until the slots come back. */
+    for (size_t i = 0; i < nworkers; i++) {
+        int64_t slot = p->workers[i].cpu_milli != 0 ? tr_sched_slot_of(s, p->workers[i].node_id) : 0;
+        if (slot < 0) {
+            tr_err_set(err, TROUPE_ABORTED, "job %llu: node %llu of CPU-only worker %zu is unknown",
+                       (unsigned long long)job_id, (unsigned long long)p->workers[i].node_id, i);
+            goto undo;
+        }
+    }
     if (tr_sched_placement_link(s, p) != TROUPE_OK) {
         tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
         goto undo;
+    }
+    for (size_t i = 0; i < nworkers; i++) {
+        if (p->workers[i].cpu_milli != 0) {
+            s->live.cpu_free[tr_sched_slot_of(s, p->workers[i].node_id)] -= p->workers[i].cpu_milli;
+        }
     }
     return TROUPE_OK;
 undo:

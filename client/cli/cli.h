@@ -92,6 +92,11 @@ void tr_cli_job_json(FILE *out, const troupe_job *j);
  * then *stopping is set when the job has ended but a worker has not. */
 int64_t tr_cli_job_end_ms(const troupe_job *j, int64_t now, int *stopping);
 void tr_cli_gpus_str(const troupe_worker *w, char *buf, size_t size); /* "0,1,2" */
+/* tr_cli_run_secs: how long the job has been running, or ran (until its
+ * last worker was gone, as tr_cli_job_end_ms); -1 when it never started. */
+double tr_cli_run_secs(const troupe_job *j, int64_t now);
+/* tr_cli_duration: "12.3s", "5m03s", "3h05m", "2d03h"; "-" for secs < 0. */
+void tr_cli_duration(char *buf, size_t size, double secs);
 
 /* Following a job (follow.c). Ctrl-C sets tr_cli_interrupted once
  * tr_cli_catch_sigint ran; following commands then detach (TR_EXIT_DETACHED). */

@@ -41,6 +41,25 @@ int64_t tr_cli_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* job_times_json: the times the tables show, in seconds: run_s is TIME
+ * (running for, or ran for; null when it never started), queued_s the time
+ * from submit to start (or to now, or to its end without a start). Written
+ * as the members just before "groups". */
+static void job_times_json(FILE *out, const troupe_job *j)
+{
+    int64_t now = tr_cli_now_ms();
+    int64_t queued_to = j->started_ms ? j->started_ms : j->ended_ms ? j->ended_ms : now;
+    double run = tr_cli_run_secs(j, now);
+
+    fputs("\"run_s\":", out);
+    if (run < 0) {
+        fputs("null", out);
+    } else {
+        fprintf(out, "%.3f", run);
+    }
+    fprintf(out, ",\"queued_s\":%.3f,\"groups\":[", tr_cli_secs(j->submitted_ms, queued_to));
+}
+
 void tr_cli_job_json(FILE *out, const troupe_job *j)
 {
     fprintf(out, "{\"id\":%" PRIu64 ",\"name\":", j->id);
@@ -52,9 +71,10 @@ void tr_cli_job_json(FILE *out, const troupe_job *j)
     fprintf(
         out,
         ",\"submitted_ms\":%lld,\"started_ms\":%lld,\"ended_ms\":%lld,\"restarts\":%u,\"max_restarts\":%u,"
-        "\"workers_total\":%u,\"version\":%" PRIu64 ",\"next_restart_ms\":%lld,\"groups\":[",
+        "\"workers_total\":%u,\"version\":%" PRIu64 ",\"next_restart_ms\":%lld,",
         (long long)j->submitted_ms, (long long)j->started_ms, (long long)j->ended_ms, j->restarts,
         j->max_restarts, j->workers_total, j->version, (long long)j->next_restart_ms);
+    job_times_json(out, j);
     for (size_t g = 0; g < j->n_groups; g++) {
         fprintf(out, "%s{\"name\":", g ? "," : "");
         tr_json_str(out, j->groups[g].name);
@@ -211,8 +231,9 @@ int tr_cli_cmd_job(tr_cli *cli, int argc, char **argv)
 }
 
 /* jobs_table: one line per job; AGE is the time since it was submitted and
- * TIME how long it has been running (queued, while PENDING). wide adds the
- * times of day it was submitted, started and ended, and how long it queued. */
+ * TIME how long it has been running, or ran (until its last worker was gone,
+ * as `troupe job` says; "-" while it never started). wide adds the times of
+ * day it was submitted, started and ended, and how long it queued. */
 static void jobs_table(const troupe_job_list *l, int reverse, int wide)
 {
     int64_t now = tr_cli_now_ms();
@@ -224,11 +245,12 @@ static void jobs_table(const troupe_job_list *l, int reverse, int wide)
     for (size_t i = 0; i < l->count; i++) {
         const troupe_job *j = &l->jobs[reverse ? l->count - 1 - i : i];
         int64_t end = j->ended_ms ? j->ended_ms : now;
-        char reason[1024], age[16];
+        char reason[1024], age[16], ran[24];
         tr_cli_health_reason(j, reason, sizeof(reason));
         tr_cli_age(age, sizeof(age), j->submitted_ms, now);
-        printf("%-5" PRIu64 " %-20s %-10s %7u %8u %7.1fs %5s", j->id, j->name, tr_cli_health_state(j),
-               j->workers_total, j->restarts, tr_cli_secs(j->started_ms ? j->started_ms : j->submitted_ms, end), age);
+        tr_cli_duration(ran, sizeof(ran), tr_cli_run_secs(j, now));
+        printf("%-5" PRIu64 " %-20s %-10s %7u %8u %8s %5s", j->id, j->name, tr_cli_health_state(j),
+               j->workers_total, j->restarts, ran, age);
         if (wide) {
             char sub[16], start[16], ended[16];
             tr_cli_time(sub, sizeof(sub), j->submitted_ms);

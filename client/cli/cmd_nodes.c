@@ -24,8 +24,11 @@ static void node_json(FILE *out, const troupe_node *n)
             n->has_nsys ? "true" : "false");
     fputs(",\"isolation\":", out);
     tr_json_str(out, n->isolation);
-    fprintf(out, ",\"registered_ms\":%lld,\"last_seen_ms\":%lld,\"pid\":%u,\"gpus_free\":%u,\"labels\":{",
-            (long long)n->registered_ms, (long long)n->last_seen_ms, n->pid, n->gpus_free);
+    fprintf(out,
+            ",\"registered_ms\":%lld,\"last_seen_ms\":%lld,\"pid\":%u,\"gpus_free\":%u,\"cpus\":%u,"
+            "\"cpus_free\":%.3f,\"labels\":{",
+            (long long)n->registered_ms, (long long)n->last_seen_ms, n->pid, n->gpus_free, n->cpus,
+            n->cpus_free);
     for (size_t k = 0; k < n->n_labels; k++) {
         fputs(k ? "," : "", out);
         tr_json_str(out, n->labels[k].key);
@@ -82,18 +85,22 @@ static void gpu_figures(const troupe_node *n, char *util, size_t us, char *mem, 
     snprintf(mem, ms, "%.0f/%.0fG", (double)used / 1e9, (double)total / 1e9);
 }
 
-/* A node that found no GPU registers with none, and no worker can be placed
- * there: said in REASON, as the agent says at start. */
-#define NO_GPU_REASON "no GPU found: no worker can be placed here (troupe-node --fake-gpus N simulates GPUs)"
+/* A node that found no GPU registers with none, and only CPU-only workers can
+ * be placed there: said in REASON, as the agent says at start. */
+#define NO_GPU_REASON                                                                                        \
+    "no GPU found: only CPU-only workers (resources: {gpu: 0}) run here (troupe-node --fake-gpus N "         \
+    "simulates "                                                                                             \
+    "GPUs)"
 
-/* nodes_table: one line per node; AGE is the time since it registered.
+/* nodes_table: one line per node; AGE is the time since it registered. CPUS
+ * is free/total CPU slots, what CPU-only workers (gpu: 0) take.
  * wide adds where it is (hostname, address, the agent's pid) and its labels.
  * A live node with no GPU says so in REASON. */
 static void nodes_table(const troupe_node_list *l, int wide)
 {
     int64_t now = tr_cli_now_ms();
-    printf("%-4s %-16s %-8s %5s %5s %-26s %5s %-11s %5s %-9s %5s", "ID", "NAME", "STATE", "GPUS", "FREE", "MODEL",
-           "UTIL", "GPU MEM", "LOAD", "SEEN", "AGE");
+    printf("%-4s %-16s %-8s %5s %5s %9s %-26s %5s %-11s %5s %-9s %5s", "ID", "NAME", "STATE", "GPUS", "FREE",
+           "CPUS", "MODEL", "UTIL", "GPU MEM", "LOAD", "SEEN", "AGE");
     if (wide) {
         printf("  %-20s %-24s %7s %-20s", "HOSTNAME", "ADDRESS", "PID", "LABELS");
     }
@@ -101,6 +108,8 @@ static void nodes_table(const troupe_node_list *l, int wide)
     for (size_t i = 0; i < l->count; i++) {
         const troupe_node *n = &l->nodes[i];
         char model[64] = "-", seen[16], state[48], util[8], mem[24], load[16] = "-", age[16], reason[768];
+        char cpus[32];
+        snprintf(cpus, sizeof(cpus), "%g/%u", n->cpus_free, n->cpus);
         snprintf(reason, sizeof(reason), "%s", n->reason);
         gpu_figures(n, util, sizeof(util), mem, sizeof(mem));
         if (n->stats_ms != 0) {
@@ -120,8 +129,8 @@ static void nodes_table(const troupe_node_list *l, int wide)
         snprintf(state, sizeof(state), "%s%s%s%s%s", troupe_node_state_name(n->state),
                  n->draining ? ",DRAINING" : "", n->fenced_workers ? ",FENCED" : "",
                  strncmp(n->isolation, "none", 4) == 0 ? ",NOROOT" : "", n->sync_error[0] ? ",UNSYNCED" : "");
-        printf("%-4llu %-16s %-8s %5zu %5u %-26s %5s %-11s %5s %-9s %5s", (unsigned long long)n->id, n->name, state,
-               n->n_gpus, n->gpus_free, model, util, mem, load, seen, age);
+        printf("%-4llu %-16s %-8s %5zu %5u %9s %-26s %5s %-11s %5s %-9s %5s", (unsigned long long)n->id,
+               n->name, state, n->n_gpus, n->gpus_free, cpus, model, util, mem, load, seen, age);
         if (wide) {
             char labels[256] = "";
             size_t off = 0;

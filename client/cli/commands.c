@@ -16,8 +16,9 @@
 
 const tr_cli_cmd tr_cli_commands[] = {
     {"nodes", tr_cli_cmd_nodes, "nodes [--alive]",
-     "list nodes with their GPUs, state and age (-o wide: hostname, address, pid, labels)", "--alive", NULL,
-     "table json wide"},
+     "list nodes with their GPUs, CPU slots (free/total, for CPU-only workers), state and age (-o wide: "
+     "hostname, address, pid, labels)",
+     "--alive", NULL, "table json wide"},
     {"status", tr_cli_cmd_status, "status", "cluster totals: nodes and jobs by state, GPUs total/free", "",
      NULL, NULL},
     {"ping", tr_cli_cmd_ping, "ping [-n COUNT]", "round-trip to the head and print the latency", "-n", NULL, NULL},
@@ -30,7 +31,8 @@ const tr_cli_cmd tr_cli_commands[] = {
      "--no-wait", "@files", NULL},
     {"jobs", tr_cli_cmd_jobs,
      "jobs [--active] [--state S[,S]] [--name GLOB] [--limit N] [--cursor C] [--oldest-first] [--all]",
-     "list jobs, newest first, 100 a page (--cursor goes on where a page ended; --all: every job; "
+     "list jobs, newest first, 100 a page, with TIME (how long it has run, or ran) and AGE (since "
+     "submitted) (--cursor goes on where a page ended; --all: every job; "
      "-o wide: when it was submitted, started and ended, how long it queued)",
      "--active --state --name --limit --cursor --oldest-first --all", NULL, "table json wide"},
     {"job", tr_cli_cmd_job, "job ID", "one job: state, reason, groups, per-worker placement and exit codes",

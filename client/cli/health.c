@@ -47,9 +47,11 @@ void tr_cli_health_json(FILE *out, const troupe_job *j)
     if (h == NULL) {
         return;
     }
-    fprintf(out, ",\"health\":{\"state\":\"%s\",\"stall_after_ms\":%lld,\"judged_ms\":%lld,\"on_stall\":\"%s\"",
+    fprintf(out,
+            ",\"health\":{\"state\":\"%s\",\"stall_after_ms\":%lld,\"judged_ms\":%lld,\"on_stall\":\"%s\","
+            "\"ended\":%s",
             troupe_health_state_name(h->state), (long long)h->stall_after_ms, (long long)h->judged_ms,
-            h->on_stall_fail ? "fail" : "warn");
+            h->on_stall_fail ? "fail" : "warn", h->ended ? "true" : "false");
     ranks_json(out, "stalled", h->stalled, h->n_stalled);
     ranks_json(out, "stragglers", h->stragglers, h->n_stragglers);
     ranks_json(out, "memory", h->memory, h->n_memory);
@@ -68,14 +70,16 @@ static void who(const troupe_health_rank *r, char *buf, size_t size)
 void tr_cli_health_table(const troupe_job *j)
 {
     const troupe_job_health *h = j->health;
-    int64_t now = tr_cli_now_ms();
+    /* an ended job's judgement is the last one while it ran: times are to then */
+    int64_t now = h != NULL && h->ended ? h->judged_ms : tr_cli_now_ms();
     char name[400], when[16];
 
     if (h == NULL || h->state == TROUPE_HEALTH_NONE) {
         return;
     }
-    printf("health    %s (stall_after %.1f s%s)\n", troupe_health_state_name(h->state),
-           (double)h->stall_after_ms / 1000.0, h->on_stall_fail ? ", on_stall: fail" : "");
+    printf("health    %s (stall_after %.1f s%s)%s\n", troupe_health_state_name(h->state),
+           (double)h->stall_after_ms / 1000.0, h->on_stall_fail ? ", on_stall: fail" : "",
+           h->ended ? ", as judged last while the job ran" : "");
     for (size_t i = 0; i < h->n_stalled; i++) {
         const troupe_health_rank *r = &h->stalled[i];
         who(r, name, sizeof(name));

@@ -105,6 +105,33 @@ void tr_cli_age(char *buf, size_t size, int64_t unix_ms, int64_t now_ms)
     }
 }
 
+void tr_cli_duration(char *buf, size_t size, double secs)
+{
+    long long s = (long long)secs;
+    if (secs < 0) {
+        snprintf(buf, size, "-");
+    } else if (secs < 60) {
+        snprintf(buf, size, "%.1fs", secs);
+    } else if (s < 3600) {
+        snprintf(buf, size, "%lldm%02llds", s / 60, s % 60);
+    } else if (s < 86400) {
+        snprintf(buf, size, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+    } else {
+        snprintf(buf, size, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+    }
+}
+
+double tr_cli_run_secs(const troupe_job *j, int64_t now)
+{
+    int stopping;
+    int64_t end;
+    if (j->started_ms <= 0) {
+        return -1;
+    }
+    end = tr_cli_job_end_ms(j, now, &stopping);
+    return end > j->started_ms ? (double)(end - j->started_ms) / 1000.0 : 0.0;
+}
+
 int64_t tr_cli_job_end_ms(const troupe_job *j, int64_t now, int *stopping)
 {
     int64_t end = j->ended_ms;

@@ -172,6 +172,8 @@ static void fill_node(troupe_node *d, const Troupe__V1__Node *s, troupe_gpu *gpu
     d->pid = s->pid;
     d->stop_grace_ms = s->stop_grace_ms;
     d->gpus_free = s->gpus_free;
+    d->cpus = s->cpus;
+    d->cpus_free = s->cpu_milli_free / 1000.0;
     d->draining = s->draining;
     d->replaces = s->replaces;
     d->fenced_workers = s->fenced_workers;

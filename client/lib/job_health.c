@@ -60,6 +60,7 @@ troupe_job_health *tr_client_health_new(const Troupe__V1__Job *m)
     h->stall_after_ms = jh->stall_after_ms;
     h->judged_ms = jh->judged_ms;
     h->on_stall_fail = jh->on_stall_fail;
+    h->ended = jh->ended;
     h->stalled = r;
     for (size_t i = 0; i < jh->n_stalled; i++) {
         rank_of(r++, jh->stalled[i]);

@@ -122,6 +122,10 @@ typedef struct troupe_node {
     /* Why the head cannot send the node its assignments (a worker too large
      * for one frame, an agent that takes no parts); "" when it can. */
     const char *sync_error;
+    /* CPU slots for CPU-only workers (resources: {gpu: 0}; troupe-node
+     * --cpus) and how many are free now (fractions: workers may take 0.5). */
+    uint32_t cpus;
+    double cpus_free;
 } troupe_node;
 
 typedef struct troupe_node_list {
@@ -356,6 +360,7 @@ typedef struct troupe_job_health {
     int on_stall_fail;      /* health.on_stall: fail (a stall fails the group) */
     size_t n_stalled, n_stragglers, n_memory;
     const troupe_health_rank *stalled, *stragglers, *memory;
+    int ended; /* the job ended: its last judgement while it ran, kept; not judged again */
 } troupe_job_health;
 
 /* A rendezvous (IDs, barrier or all-gather) that ranks are waiting in. */

@@ -96,7 +96,8 @@ class _Node(Structure):
                 ("n_labels", c_size_t), ("labels", c_void_p), ("stop_grace_ms", c_uint32), ("draining", c_int),
                 ("replaces", c_uint64), ("fenced_workers", c_uint32), ("has_nsys", c_int), ("stats_ms", c_int64),
                 ("gpu_source", c_char_p), ("load1", c_double), ("mem_total_bytes", c_uint64),
-                ("mem_available_bytes", c_uint64), ("isolation", c_char_p), ("sync_error", c_char_p)]
+                ("mem_available_bytes", c_uint64), ("isolation", c_char_p), ("sync_error", c_char_p),
+                ("cpus", c_uint32), ("cpus_free", c_double)]
 
 
 class _NodeList(Structure):
@@ -305,14 +306,15 @@ class Client:
             lib.troupe_metrics_page_free(out)
 
     def nodes(self, include_dead: bool = False) -> List[Dict[str, Any]]:
-        """Registered nodes: id, name, address, state, reason, GPUs free/total."""
+        """Registered nodes: id, name, address, state, reason, GPUs free/total, CPU slots free/total."""
         out, err = c_void_p(), Error()
         check(lib.troupe_list_nodes(self._h, 1 if include_dead else 0, byref(out), byref(err)), err)
         try:
             lst = ctypes.cast(out, POINTER(_NodeList)).contents
             return [{"id": n.id, "name": dec(n.name), "hostname": dec(n.hostname), "address": dec(n.address),
                      "state": dec(lib.troupe_node_state_name(n.state)), "reason": dec(n.reason),
-                     "gpus": n.n_gpus, "gpus_free": n.gpus_free, "isolation": dec(n.isolation),
+                     "gpus": n.n_gpus, "gpus_free": n.gpus_free, "cpus": n.cpus, "cpus_free": n.cpus_free,
+                     "isolation": dec(n.isolation),
                      "sync_error": dec(n.sync_error)} for n in (lst.nodes[i] for i in range(lst.count))]
         finally:
             lib.troupe_node_list_free(out)

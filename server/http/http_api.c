@@ -92,9 +92,12 @@ static void node_json(tr_head *h, FILE *out, const Troupe__V1__Node *n)
     tr_json_str(out, n->hostname);
     fprintf(out, ",\"state\":\"%s\",\"reason\":", enum_name(&troupe__v1__node_state__descriptor, n->state, "NODE_"));
     tr_json_str(out, n->reason);
-    fprintf(out, ",\"draining\":%s,\"last_seen_ms\":%lld,\"gpus_total\":%zu,\"gpus_free\":%u,\"labels\":{",
+    fprintf(out,
+            ",\"draining\":%s,\"last_seen_ms\":%lld,\"gpus_total\":%zu,\"gpus_free\":%u,\"cpus\":%u,"
+            "\"cpus_free\":%.3f,\"labels\":{",
             n->draining ? "true" : "false", (long long)n->last_seen_ms, n->n_gpus,
-            live ? tr_jobs_node_free_gpus(h, n->id) : 0);
+            live ? tr_jobs_node_free_gpus(h, n->id) : 0, n->cpus,
+            live ? tr_jobs_node_free_cpu_milli(h, n->id) / 1000.0 : 0.0);
     for (size_t i = 0; i < n->n_labels; i++) {
         fputs(i ? "," : "", out);
         tr_json_str(out, n->labels[i]->key);
@@ -200,9 +203,12 @@ static void health_json(FILE *out, const Troupe__V1__JobHealth *h)
         fputs(",\"health\":{\"state\":\"NONE\",\"stalled\":[],\"stragglers\":[],\"memory\":[]}", out);
         return;
     }
-    fprintf(out, ",\"health\":{\"state\":\"%s\",\"stall_after_ms\":%lld,\"judged_ms\":%lld,\"on_stall_fail\":%s",
-            enum_name(&troupe__v1__health_state__descriptor, h->state, "HEALTH_"), (long long)h->stall_after_ms,
-            (long long)h->judged_ms, h->on_stall_fail ? "true" : "false");
+    fprintf(out,
+            ",\"health\":{\"state\":\"%s\",\"stall_after_ms\":%lld,\"judged_ms\":%lld,\"on_stall_fail\":%s,"
+            "\"ended\":%s",
+            enum_name(&troupe__v1__health_state__descriptor, h->state, "HEALTH_"),
+            (long long)h->stall_after_ms, (long long)h->judged_ms, h->on_stall_fail ? "true" : "false",
+            h->ended ? "true" : "false");
     health_ranks_json(out, "stalled", h->stalled, h->n_stalled);
     health_ranks_json(out, "stragglers", h->stragglers, h->n_stragglers);
     health_ranks_json(out, "memory", h->memory, h->n_memory);

@@ -182,9 +182,13 @@ int tr_sched_node_add(tr_sched *s, const tr_sched_node_spec *spec, tr_err *err)
     tr_sched_node n = {0};
     int rv;
 
-    if (spec->gpus == 0 || spec->gpus > TR_SCHED_MAX_NODE_GPUS) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "node %llu: %u GPUs; a node has 1 to %d",
+    if (spec->gpus > TR_SCHED_MAX_NODE_GPUS) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "node %llu: %u GPUs; a node has 0 to %d",
                           (unsigned long long)spec->id, spec->gpus, TR_SCHED_MAX_NODE_GPUS);
+    }
+    if (spec->cpus > TR_SCHED_MAX_NODE_CPUS) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "node %llu: %u CPUs; a node has 0 to %d",
+                          (unsigned long long)spec->id, spec->cpus, TR_SCHED_MAX_NODE_CPUS);
     }
     if (tr_sched_slot_of(s, spec->id) >= 0) {
         return tr_err_set(err, TROUPE_ALREADY_EXISTS, "node %llu is already registered",
@@ -196,6 +200,7 @@ int tr_sched_node_add(tr_sched *s, const tr_sched_node_spec *spec, tr_err *err)
     n.id = spec->id;
     n.gpus = spec->gpus;
     n.full = spec->gpus == 64 ? ~UINT64_C(0) : (UINT64_C(1) << spec->gpus) - 1;
+    n.cpu_milli = (int64_t)spec->cpus * 1000;
     n.state = TR_SCHED_ALIVE;
     n.name = strdup(spec->name != NULL ? spec->name : "");
     rv = n.name == NULL ? tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "scheduler: out of memory")
@@ -206,7 +211,7 @@ int tr_sched_node_add(tr_sched *s, const tr_sched_node_spec *spec, tr_err *err)
     }
     s->nodes[s->nnodes] = n;
     idmap_put(s, s->nnodes);
-    tr_sched_view_add(&s->live, s->nnodes, n.full, true);
+    tr_sched_view_add(&s->live, s->nnodes, n.full, n.cpu_milli, true);
     s->nnodes++;
     return TROUPE_OK;
 }
@@ -253,6 +258,8 @@ int tr_sched_node_get(const tr_sched *s, uint64_t id, tr_sched_node_info *out, t
     out->gpus = n->gpus;
     out->free_mask = s->live.free[slot];
     out->free_gpus = (unsigned)__builtin_popcountll(out->free_mask);
+    out->cpus = (unsigned)(n->cpu_milli / 1000);
+    out->free_cpu_milli = s->live.cpu_free[slot] > 0 ? (uint64_t)s->live.cpu_free[slot] : 0;
     out->state = (tr_sched_node_state)n->state;
     return TROUPE_OK;
 }

@@ -12,11 +12,19 @@
  * GPUs per worker, with a strategy). The job is placed as a gang: all vnodes
  * are reserved and all groups are placed on them, or nothing is reserved.
  *
+ * CPU-only workers (gpus_per_worker 0) take no GPU and no vnode: they go on
+ * any node that matches the selector and has free CPU slots (a node has
+ * `cpus` of them, the agent's --cpus), each worker taking its group's cpus
+ * (1 when unset; counted in thousandths, so 0.5 is allowed). A job of CPU
+ * groups only may have no vnodes at all. GPU workers are bounded by their
+ * GPUs and take no CPU slots (as a Ray actor holds 0 CPUs by default).
+ *
  * ## Rules chosen here (where the issue is silent)
- * - GPU indices: a node has 1..64 GPUs (TR_SCHED_MAX_NODE_GPUS; one uint64
- *   bitmask per node). Only ALIVE nodes receive new work; SUSPECT nodes keep
- *   their placements and get nothing new; DEAD is final (the id is never reused,
- *   a DEAD node cannot become ALIVE again and stays listed).
+ * - GPU indices: a node has 0..64 GPUs (TR_SCHED_MAX_NODE_GPUS; one uint64
+ *   bitmask per node; a node with none only takes CPU-only workers). Only
+ *   ALIVE nodes receive new work; SUSPECT nodes keep their placements and
+ *   get nothing new; DEAD is final (the id is never reused, a DEAD node
+ *   cannot become ALIVE again and stays listed).
  * - Vnode sharing: two vnodes of one job (or of different jobs) may share a
  *   real node, always on disjoint GPUs. Sharing is the allocator's freedom, not
  *   something a job may rely on: static validation treats each vnode as its own
@@ -38,6 +46,11 @@
  *   hold the group, else the fewest nodes (most room first); STRICT_SPREAD =
  *   every worker on a distinct real node; SPREAD = distinct nodes while they
  *   last, then round-robin.
+ * - Where CPU-only workers go: after the GPU groups, on real nodes by free
+ *   CPU slots: STRICT_PACK = one node that holds the group (a node the job
+ *   already uses first, then best fit); PACK = the same, else the roomiest
+ *   nodes first; STRICT_SPREAD = k distinct nodes (most room first); SPREAD =
+ *   round-robin over the nodes with room, most room first.
  * - Ranks: a group's workers are numbered so that workers on one node are
  *   contiguous (torchrun's convention, rank = node block + LOCAL_RANK); nodes
  *   are ordered by the order the strategy chose them, and within a node by
@@ -69,6 +82,9 @@
 #define TR_SCHED_MAX_VNODES 4096   /* per job */
 #define TR_SCHED_MAX_WORKERS 65536 /* per job, all groups together */
 #define TR_SCHED_MAX_GROUPS 256    /* per job */
+#define TR_SCHED_MAX_NODE_CPUS 65536
+#define TR_SCHED_MAX_WORKER_CPUS 4096
+#define TR_SCHED_NO_VNODE UINT32_MAX /* tr_sched_worker.vnode of a CPU-only worker */
 
 typedef struct tr_sched tr_sched;
 typedef struct tr_sched_placement tr_sched_placement;
@@ -95,7 +111,8 @@ typedef struct tr_sched_label {
 typedef struct tr_sched_node_spec {
     uint64_t id;                  /* unique, never reused */
     const char *name;             /* may be NULL ("" then) */
-    unsigned gpus;                /* 1..TR_SCHED_MAX_NODE_GPUS */
+    unsigned gpus;                /* 0..TR_SCHED_MAX_NODE_GPUS */
+    unsigned cpus;                /* CPU slots for CPU-only workers, 0..TR_SCHED_MAX_NODE_CPUS */
     const tr_sched_label *labels; /* nlabels entries, keys unique */
     size_t nlabels;
 } tr_sched_node_spec;
@@ -106,22 +123,26 @@ typedef struct tr_sched_node_info {
     unsigned gpus;
     unsigned free_gpus;
     uint64_t free_mask; /* bit i set = GPU i free */
+    unsigned cpus;
+    uint64_t free_cpu_milli; /* free CPU slots in thousandths */
     tr_sched_node_state state;
 } tr_sched_node_info;
 
-/* A worker group: workers x gpus_per_worker. cpus/memory_bytes are carried
- * for the head's bookkeeping and not scheduled (nodes have no CPU model yet). */
+/* A worker group: workers x gpus_per_worker. cpus is what each worker of a
+ * CPU-only group (gpus_per_worker 0) takes of its node's CPU slots (0 = 1);
+ * for GPU groups it and memory_bytes are carried, not scheduled. */
 typedef struct tr_sched_group_spec {
     const char *name;    /* non-empty, unique within the job */
     int workers;         /* >= 1 */
-    int gpus_per_worker; /* >= 1 */
+    int gpus_per_worker; /* >= 0; 0 = a CPU-only worker */
     int strategy;        /* a tr_sched_strategy; int so that bad values can be reported */
-    double cpus;
+    double cpus;         /* 0 or 0.001..TR_SCHED_MAX_WORKER_CPUS */
     uint64_t memory_bytes;
 } tr_sched_group_spec;
 
 /* A job: the virtual cluster (vnodes[i] GPUs each, all on nodes matching every
- * selector label) and its groups. Borrowed for the duration of each call. */
+ * selector label; none when every group is CPU-only) and its groups.
+ * Borrowed for the duration of each call. */
 typedef struct tr_sched_job_spec {
     const char *name;  /* for messages; may be NULL */
     const int *vnodes; /* nvnodes GPU counts */
@@ -136,13 +157,14 @@ typedef struct tr_sched_job_spec {
 typedef struct tr_sched_worker {
     uint32_t group; /* index into spec->groups */
     uint32_t rank;  /* worker index within the group (RANK) */
-    uint32_t vnode; /* index into spec->vnodes */
+    uint32_t vnode; /* index into spec->vnodes; TR_SCHED_NO_VNODE for a CPU-only worker */
     uint64_t node_id;
     uint32_t node_rank;        /* NODE_RANK: index among the group's nodes */
     uint32_t nnodes;           /* number of distinct nodes of the group */
     uint32_t local_rank;       /* LOCAL_RANK: index among the group's workers on this node */
     uint32_t local_world_size; /* the group's workers on this node */
     uint32_t ngpus;
+    uint32_t cpu_milli; /* CPU slots taken on node_id, in thousandths (CPU-only workers) */
     uint64_t gpu_mask;
     uint8_t gpus[TR_SCHED_MAX_NODE_GPUS]; /* ngpus indices, ascending (CUDA_VISIBLE_DEVICES) */
 } tr_sched_worker;
@@ -176,8 +198,9 @@ void tr_sched_close(tr_sched *s);
 
 /* ---- nodes ------------------------------------------------------------- */
 
-/* tr_sched_node_add registers a node, ALIVE with all GPUs free; it copies the
- * spec. Returns TROUPE_OK; TROUPE_INVALID_ARGUMENT (0 or > 64 GPUs, bad label);
+/* tr_sched_node_add registers a node, ALIVE with all GPUs and CPU slots free;
+ * it copies the spec. Returns TROUPE_OK; TROUPE_INVALID_ARGUMENT (> 64 GPUs,
+ * too many CPUs, bad label);
  * TROUPE_ALREADY_EXISTS (id known, dead ones included); TROUPE_RESOURCE_EXHAUSTED (OOM). */
 int tr_sched_node_add(tr_sched *s, const tr_sched_node_spec *spec, tr_err *err);
 
@@ -221,6 +244,7 @@ int tr_sched_strategy_parse(const char *name, tr_sched_strategy *out, tr_err *er
 
 /* tr_sched_validate checks a job spec on its own, without any cluster:
  * counts, strategies, duplicate group names, workers larger than any vnode,
+ * GPU groups without vnodes, CPU requests out of range,
  * STRICT_PACK groups larger than any vnode, STRICT_SPREAD groups with more
  * workers than vnodes, groups needing more GPUs than the virtual cluster has.
  * Returns TROUPE_OK or TROUPE_INVALID_ARGUMENT with the first problem. */

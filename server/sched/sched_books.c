@@ -70,9 +70,7 @@ void tr_sched_release(tr_sched *s, tr_sched_placement *p)
     if (p == NULL) {
         return;
     }
-    for (size_t v = 0; v < p->nvnodes; v++) {
-        tr_sched_view_give(&s->live, p->vslot[v], p->vnodes[v].gpu_mask);
-    }
+    tr_sched_view_give_placement(s, &s->live, p);
     tr_sched_placement **pp = &s->phash[phash_slot(s, p->job)];
     while (*pp != p) {
         pp = &(*pp)->hnext;
@@ -99,14 +97,18 @@ int tr_sched_jobs_on_node(const tr_sched *s, uint64_t node_id, uint64_t *job_ids
         return tr_err_set(err, TROUPE_NOT_FOUND, "node %llu is not registered", (unsigned long long)node_id);
     }
     for (const tr_sched_placement *p = s->plist; p != NULL; p = p->next) {
-        for (size_t v = 0; v < p->nvnodes; v++) {
-            if (p->vslot[v] == (uint32_t)slot) {
-                if (*n < cap) {
-                    job_ids[*n] = p->job;
-                }
-                (*n)++;
-                break;
+        bool uses = false;
+        for (size_t v = 0; v < p->nvnodes && !uses; v++) {
+            uses = p->vslot[v] == (uint32_t)slot;
+        }
+        for (size_t w = 0; p->cpu && w < p->nworkers && !uses; w++) {
+            uses = p->workers[w].cpu_milli != 0 && p->workers[w].node_id == node_id;
+        }
+        if (uses) {
+            if (*n < cap) {
+                job_ids[*n] = p->job;
             }
+            (*n)++;
         }
     }
     return TROUPE_OK;
@@ -159,6 +161,16 @@ static int check_placement(const tr_sched *s, const tr_sched_placement *p, tr_er
     }
     for (size_t i = 0; i < p->nworkers && rv == TROUPE_OK; i++) {
         const tr_sched_worker *w = &p->workers[i];
+        if (w->vnode == TR_SCHED_NO_VNODE) {
+            if (w->ngpus != 0 || w->gpu_mask != 0 || w->cpu_milli == 0 ||
+                tr_sched_slot_of(s, w->node_id) < 0) {
+                rv = tr_err_set(err, TROUPE_INTERNAL,
+                                "job %llu worker %zu: a CPU-only worker with GPUs, "
+                                "no CPU or no node",
+                                (unsigned long long)p->job, i);
+            }
+            continue;
+        }
         const tr_sched_vnode *vn = &p->vnodes[w->vnode];
         if ((w->gpu_mask & ~vn->gpu_mask) != 0 || (w->gpu_mask & used[w->vnode]) != 0 ||
             w->node_id != vn->node_id || (unsigned)__builtin_popcountll(w->gpu_mask) != w->ngpus) {
@@ -175,6 +187,28 @@ static int check_placement(const tr_sched *s, const tr_sched_placement *p, tr_er
     }
     free(used);
     return rv;
+}
+
+/* Recompute the CPU slots used from the placements; compare with the live view. */
+static int check_cpus(const tr_sched *s, int64_t *cpu, tr_err *err)
+{
+    for (const tr_sched_placement *p = s->plist; p != NULL; p = p->next) {
+        for (size_t w = 0; p->cpu && w < p->nworkers; w++) {
+            int64_t slot = tr_sched_slot_of(s, p->workers[w].node_id);
+            if (slot >= 0) {
+                cpu[slot] += p->workers[w].cpu_milli;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < s->nnodes; i++) {
+        if (s->live.cpu_free[i] + cpu[i] != s->nodes[i].cpu_milli) {
+            return tr_err_set(err, TROUPE_INTERNAL,
+                              "node %llu: %lld CPU milli free, placements use %lld of %lld",
+                              (unsigned long long)s->nodes[i].id, (long long)s->live.cpu_free[i],
+                              (long long)cpu[i], (long long)s->nodes[i].cpu_milli);
+        }
+    }
+    return TROUPE_OK;
 }
 
 /* Recompute used masks from the placements; compare with the live view. */
@@ -232,6 +266,10 @@ int tr_sched_check_invariants(const tr_sched *s, tr_err *err)
     rv = check_masks(s, used, err);
     if (rv == TROUPE_OK) {
         rv = check_buckets(s, err);
+    }
+    if (rv == TROUPE_OK) {
+        memset(used, 0, (s->nnodes + 1) * sizeof(uint64_t));
+        rv = check_cpus(s, (int64_t *)used, err);
     }
     free(used);
     return rv;

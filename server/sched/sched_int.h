@@ -13,6 +13,7 @@ typedef struct tr_sched_node {
     char *name;
     unsigned gpus;
     uint64_t full; /* mask of existing GPUs */
+    int64_t cpu_milli; /* CPU slots, in thousandths */
     int state;
     int hold; /* a tr_sched_hold, while state is TR_SCHED_SUSPECT */
     char **lkeys;
@@ -29,6 +30,7 @@ typedef struct tr_sched_view {
     uint32_t n;     /* node slots in use */
     uint32_t words; /* words per bucket bitset */
     uint64_t *free; /* [cap] free mask per slot */
+    int64_t *cpu_free; /* [cap] free CPU slots per slot, in thousandths (negative under shadows) */
     uint64_t *bits; /* [TR_SCHED_NBUCKETS * words] */
     uint8_t *alive; /* [cap] 1 if the slot is bucketed */
     uint32_t cap;
@@ -43,6 +45,7 @@ struct tr_sched_placement {
     tr_sched_vnode *vnodes;
     uint32_t *vslot;                 /* node slot of each vnode */
     size_t *group_off;               /* [ngroups + 1] */
+    bool cpu;                        /* some worker takes CPU slots */
     tr_sched_placement *prev, *next; /* all placements of s */
     tr_sched_placement *hnext;       /* job-id hash chain */
 };
@@ -50,7 +53,9 @@ struct tr_sched_placement {
 /* One worker choice while a group is being placed. */
 typedef struct tr_sched_wtmp {
     uint32_t order; /* when its node was first chosen for the group */
-    uint32_t vnode;
+    uint32_t vnode; /* TR_SCHED_NO_VNODE for a CPU-only worker */
+    uint32_t slot;  /* node slot (CPU-only workers) */
+    uint32_t seq;   /* choice order: ranks a CPU-only worker within its node */
     uint64_t mask;
 } tr_sched_wtmp;
 
@@ -81,7 +86,7 @@ struct tr_sched {
 int tr_sched_view_reserve(tr_sched_view *v, uint32_t cap);
 void tr_sched_view_fini(tr_sched_view *v);
 int tr_sched_view_copy(tr_sched_view *dst, const tr_sched_view *src);
-void tr_sched_view_add(tr_sched_view *v, uint32_t slot, uint64_t free_mask, bool alive);
+void tr_sched_view_add(tr_sched_view *v, uint32_t slot, uint64_t free_mask, int64_t cpu_milli, bool alive);
 void tr_sched_view_take(tr_sched_view *v, uint32_t slot, uint64_t mask);
 void tr_sched_view_give(tr_sched_view *v, uint32_t slot, uint64_t mask);
 void tr_sched_view_set_alive(tr_sched_view *v, uint32_t slot, bool alive);
@@ -94,6 +99,13 @@ typedef bool (*tr_sched_filter)(void *ctx, uint32_t slot);
  * first slot accepted by filter (NULL accepts all), or -1. */
 int64_t tr_sched_view_find(const tr_sched_view *v, unsigned lo, unsigned hi, tr_sched_filter filter,
                            void *ctx);
+
+/* tr_sched_view_take_placement / _give_placement take or give back all that
+ * p holds (its vnodes' GPUs, its CPU-only workers' CPU slots) in v. */
+void tr_sched_view_take_placement(const tr_sched *s, tr_sched_view *v, const tr_sched_placement *p);
+void tr_sched_view_give_placement(const tr_sched *s, tr_sched_view *v, const tr_sched_placement *p);
+/* tr_sched_cpu_milli: what one worker of g takes of a node's CPU slots. */
+uint32_t tr_sched_cpu_milli(const tr_sched_group_spec *g);
 
 /* nodes (sched.c) */
 int64_t tr_sched_slot_of(const tr_sched *s, uint64_t id);

@@ -20,6 +20,10 @@
  *    each of k distinct nodes (least room first, so roomy nodes stay for the
  *    next group), SPREAD deals workers round-robin over the roomiest nodes.
  *
+ * 2b. CPU-only groups. They hold no GPU, so no vnode: their workers go on
+ *    any matching node with free CPU slots, after the GPU groups (see
+ *    place_cpu_group). A job of CPU groups only has no vnodes at all.
+ *
  * 3. Ranks. Workers are sorted by (order their node was chosen, lowest GPU),
  *    then numbered: ranks are contiguous per node, LOCAL_RANK follows GPU
  *    order, NODE_RANK is the node's position among the group's nodes.
@@ -56,6 +60,7 @@ typedef struct pctx {
     tr_sched_wtmp *wt;  /* [W] one group's workers */
     uint32_t nwt, norder;
     bool spread;
+    bool oom;
 } pctx;
 
 static size_t align8(size_t n)
@@ -93,6 +98,7 @@ static tr_sched_placement *placement_alloc(const tr_sched_job_spec *spec, size_t
     for (size_t g = 0; g < G; g++) {
         const tr_sched_group_spec *gs = &spec->groups[g];
         p->group_off[g + 1] = p->group_off[g] + (size_t)gs->workers;
+        p->cpu |= gs->gpus_per_worker == 0;
     }
     return p;
 }
@@ -398,7 +404,8 @@ static void take_workers(pctx *c, uint32_t i, uint32_t count, unsigned gw)
         while (count > 0 && (unsigned)__builtin_popcountll(c->rem[vn]) >= gw) {
             uint64_t m = low_bits(c->rem[vn], gw);
             c->rem[vn] &= ~m;
-            c->wt[c->nwt++] = (tr_sched_wtmp){.order = c->vc_order[i], .vnode = vn, .mask = m};
+            c->wt[c->nwt] = (tr_sched_wtmp){.order = c->vc_order[i], .vnode = vn, .seq = c->nwt, .mask = m};
+            c->nwt++;
             c->capv[i]--;
             c->freev[i] -= gw;
             count--;
@@ -564,6 +571,9 @@ static int wt_cmp(const void *a, const void *b)
     if (x->order != y->order) {
         return x->order < y->order ? -1 : 1;
     }
+    if (x->mask == 0 || y->mask == 0) { /* CPU-only workers: in the order chosen */
+        return (x->seq > y->seq) - (x->seq < y->seq);
+    }
     int fx = __builtin_ctzll(x->mask), fy = __builtin_ctzll(y->mask);
     return (fx > fy) - (fx < fy);
 }
@@ -572,6 +582,7 @@ static int wt_cmp(const void *a, const void *b)
 static void assign_ranks(pctx *c, uint32_t gi)
 {
     tr_sched_worker *w = c->p->workers + c->p->group_off[gi];
+    uint32_t cpu = c->spec->groups[gi].gpus_per_worker == 0 ? tr_sched_cpu_milli(&c->spec->groups[gi]) : 0;
     uint32_t node_rank = 0, local = 0, start = 0;
 
     if (c->nwt > 1) {
@@ -590,7 +601,9 @@ static void assign_ranks(pctx *c, uint32_t gi)
         w[r].group = gi;
         w[r].rank = r;
         w[r].vnode = t->vnode;
-        w[r].node_id = c->p->vnodes[t->vnode].node_id;
+        w[r].node_id =
+            t->vnode == TR_SCHED_NO_VNODE ? c->s->nodes[t->slot].id : c->p->vnodes[t->vnode].node_id;
+        w[r].cpu_milli = cpu;
         w[r].node_rank = node_rank;
         w[r].local_rank = local++;
         w[r].gpu_mask = t->mask;
@@ -604,6 +617,174 @@ static void assign_ranks(pctx *c, uint32_t gi)
     }
 }
 
+/* ---- CPU-only groups ----------------------------------------------------
+ *
+ * A CPU-only worker takes CPU slots (thousandths) of one real node and no
+ * GPU. Candidates are the alive nodes matching the selector with room for at
+ * least one worker; the whole choice is checked before anything is taken, so
+ * a failing group leaves the view as it found it. PACK prefers nodes the job
+ * already holds GPUs on (its workers then share a host with the GPU groups),
+ * then best fit; the spreading strategies take the roomiest nodes first. */
+
+typedef struct cpu_cand {
+    uint32_t slot;
+    uint32_t room;  /* workers it can still take */
+    uint32_t order; /* UINT32_MAX until chosen for the group */
+    bool used;      /* the job holds GPUs there */
+    int64_t free;   /* CPU thousandths free */
+} cpu_cand;
+
+static int cand_roomiest(const void *a, const void *b)
+{
+    const cpu_cand *x = a, *y = b;
+    if (x->room != y->room) {
+        return x->room > y->room ? -1 : 1;
+    }
+    if (x->free != y->free) {
+        return x->free > y->free ? -1 : 1;
+    }
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+static void cpu_take(pctx *c, cpu_cand *cd, uint32_t count, uint32_t need)
+{
+    if (cd->order == UINT32_MAX) {
+        cd->order = c->norder++;
+    }
+    for (; count > 0; count--) {
+        c->v->cpu_free[cd->slot] -= need;
+        cd->room--;
+        c->wt[c->nwt] =
+            (tr_sched_wtmp){.order = cd->order, .vnode = TR_SCHED_NO_VNODE, .slot = cd->slot, .seq = c->nwt};
+        c->nwt++;
+    }
+}
+
+/* The node that holds all k: one the job uses first, then the least free. */
+static int64_t cpu_whole(const cpu_cand *cd, uint32_t n, uint32_t k)
+{
+    int64_t best = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (cd[i].room < k) {
+            continue;
+        }
+        if (best < 0 || (cd[i].used && !cd[best].used) ||
+            (cd[i].used == cd[best].used && cd[i].free < cd[best].free)) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+static uint32_t cpu_candidates(pctx *c, uint32_t need, uint32_t k, cpu_cand *cd, uint64_t *total,
+                               uint32_t *most)
+{
+    uint32_t n = 0;
+    *total = 0;
+    *most = 0;
+    for (uint32_t slot = 0; slot < c->v->n; slot++) {
+        int64_t f = c->v->cpu_free[slot];
+        if (!c->v->alive[slot] || f < (int64_t)need || !sel_ok(c, slot)) {
+            continue;
+        }
+        uint64_t room = (uint64_t)f / need;
+        cd[n] = (cpu_cand){.slot = slot,
+                           .room = room > k ? k : (uint32_t)room,
+                           .order = UINT32_MAX,
+                           .used = c->s->use_stamp[slot] == c->epoch,
+                           .free = f};
+        *total += cd[n].room;
+        *most = cd[n].room > *most ? cd[n].room : *most;
+        n++;
+    }
+    return n;
+}
+
+static void cpu_fail(pctx *c, const tr_sched_group_spec *g, uint32_t need, tr_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void cpu_fail(pctx *c, const tr_sched_group_spec *g, uint32_t need, tr_err *err, const char *fmt, ...)
+{
+    char detail[TR_ERR_MSG_MAX], sel[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    tr_sched_format_selector(c->spec, sel, sizeof(sel));
+    if (c->kind == TR_SCHED_VIEW_EMPTY) {
+        tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                   "CPU-only group %s needs %d workers x %g CPU on nodes%s with CPU slots; %s (troupe-node "
+                   "--cpus sets a node's slots)",
+                   g->name, g->workers, need / 1000.0, sel, detail);
+    } else {
+        tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED,
+                   "waiting for free CPU slots: CPU-only group %s needs %d workers x %g CPU%s; %s", g->name,
+                   g->workers, need / 1000.0, sel, detail);
+    }
+}
+
+static int place_cpu_group(pctx *c, const tr_sched_group_spec *g, tr_err *err)
+{
+    uint32_t need = tr_sched_cpu_milli(g), k = (uint32_t)g->workers, most, n;
+    uint64_t total;
+    const char *word = c->kind == TR_SCHED_VIEW_EMPTY ? "alive nodes have" : "free now:";
+    cpu_cand *cd = malloc(((size_t)c->v->n + 1) * sizeof(*cd));
+    int rv = TROUPE_RESOURCE_EXHAUSTED;
+
+    c->nwt = 0;
+    c->norder = 0;
+    if (cd == NULL) {
+        c->oom = true;
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "scheduler: out of memory");
+    }
+    n = cpu_candidates(c, need, k, cd, &total, &most);
+    int64_t whole =
+        g->strategy == TR_SCHED_PACK || g->strategy == TR_SCHED_STRICT_PACK ? cpu_whole(cd, n, k) : -1;
+    if (total < k) {
+        cpu_fail(c, g, need, err, "%s room for %llu such workers", word, (unsigned long long)total);
+    } else if (g->strategy == TR_SCHED_STRICT_PACK && whole < 0) {
+        cpu_fail(c, g, need, err, "STRICT_PACK needs them on 1 node; %s room for at most %u on one node",
+                 word, most);
+    } else if (g->strategy == TR_SCHED_STRICT_SPREAD && n < k) {
+        cpu_fail(c, g, need, err, "STRICT_SPREAD needs %u distinct nodes; %s %u with room", k, word, n);
+    } else {
+        rv = TROUPE_OK;
+    }
+    if (rv == TROUPE_OK && whole >= 0) {
+        cpu_take(c, &cd[whole], k, need);
+    } else if (rv == TROUPE_OK) {
+        qsort(cd, n, sizeof(*cd), cand_roomiest);
+        bool one_each = g->strategy != TR_SCHED_PACK;
+        for (uint32_t left = k; left > 0;) {
+            for (uint32_t i = 0; i < n && left > 0; i++) {
+                uint32_t take = one_each ? 1 : left;
+                take = take > cd[i].room ? cd[i].room : take;
+                if (take > 0) {
+                    cpu_take(c, &cd[i], take, need);
+                    left -= take;
+                }
+            }
+        }
+    }
+    free(cd);
+    return rv;
+}
+
+/* Give back the CPU slots of the groups placed so far (a later group failed). */
+static void cpu_undo(pctx *c, uint32_t placed)
+{
+    for (uint32_t k = 0; k < placed; k++) {
+        size_t n;
+        const tr_sched_worker *w = tr_sched_placement_group(c->p, c->gorder[k], &n);
+        for (size_t i = 0; i < n; i++) {
+            if (w[i].cpu_milli != 0) {
+                c->v->cpu_free[tr_sched_slot_of(c->s, w[i].node_id)] += w[i].cpu_milli;
+            }
+        }
+    }
+}
+
 static int place_groups(pctx *c, tr_err *err)
 {
     build_vc(c);
@@ -613,8 +794,10 @@ static int place_groups(pctx *c, tr_err *err)
     order_groups(c);
     for (uint32_t k = 0; k < c->spec->ngroups; k++) {
         uint32_t gi = c->gorder[k];
-        int rv = choose_workers(c, &c->spec->groups[gi], err);
+        const tr_sched_group_spec *g = &c->spec->groups[gi];
+        int rv = g->gpus_per_worker == 0 ? place_cpu_group(c, g, err) : choose_workers(c, g, err);
         if (rv != TROUPE_OK) {
+            cpu_undo(c, k);
             return rv;
         }
         assign_ranks(c, gi);
@@ -635,8 +818,10 @@ int tr_sched_place_on(tr_sched *s, tr_sched_view *v, tr_sched_viewkind kind, con
         size_t w = (size_t)spec->groups[g].workers;
         wmax = w > wmax ? w : wmax;
         wall += w;
+        /* CPU-only groups do not steer where the vnodes go. */
         c.spread |=
-            spec->groups[g].strategy == TR_SCHED_SPREAD || spec->groups[g].strategy == TR_SCHED_STRICT_SPREAD;
+            spec->groups[g].gpus_per_worker > 0 && (spec->groups[g].strategy == TR_SCHED_SPREAD ||
+                                                    spec->groups[g].strategy == TR_SCHED_STRICT_SPREAD);
     }
     c.p = placement_alloc(spec, wall);
     if (c.p == NULL || !scratch_setup(&c, wmax)) {
@@ -655,6 +840,7 @@ int tr_sched_place_on(tr_sched *s, tr_sched_view *v, tr_sched_viewkind kind, con
         for (size_t i = 0; i < spec->nvnodes; i++) {
             tr_sched_view_give(v, c.p->vslot[i], c.p->vnodes[i].gpu_mask);
         }
+        *oom = c.oom;
     }
 out:
     if (rv == TROUPE_OK) {

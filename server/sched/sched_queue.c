@@ -30,20 +30,6 @@ typedef struct qpass {
     uint64_t first_waiting; /* job id of the oldest waiting job */
 } qpass;
 
-static void take_all(tr_sched_view *v, const tr_sched_placement *p)
-{
-    for (size_t i = 0; i < p->nvnodes; i++) {
-        tr_sched_view_take(v, p->vslot[i], p->vnodes[i].gpu_mask);
-    }
-}
-
-static void give_all(tr_sched_view *v, const tr_sched_placement *p)
-{
-    for (size_t i = 0; i < p->nvnodes; i++) {
-        tr_sched_view_give(v, p->vslot[i], p->vnodes[i].gpu_mask);
-    }
-}
-
 /* Build Ca and Cb on first need, replaying the jobs started before it. */
 static int claim_views(qpass *q, size_t upto)
 {
@@ -57,8 +43,8 @@ static int claim_views(qpass *q, size_t upto)
     }
     for (size_t i = 0; i < upto; i++) {
         if (q->out[i].placement != NULL) {
-            take_all(&s->tmp[V_CA], q->out[i].placement);
-            take_all(&s->tmp[V_CB], q->out[i].placement);
+            tr_sched_view_take_placement(s, &s->tmp[V_CA], q->out[i].placement);
+            tr_sched_view_take_placement(s, &s->tmp[V_CB], q->out[i].placement);
         }
     }
     q->claim_ready = true;
@@ -71,14 +57,14 @@ static int start_job(qpass *q, size_t i, tr_sched_placement *p)
     tr_sched *s = q->s;
     p->job = q->pending[i].job_id;
     if (tr_sched_placement_link(s, p) != TROUPE_OK) {
-        give_all(&s->tmp[V_F], p);
+        tr_sched_view_give_placement(s, &s->tmp[V_F], p);
         tr_sched_placement_free(p);
         return TROUPE_RESOURCE_EXHAUSTED;
     }
-    take_all(&s->live, p);
+    tr_sched_view_take_placement(s, &s->live, p);
     if (q->claim_ready) {
-        take_all(&s->tmp[V_CA], p);
-        take_all(&s->tmp[V_CB], p);
+        tr_sched_view_take_placement(s, &s->tmp[V_CA], p);
+        tr_sched_view_take_placement(s, &s->tmp[V_CB], p);
     }
     q->out[i].status = TROUPE_OK;
     q->out[i].placement = p;
@@ -100,7 +86,7 @@ static int take_shadow(qpass *q, const tr_sched_job_spec *spec, bool with_suspec
     if (rv != TROUPE_OK && !oom) {
         rv = tr_sched_place_on(s, &s->tmp[V_CB], TR_SCHED_VIEW_EMPTY, spec, &p, &oom, NULL);
         if (rv == TROUPE_OK) {
-            give_all(&s->tmp[V_CB], p);
+            tr_sched_view_give_placement(s, &s->tmp[V_CB], p);
         }
     }
     if (rv != TROUPE_OK && !oom) {
@@ -110,8 +96,8 @@ static int take_shadow(qpass *q, const tr_sched_job_spec *spec, bool with_suspec
         rv = tr_sched_place_on(s, &s->tmp[V_E], TR_SCHED_VIEW_EMPTY, spec, &p, &oom, NULL);
     }
     if (rv == TROUPE_OK) {
-        take_all(&s->tmp[V_F], p);
-        take_all(&s->tmp[V_CA], p);
+        tr_sched_view_take_placement(s, &s->tmp[V_F], p);
+        tr_sched_view_take_placement(s, &s->tmp[V_CA], p);
         tr_sched_placement_free(p);
     }
     /* A feasible job always fits E; failing here without OOM means the spec
@@ -128,7 +114,7 @@ static void wait_reason(qpass *q, size_t i, const tr_sched_job_spec *spec)
     tr_err *why = &q->out[i].why;
 
     if (tr_sched_place_on(s, &s->live, TR_SCHED_VIEW_LIVE, spec, &p, &oom, why) == TROUPE_OK) {
-        give_all(&s->live, p);
+        tr_sched_view_give_placement(s, &s->live, p);
         tr_sched_placement_free(p);
         tr_err_set(
             why, TROUPE_RESOURCE_EXHAUSTED,

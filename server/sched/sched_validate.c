@@ -20,10 +20,19 @@ void tr_sched_format_selector(const tr_sched_job_spec *spec, char *buf, size_t l
 
 static int validate_vnodes(const tr_sched_job_spec *spec, int *largest, long long *total, tr_err *err)
 {
+    bool gpu_groups = false;
+
     *largest = 0;
     *total = 0;
+    for (size_t i = 0; spec->groups != NULL && i < spec->ngroups; i++) {
+        gpu_groups |= spec->groups[i].gpus_per_worker != 0;
+    }
+    if (spec->nvnodes == 0 && !gpu_groups) {
+        return TROUPE_OK; /* CPU-only groups need no virtual cluster */
+    }
     if (spec->nvnodes == 0 || spec->vnodes == NULL) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "the virtual cluster has no nodes");
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "the virtual cluster has no nodes; groups with GPUs are placed inside it");
     }
     if (spec->nvnodes > TR_SCHED_MAX_VNODES) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "the virtual cluster has %zu nodes; the limit is %d",
@@ -88,9 +97,9 @@ static int validate_group(const tr_sched_job_spec *spec, size_t gi, int largest,
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s has %d workers; it needs 1 to %d", g->name,
                           g->workers, TR_SCHED_MAX_WORKERS);
     }
-    if (g->gpus_per_worker < 1) {
+    if (g->gpus_per_worker < 0) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
-                          "group %s has %d GPUs per worker; it needs at least 1", g->name,
+                          "group %s has %d GPUs per worker; it needs 0 (CPU-only) or more", g->name,
                           g->gpus_per_worker);
     }
     if (g->strategy < TR_SCHED_PACK || g->strategy > TR_SCHED_STRICT_SPREAD) {
@@ -98,6 +107,13 @@ static int validate_group(const tr_sched_job_spec *spec, size_t gi, int largest,
             err, TROUPE_INVALID_ARGUMENT,
             "group %s has unknown strategy %d; expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD", g->name,
             g->strategy);
+    }
+    if (!(g->cpus >= 0 && g->cpus <= TR_SCHED_MAX_WORKER_CPUS)) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s wants %g CPUs per worker; 0 to %d", g->name,
+                          g->cpus, TR_SCHED_MAX_WORKER_CPUS);
+    }
+    if (g->gpus_per_worker == 0) {
+        return TROUPE_OK; /* placed on CPU slots, outside the virtual cluster */
     }
     if (g->gpus_per_worker > largest) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
@@ -229,6 +245,9 @@ static int precheck_groups(const tr_sched *s, const tr_sched_job_spec *spec, con
 {
     for (size_t i = 0; i < spec->ngroups; i++) {
         const tr_sched_group_spec *g = &spec->groups[i];
+        if (g->gpus_per_worker == 0) {
+            continue; /* CPU slots: the placement on the empty view words it */
+        }
         long long one_node = g->strategy == TR_SCHED_STRICT_PACK ? (long long)g->workers * g->gpus_per_worker
                                                                  : g->gpus_per_worker;
         if (one_node > (long long)cs->largest) {
@@ -346,9 +365,7 @@ int tr_sched_place(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, 
             *out = p;
             return TROUPE_OK;
         }
-        for (size_t v = 0; v < p->nvnodes; v++) {
-            tr_sched_view_give(&s->live, p->vslot[v], p->vnodes[v].gpu_mask);
-        }
+        tr_sched_view_give_placement(s, &s->live, p);
         tr_sched_placement_free(p);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "scheduler: out of memory");
     }

@@ -37,6 +37,11 @@ int tr_sched_view_reserve(tr_sched_view *v, uint32_t cap)
         goto out;
     }
     v->free = nfree;
+    int64_t *ncpu = realloc(v->cpu_free, (size_t)cap * sizeof(*ncpu));
+    if (ncpu == NULL) {
+        goto out;
+    }
+    v->cpu_free = ncpu;
     uint8_t *nalive = realloc(v->alive, cap);
     if (nalive == NULL) {
         goto out;
@@ -62,6 +67,7 @@ out:
 void tr_sched_view_fini(tr_sched_view *v)
 {
     free(v->free);
+    free(v->cpu_free);
     free(v->bits);
     free(v->alive);
     memset(v, 0, sizeof(*v));
@@ -83,14 +89,16 @@ int tr_sched_view_copy(tr_sched_view *dst, const tr_sched_view *src)
         memcpy(dst->bits, src->bits, (size_t)TR_SCHED_NBUCKETS * src->words * sizeof(uint64_t));
     }
     memcpy(dst->free, src->free, (size_t)src->n * sizeof(uint64_t));
+    memcpy(dst->cpu_free, src->cpu_free, (size_t)src->n * sizeof(int64_t));
     memcpy(dst->alive, src->alive, src->n);
     dst->n = src->n;
     return TROUPE_OK;
 }
 
-void tr_sched_view_add(tr_sched_view *v, uint32_t slot, uint64_t free_mask, bool alive)
+void tr_sched_view_add(tr_sched_view *v, uint32_t slot, uint64_t free_mask, int64_t cpu_milli, bool alive)
 {
     v->free[slot] = free_mask;
+    v->cpu_free[slot] = cpu_milli;
     v->alive[slot] = 0;
     if (slot >= v->n) {
         v->n = slot + 1;
@@ -130,6 +138,45 @@ void tr_sched_view_give(tr_sched_view *v, uint32_t slot, uint64_t mask)
     view_move(v, slot, v->free[slot] | mask);
 }
 
+uint32_t tr_sched_cpu_milli(const tr_sched_group_spec *g)
+{
+    /* Thousandths, rounded up, so that 0.5 + 0.5 fit one CPU and 0.3 never
+     * rounds to nothing; unset (0) is one whole CPU, as a Slurm task has. */
+    if (!(g->cpus > 0) || g->cpus > TR_SCHED_MAX_WORKER_CPUS) {
+        return 1000; /* out of range is refused by tr_sched_validate */
+    }
+    double m = g->cpus * 1000.0;
+    uint32_t r = (uint32_t)m;
+    return (double)r < m - 1e-6 ? r + 1 : r;
+}
+
+static void cpu_move(const tr_sched *s, tr_sched_view *v, const tr_sched_placement *p, int64_t sign)
+{
+    for (size_t i = 0; p->cpu && i < p->nworkers; i++) {
+        const tr_sched_worker *w = &p->workers[i];
+        int64_t slot = w->cpu_milli != 0 ? tr_sched_slot_of(s, w->node_id) : -1;
+        if (slot >= 0) {
+            v->cpu_free[slot] += sign * (int64_t)w->cpu_milli;
+        }
+    }
+}
+
+void tr_sched_view_take_placement(const tr_sched *s, tr_sched_view *v, const tr_sched_placement *p)
+{
+    for (size_t i = 0; i < p->nvnodes; i++) {
+        tr_sched_view_take(v, p->vslot[i], p->vnodes[i].gpu_mask);
+    }
+    cpu_move(s, v, p, -1);
+}
+
+void tr_sched_view_give_placement(const tr_sched *s, tr_sched_view *v, const tr_sched_placement *p)
+{
+    for (size_t i = 0; i < p->nvnodes; i++) {
+        tr_sched_view_give(v, p->vslot[i], p->vnodes[i].gpu_mask);
+    }
+    cpu_move(s, v, p, 1);
+}
+
 int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s, bool with_suspect)
 {
     int rv = tr_sched_view_reserve(dst, s->live.cap);
@@ -140,7 +187,7 @@ int tr_sched_view_empty_of(tr_sched_view *dst, const tr_sched *s, bool with_susp
     dst->n = 0;
     for (uint32_t i = 0; i < s->nnodes; i++) {
         int st = s->nodes[i].state;
-        tr_sched_view_add(dst, i, s->nodes[i].full,
+        tr_sched_view_add(dst, i, s->nodes[i].full, s->nodes[i].cpu_milli,
                           st == TR_SCHED_ALIVE || (with_suspect && st == TR_SCHED_SUSPECT));
     }
     return TROUPE_OK;

@@ -82,6 +82,7 @@ int tr_node_register(tr_node_agent *a, tr_err *err)
     pthread_mutex_unlock(&a->id_mu);
     req.instance = a->instance;
     req.isolation = a->isolation;
+    req.cpus = (uint32_t)a->cfg.cpus;
     req.n_tools = a->nsys[0] != '\0' ? 1 : 0; /* the head refuses nsys jobs when no node has it */
     req.tools = (char *[]){(char *)"nsys"};
     sent = tr_now_ms();

@@ -53,6 +53,9 @@ const tr_cfg_desc tr_node_config_table[] = {
     {"lease_ms", TR_CFG_INT, F(lease_ms), "0", 0, 6000000, 0,
      "kill the workers after this long without an answered heartbeat; 0 = the lease the head grants "
      "(its lease_ms, shorter than its DEAD timeout); a value here can only shorten it"},
+    {"cpus", TR_CFG_INT, F(cpus), "-1", -1, 65536, 0,
+     "CPU slots for CPU-only workers (resources: {gpu: 0}; each takes its cpu, 1 when unset); -1 = "
+     "this machine's online CPUs, 0 = none. GPU workers take no slots"},
     {"shared_uid", TR_CFG_BOOL, F(shared_uid), "false", TR_CFG_UNBOUNDED, 0,
      "run workers as the agent's own user. RISK: every worker can then read the node credential "
      "(and act as this node) and every other job's worker credential on it. Without root it is the "
@@ -199,18 +202,20 @@ static void on_signal(int sig)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: troupe-node [--head URL] [--name NAME] [--labels k=v,...] [--fake-gpus SPEC]\n"
-                 "                   [--config node.yaml] [--check-config]\n\n"
-                 "Registers this machine's GPUs with troupe-head, heartbeats, runs workers.\n"
-                 "Settings: defaults < --config file < TROUPE_* environment < flags.\n"
-                 "SIGTERM or SIGINT: stop the workers, deregister (the node is LEFT) and exit.\n"
-                 "SIGUSR2: the same, for a restart (an upgrade): the head shows the node LEFT \"for a restart\".\n"
-                 "After either (or a crash), the head keeps queued jobs that need this node waiting\n"
-                 "restart_grace_ms for it to register again.\n\n"
-                 "Isolation: started as root, the agent runs every worker under a uid of their own\n"
-                 "(--worker-uid-range; a gid per job, shared by its ranks) or as --worker-user, never\n"
-                 "as itself. Without root it cannot: it refuses jobs unless --shared-uid is given,\n"
-                 "and then any worker can read the node credential and other jobs' credentials.\n\n");
+    fprintf(out,
+            "usage: troupe-node [--head URL] [--name NAME] [--labels k=v,...] [--fake-gpus SPEC]\n"
+            "                   [--config node.yaml] [--check-config]\n\n"
+            "Registers this machine's GPUs and CPU slots (--cpus) with troupe-head, heartbeats,\n"
+            "runs workers. Without GPUs it still runs CPU-only workers (resources: {gpu: 0}).\n"
+            "Settings: defaults < --config file < TROUPE_* environment < flags.\n"
+            "SIGTERM or SIGINT: stop the workers, deregister (the node is LEFT) and exit.\n"
+            "SIGUSR2: the same, for a restart (an upgrade): the head shows the node LEFT \"for a restart\".\n"
+            "After either (or a crash), the head keeps queued jobs that need this node waiting\n"
+            "restart_grace_ms for it to register again.\n\n"
+            "Isolation: started as root, the agent runs every worker under a uid of their own\n"
+            "(--worker-uid-range; a gid per job, shared by its ranks) or as --worker-user, never\n"
+            "as itself. Without root it cannot: it refuses jobs unless --shared-uid is given,\n"
+            "and then any worker can read the node credential and other jobs' credentials.\n\n");
     tr_cfg_usage(tr_node_config_table, out);
 }
 
@@ -243,6 +248,10 @@ static int load_config(tr_node_agent *a, int argc, char **argv, tr_cfg_args *arg
         char addr[256];
         free(c->address);
         c->address = strdup(default_address(a->hostname, addr, sizeof(addr)));
+    }
+    if (c->cpus < 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c->cpus = n > 0 ? n : 1;
     }
     if (c->state_dir == NULL || c->state_dir[0] == '\0') {
         free(c->state_dir);
@@ -327,7 +336,7 @@ int main(int argc, char **argv)
     if (args.check_config) {
         tr_cfg_print(tr_node_config_table, &a.cfg, stdout);
         printf("# gpus: %zu%s\n", a.n_gpus,
-               a.n_gpus == 0             ? " (none found: no worker can be placed on this node)"
+               a.n_gpus == 0         ? " (none found: only CPU-only workers, resources: {gpu: 0}, run here)"
                : a.gpus[0].simulated ? " (simulated)"
                                      : "");
         tr_cfg_free(tr_node_config_table, &a.cfg);
@@ -335,8 +344,11 @@ int main(int argc, char **argv)
     }
     tr_log_level = tr_log_level_parse(a.cfg.log_level);
     if (a.n_gpus == 0) { /* said at start and shown by troupe nodes: a silent 0 looks like a broken node */
-        TR_LOG(TR_LOG_WARNING, "no GPU found (no CUDA driver, or it sees no device): no worker can be placed "
-                               "on this node; --fake-gpus 8xH200:141GB simulates GPUs");
+        TR_LOG(TR_LOG_WARNING,
+               "no GPU found (no CUDA driver, or it sees no device): only CPU-only workers "
+               "(resources: {gpu: 0}) can run on this node, in its %lld CPU slots (--cpus); "
+               "--fake-gpus 8xH200:141GB simulates GPUs",
+               (long long)a.cfg.cpus);
     }
     if ((rv = tr_dir_private(a.cfg.state_dir, &err)) != TROUPE_OK) {
         fprintf(stderr, "troupe-node: state dir: %s\n", err.msg);

@@ -27,6 +27,7 @@ typedef struct tr_node_config {
     char *log_level;
     int64_t stop_grace_ms;
     int64_t lease_ms; /* 0 = the head's; else at most this (never more than the head's) */
+    int64_t cpus;     /* CPU slots for CPU-only workers; -1 = the online CPUs (resolved at start) */
     int shared_uid;   /* workers run as the agent (ids.h) */
     char *worker_user;
     char *worker_uid_range;

@@ -10,7 +10,7 @@ const CHARTS = [
   { name: "val_loss", title: "validation loss" },
   { name: "tokens_per_s", title: "tokens/s" },
   { name: "mfu", title: "MFU", unit: "ratio" },
-  { name: "gpu_mem_in_use_bytes", title: "GPU memory in use", unit: "bytes" },
+  { name: "gpu_mem_in_use_bytes", title: "GPU memory in use", unit: "bytes", memory: true },
   { name: "step_ms", title: "step time", unit: "ms" },
 ];
 const MAX_POINTS = 2000;
@@ -21,6 +21,7 @@ let selected = null;     // job id shown in detail
 let series = {};         // name -> "worker#attempt" -> [[step, value], ...]
 let nextId = 0;          // metric points read so far (the API's next_id)
 let health = {};         // worker -> "stalled" | "straggler" for the selected job
+let memWarn = {};        // worker -> its memory warning (Job.health.memory entry) for the selected job
 
 function el(tag, attrs, text) {
   const e = document.createElement(tag);
@@ -92,6 +93,8 @@ function renderCluster(c) {
     const live = n.state === "ALIVE" || n.state === "SUSPECT";
     if (live) { total += n.gpus_total; used += n.gpus_total - n.gpus_free; }
     tr.append(el("td", { class: "gpus" }, live ? (n.gpus_total - n.gpus_free) + " / " + n.gpus_total : "–"));
+    // CPU slots (troupe-node --cpus) are what CPU-only workers (gpu: 0) take
+    tr.append(el("td", { class: "cpus" }, live ? (+(n.cpus - n.cpus_free).toFixed(3)) + " / " + n.cpus : "–"));
     const models = {};
     for (const g of n.gpus) {
       const k = g.model + " " + Math.round(g.memory_bytes / 1e9) + " GB" + (g.simulated ? " (simulated)" : "");
@@ -115,6 +118,7 @@ function healthText(job) {
   let t = h.state;
   if (h.stragglers && h.stragglers.length) t += ", " + h.stragglers.length + " straggler" + (h.stragglers.length > 1 ? "s" : "");
   if (h.memory && h.memory.length) t += ", memory warning";
+  if (h.ended) t += " (as it ended)"; // the last judgement while it ran, kept by the head
   return t;
 }
 
@@ -142,7 +146,8 @@ function renderJobs(list) {
     tr.append(el("td", { class: j.state }, j.state + (j.reason ? " – " + j.reason : "")));
     const ht = healthText(j);
     tr.append(el("td", { class: healthClass(ht), "data-health": (j.health && j.health.state) || "NONE" }, ht));
-    tr.append(el("td", {}, j.groups.map(g => g.name + " " + g.workers + "×" + g.gpus_per_worker + " GPU").join(", ")));
+    tr.append(el("td", {}, j.groups.map(g => g.name + " " + g.workers + "×" +
+      (g.gpus_per_worker ? g.gpus_per_worker + " GPU" : "CPU-only")).join(", ")));
     tr.append(el("td", {}, placement(j)));
     tr.addEventListener("click", () => select(j.id));
     tb.append(tr);
@@ -156,8 +161,20 @@ function renderJobs(list) {
   if (sel) renderHealth(sel);
 }
 
+// memText: a memory warning in words ("grows 64 KiB/step, near the GPU's capacity").
+function memText(m) {
+  const parts = [];
+  if (m.memory_growing) parts.push("grows " + label(m.memory_slope, "bytes") + "/step");
+  if (m.memory_near) parts.push("near the GPU's capacity" + (m.memory_total ? " (" + label(m.memory_total, "bytes") + ")" : ""));
+  return parts.join(", ");
+}
+
+// renderHealth: the judgement above the charts, and the marks the charts
+// draw from it. An ended job keeps its last judgement (health.ended): what
+// was wrong when it ended stays marked.
 function renderHealth(job) {
   health = {};
+  memWarn = {};
   const h = job.health || {};
   const parts = [];
   for (const s of h.stalled || []) {
@@ -171,11 +188,12 @@ function renderHealth(job) {
       (typeof s.ratio === "number" ? s.ratio.toFixed(2) + "× its group's median step time" : ""));
   }
   for (const m of h.memory || []) {
-    parts.push("memory: " + m.worker + (m.memory_growing ? " grows " + Math.round(m.memory_slope / 1024) + " KiB/step" : "") +
-      (m.memory_near ? " near the GPU's capacity" : ""));
+    memWarn[m.worker] = m;
+    parts.push("memory: " + m.worker + " " + memText(m));
   }
   const p = document.getElementById("job-health");
-  p.textContent = parts.length ? parts.join(" · ") : "health: " + (healthText(job) || "–");
+  p.textContent = parts.length ? (h.ended ? "as the job ended: " : "") + parts.join(" · ") :
+    "health: " + (healthText(job) || "–");
   p.className = parts.length ? (h.stalled && h.stalled.length ? "bad" : "warn") : "muted";
   p.setAttribute("data-state", h.state || "NONE");
 }
@@ -286,21 +304,40 @@ function chart(c, byWorker, anyChart) {
     const i = workers.indexOf(w), older = +attempt < latest(w);
     const pts = byWorker[key].filter(p => isFinite(p[1]));
     total += pts.length;
+    const mem = c.memory && memWarn[w] && !older; // a memory warning, marked on the memory chart
     const line = document.createElementNS(SVGNS, "polyline");
-    line.setAttribute("class", "series" + (health[w] ? " " + health[w] : ""));
+    line.setAttribute("class", "series" + (health[w] ? " " + health[w] : "") + (mem ? " memory" : ""));
     line.setAttribute("data-worker", w);
     line.setAttribute("data-attempt", attempt);
     line.setAttribute("data-n", pts.length);
     line.setAttribute("fill", "none");
     line.setAttribute("stroke", COLORS[i % COLORS.length]);
-    line.setAttribute("stroke-width", health[w] && !older ? 3 : 1.5);
+    line.setAttribute("stroke-width", (health[w] || mem) && !older ? 3 : 1.5);
     if (older) line.setAttribute("stroke-opacity", "0.4"); // an earlier attempt, faded
     if (health[w] === "stalled" && !older) line.setAttribute("stroke-dasharray", "4 3");
     line.setAttribute("points", pts.map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" "));
     svg.append(line);
+    if (mem && pts.length) { // a ring on the latest point, with the warning as its tooltip
+      const last = pts[pts.length - 1];
+      const ring = document.createElementNS(SVGNS, "circle");
+      ring.setAttribute("class", "memory-mark");
+      ring.setAttribute("data-worker", w);
+      ring.setAttribute("cx", sx(last[0]).toFixed(1));
+      ring.setAttribute("cy", sy(last[1]).toFixed(1));
+      ring.setAttribute("r", 6);
+      ring.setAttribute("fill", "none");
+      ring.setAttribute("stroke", "#e65100");
+      ring.setAttribute("stroke-width", 2);
+      const tip = document.createElementNS(SVGNS, "title");
+      tip.textContent = "memory warning: " + w + " " + memText(memWarn[w]);
+      ring.append(tip);
+      svg.append(ring);
+    }
     if (older) return; // one legend entry per worker
     const more = attempts(w) > 1 ? " (attempt " + attempt + "; earlier ones faded)" : "";
-    const sp = el("span", { class: health[w] || "" }, "■ " + w + more + (health[w] ? " (" + health[w] + ")" : ""));
+    const marks = [health[w], mem ? "memory: " + memText(memWarn[w]) : ""].filter(Boolean);
+    const sp = el("span", { class: [health[w] || "", mem ? "memory" : ""].join(" ").trim() },
+                  "■ " + w + more + (marks.length ? " (" + marks.join("; ") + ")" : ""));
     sp.style.color = COLORS[i % COLORS.length];
     legend.append(sp);
   });

@@ -3,7 +3,7 @@
 # names the node as drained (not as a SUSPECT node that must report again);
 # a stopped job "ran" until its last worker was gone (the stop's grace
 # included), as its workers' own times say; an agent that finds no GPU warns
-# at start and troupe nodes says so.
+# at start that only CPU-only workers can run there, and troupe nodes says so.
 source "$(dirname "$0")/../lib.sh"
 start_head
 start_node n1 4xH200:141GB --stop-grace-ms 2000
@@ -46,13 +46,13 @@ if [ "${gpus:-0}" != 0 ]; then
     echo "SKIP (this part): this machine has $gpus GPU(s); the no-GPU warning needs a machine without"
     exit 0
 fi
-"$NODE_BIN" --check-config | grep_all "^# gpus: 0 (none found: no worker can be placed on this node)" ||
+"$NODE_BIN" --check-config | grep_all "^# gpus: 0 (none found: only CPU-only workers, resources: {gpu: 0}, run here)" ||
     fail "--check-config: $("$NODE_BIN" --check-config | tail -1)"
-"$NODE_BIN" --head "$HEAD" --name cpu1 --state-dir "$T/node-cpu1" >>"$T/node-cpu1.log" 2>&1 &
+"$NODE_BIN" --head "$HEAD" --name cpu1 --cpus 3 --state-dir "$T/node-cpu1" >>"$T/node-cpu1.log" 2>&1 &
 PIDS+=($!)
 wait_for 10 "2 nodes ALIVE" nodes_alive 2
-grep -q "warning: no GPU found (no CUDA driver, or it sees no device): no worker can be placed on this node" \
+grep -q "warning: no GPU found (no CUDA driver, or it sees no device): only CPU-only workers (resources: {gpu: 0}) can run on this node, in its 3 CPU slots (--cpus)" \
     "$T/node-cpu1.log" || fail "agent log: $(cat "$T/node-cpu1.log")"
-cli nodes | grep -E "^[0-9]+ +cpu1 +ALIVE +0 +0 .*no GPU found: no worker can be placed here" >/dev/null ||
+cli nodes | grep -E "^[0-9]+ +cpu1 +ALIVE +0 +0 +3/3 .*no GPU found: only CPU-only workers \(resources: \{gpu: 0\}\) run here" >/dev/null ||
     fail "troupe nodes: $(cli nodes)"
-pass "an agent that finds no GPU warns at start; troupe nodes says so in REASON"
+pass "an agent that finds no GPU warns at start that only CPU-only workers run there; troupe nodes says so in REASON"

@@ -47,5 +47,11 @@ reason=$(job_reason "$id")
 [[ "$reason" =~ ^health:\ rank\ 1\ \(job$id-policy-1\ on\ na,\ GPU\ [0-9]+\)\ made\ no\ step\ for\ [0-9.]+\ s\ \(stall_after\ 2.0\ s,\ health.on_stall:\ fail\)$ ]] \
     || fail "reason: $reason"
 wait_for 20 "the stopped process $p1 of attempt 1 to be gone" gone
-[ "$(cli -o json job "$id" | jqr .health.state)" = NONE ] || fail "an ended job still judged"
-pass "second stall, no restart left: FAILED, '$reason'"
+# The judgement that failed it stays on the ended job (health.ended: not
+# judged again): the stall that failed it is still named.
+cli -o json job "$id" | jq -e '.health.state == "STALLED" and .health.ended == true
+    and (.health.stalled | length == 1 and .[0].rank == 1)' >/dev/null ||
+    fail "the ended job's health: $(cli -o json job "$id" | jq -c .health)"
+cli job "$id" | grep_all -E "^health +STALLED \(stall_after 2.0 s, on_stall: fail\), as judged last while the job ran$" &&
+    cli job "$id" | grep_all -E "^stalled +rank 1 job$id-policy-1 on na" || fail "troupe job: $(cli job "$id")"
+pass "second stall, no restart left: FAILED, '$reason'; its health still names the stall (ended)"

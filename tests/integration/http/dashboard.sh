@@ -41,6 +41,9 @@ for n in na nb nc; do
     grep -q "<tr data-node=\"$n\" data-state=\"ALIVE\">" "$T/dom.html" || fail "node $n not rendered ALIVE"
 done
 grep -q '<td class="gpus">0 / 16</td>' "$T/dom.html" || fail "GPUs of nc not shown: $(grep -o '<td class="gpus">[^<]*' "$T/dom.html")"
+cpus=$(curl -s "$HTTP/api/cluster" | jq '[.nodes[] | select(.name == "nc") | .cpus][0]')
+[ "${cpus:-0}" -ge 1 ] && grep -q "<td class=\"cpus\">0 / $cpus</td>" "$T/dom.html" ||
+    fail "CPU slots of nc ($cpus) not shown: $(grep -o '<td class="cpus">[^<]*' "$T/dom.html")"
 grep -q "<tr class=\"job sel\" data-job=\"$id\" data-state=\"RUNNING\">" "$T/dom.html" ||
     fail "job $id not rendered RUNNING and selected: $(grep -o '<tr class="job[^>]*>' "$T/dom.html")"
 pass "cluster rendered: 3 nodes ALIVE with GPU counts; job $id RUNNING, selected"

@@ -5,6 +5,8 @@
 # the rank's troupe_worker_stalled_seconds (still passing promtool), and the
 # dashboard in headless Chromium marks the job STALLED and draws the rank's
 # lines as stalled (screenshot: $TROUPE_ARTIFACTS/dashboard-stalled.png).
+# Stopped while stalled, the job keeps those marks: its last judgement stays
+# (health.ended), in /api and on the dashboard.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hlib.bash"
 
@@ -68,5 +70,20 @@ shot=${TROUPE_ARTIFACTS:-$T/artifacts}/dashboard-stalled.png
 rm -f "$shot"
 (cd "$T" && chrome --screenshot="$shot" "$HTTP/#job=$id") || fail "screenshot failed"
 [ -s "$shot" ] || fail "no screenshot at $shot"
-kill -CONT "$pid"
 pass "dashboard: job $id STALLED in the jobs table and the health line, rank 1's lines drawn stalled; $shot"
+
+cli stop "$id" >/dev/null # SIGTERM, then SIGCONT: the stopped rank ends without a step
+is_job_state "$id" STOPPED || fail "job $id: $(cli job "$id" | head -3)"
+curl -s "$HTTP/api/jobs/$id" | jq -e --arg w "job$id-policy-1" '.health.state == "STALLED" and .health.ended == true
+    and (.health.stalled | length == 1 and .[0].worker == $w)' >/dev/null ||
+    fail "/api after the stop: $(curl -s "$HTTP/api/jobs/$id" | jq -c .health)"
+chrome --dump-dom "$HTTP/#job=$id" >"$T/dom-ended.html" || fail "chromium --dump-dom failed: $(tail -5 "$T/chromium.log")"
+grep -q "<tr class=\"job sel\" data-job=\"$id\" data-state=\"STOPPED\">" "$T/dom-ended.html" || fail "job row not STOPPED"
+grep -q '<td class="STALLED" data-health="STALLED">STALLED (as it ended)</td>' "$T/dom-ended.html" ||
+    fail "ended job's health: $(grep -o '<td class="[^"]*" data-health="[^"]*">[^<]*' "$T/dom-ended.html")"
+grep -q "<p id=\"job-health\" class=\"bad\" data-state=\"STALLED\">as the job ended: STALLED: rank 1 (job$id-policy-1 on na)" \
+    "$T/dom-ended.html" || fail "health line after the end: $(grep -o '<p id="job-health"[^<]*' "$T/dom-ended.html")"
+grep -q "<polyline class=\"series stalled\" data-worker=\"job$id-policy-1\"[^>]*stroke-dasharray" "$T/dom-ended.html" ||
+    fail "rank 1's line not stalled after the end: $(grep -o '<polyline class="[^"]*" data-worker="[^"]*"' "$T/dom-ended.html" | sort -u)"
+! grep -q "<polyline class=\"series stalled\" data-worker=\"job$id-policy-0\"" "$T/dom-ended.html" || fail "rank 0 drawn stalled"
+pass "stopped while stalled: /api and the dashboard still show job $id STALLED (as it ended), rank 1's lines dashed"

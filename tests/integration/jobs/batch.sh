@@ -11,7 +11,7 @@ mk() { # NAME GPUS COMMAND...
 mk ok1 1 'sh, -c, "echo one"'
 mk ok2 2 'sh, -c, "echo two"'
 mk huge 32 'true'
-printf 'name: broken\ncluster: {nodes: [4]}\ngroups:\n  - name: g\n    workers: 1\n    resources: {gpu: 0}\n    command: [true]\n' >"$T/broken.yaml"
+printf 'name: broken\ncluster: {nodes: [4]}\ngroups:\n  - name: g\n    workers: 1\n    resources: {gpu: -1}\n    command: [true]\n' >"$T/broken.yaml"
 
 # A bad file anywhere: nothing is submitted, the error names file:line:col.
 set +e; out=$(cli submit "$T/ok1.yaml" "$T/broken.yaml" 2>&1); rc=$?; set -e

@@ -12,7 +12,7 @@ wait_for 10 "na's first heartbeat figures" has_stats
 na | jq -e '.stats.gpu_source == "simulated" and .stats.load1 >= 0 and .stats.mem_total_bytes > 0
             and .stats.mem_available_bytes > 0 and .stats.mem_available_bytes <= .stats.mem_total_bytes
             and ([.gpus[].stats.utilization_pct] | all(. == 0))' >/dev/null || fail "idle figures: $(na)"
-cli nodes | grep_all -E "^ *[0-9]+ +na +ALIVE +4 +4 +NVIDIA H100 80GB \(sim\) +0% +0/320G +[0-9.]+ " \
+cli nodes | grep_all -E "^ *[0-9]+ +na +ALIVE +4 +4 +[0-9.]+/[0-9]+ +NVIDIA H100 80GB \(sim\) +0% +0/320G +[0-9.]+ " \
     || fail "troupe nodes, idle: $(cli nodes)"
 pass "idle: each GPU at 0 %, 0 of 320 GB in use on na; load and memory of the node; source simulated"
 
@@ -30,7 +30,7 @@ busy() { na | jq -e --argjson b "$gpus" '[.gpus[] | select(.index as $i | $b | i
 wait_for 10 "GPUs $gpus of na busy in the heartbeat figures" busy
 na | jq -e --argjson b "$gpus" '[.gpus[] | select((.index as $i | $b | index($i)) | not) | .stats.utilization_pct] == [0, 0]' \
     >/dev/null || fail "the other two: $(na)"
-cli nodes | grep_all -E "^ *[0-9]+ +na +ALIVE +4 +0 +NVIDIA H100 80GB \(sim\) +[0-9]+% +72/320G " || fail "troupe nodes, busy: $(cli nodes)"
+cli nodes | grep_all -E "^ *[0-9]+ +na +ALIVE +4 +0 +[0-9.]+/[0-9]+ +NVIDIA H100 80GB \(sim\) +[0-9]+% +72/320G " || fail "troupe nodes, busy: $(cli nodes)"
 cli stop "$id" >/dev/null
 idle() { na | jq -e '[.gpus[].stats.utilization_pct] | all(. == 0)' >/dev/null; }
 wait_for 20 "na's GPUs idle again after the job" idle

@@ -11,7 +11,8 @@ with troupe.Client() as c:
     print(json.dumps({"job": {k: job[k] for k in ("id", "name", "state", "workers_total")},
                       "workers": sorted(w["name"] for w in job["workers"])}))
     print(json.dumps({"jobs": [j["id"] for j in c.jobs()]}))
-    print(json.dumps({"nodes": sorted(n["name"] for n in c.nodes())}))
+    # name, GPUs and CPU slots: the fields around and after the last ones of troupe_node
+    print(json.dumps({"nodes": sorted([n["name"], n["gpus"], n["cpus"], n["cpus_free"]] for n in c.nodes())}))
     pts = c.metrics(job_id, names=["py_metric"])["points"]
     print(json.dumps({"py_metric": sorted((p["worker"], p["step"], p["value"]) for p in pts)}))
     logs = c.logs(job_id)

@@ -39,7 +39,7 @@ pass "errors are TroupeError subclasses with the code and the head's message: $(
 # The client's answers against the CLI's.
 [ "$(field workers)" = "$(cli -o json job "$id" | jq -c '[.workers[].name] | sort')" ] ||
     fail "workers differ: $(cat "$T/client.json")"
-[ "$(field nodes)" = "$(cli -o json nodes | jq -c '[.nodes[].name] | sort')" ] ||
+[ "$(field nodes)" = "$(cli -o json nodes | jq -c '[.nodes[] | [.name, (.gpus | length), .cpus, .cpus_free]] | sort')" ] ||
     fail "nodes differ: $(cat "$T/client.json")"
 want=$(cli -o json metrics "$id" --name py_metric | jq -c '[.points[] | [.worker, .step, .value]] | sort')
 [ "$(field py_metric)" = "$want" ] || fail "metrics differ from the CLI's $want: $(cat "$T/client.json")"
@@ -49,5 +49,5 @@ field jobs | jq -e --argjson id "$id" 'any(. == $id)' >/dev/null || fail "jobs: 
 pass "troupe.Client: job, jobs, nodes, metrics (6 points) and logs agree with the CLI"
 field not_found | grep -q "no job 999999" || fail "NotFound: $(cat "$T/client.json")"
 [ "$(field dict_job)" = '"SUCCEEDED"' ] || fail "dict submit: $(cat "$T/client.json")"
-field invalid | grep -q "missing required key 'cluster'" || fail "bad spec: $(cat "$T/client.json")"
+field invalid | grep -q "groups: expected 1 to 256 groups, got 0" || fail "bad spec: $(cat "$T/client.json")"
 pass "NotFound for an unknown job; a dict submits as a spec; a bad one is InvalidArgument: $(field invalid)"

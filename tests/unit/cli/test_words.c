@@ -85,12 +85,47 @@ static void ran_until_last_worker(void **state)
     assert_false(stopping);
 }
 
+/* troupe jobs' TIME: running for (to now), ran for (to its last worker's
+ * end), "-" for a job that never started; seconds, then minutes and hours. */
+static void time_column(void **state)
+{
+    troupe_worker w;
+    troupe_job j;
+    char b[24];
+    (void)state;
+    memset(&w, 0, sizeof(w));
+    memset(&j, 0, sizeof(j));
+    j.submitted_ms = 500;
+    assert_true(tr_cli_run_secs(&j, 9000) < 0); /* PENDING: never started */
+    tr_cli_duration(b, sizeof(b), tr_cli_run_secs(&j, 9000));
+    assert_string_equal(b, "-");
+    j.started_ms = 1000; /* RUNNING: until now */
+    assert_true(tr_cli_run_secs(&j, 13300) == 12.3);
+    tr_cli_duration(b, sizeof(b), tr_cli_run_secs(&j, 13300));
+    assert_string_equal(b, "12.3s");
+    j.ended_ms = 2500; /* ended, its worker 10 s later: ran until the worker was gone */
+    j.workers = &w;
+    j.n_workers = 1;
+    w.state = TROUPE_WORKER_EXITED;
+    w.ended_ms = 12500;
+    assert_true(tr_cli_run_secs(&j, 99999999) == 11.5);
+    tr_cli_duration(b, sizeof(b), 59.94);
+    assert_string_equal(b, "59.9s");
+    tr_cli_duration(b, sizeof(b), 303);
+    assert_string_equal(b, "5m03s");
+    tr_cli_duration(b, sizeof(b), 3 * 3600 + 5 * 60 + 59);
+    assert_string_equal(b, "3h05m");
+    tr_cli_duration(b, sizeof(b), 2 * 86400 + 3 * 3600);
+    assert_string_equal(b, "2d03h");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(did_you_mean),
         cmocka_unit_test(age_column),
         cmocka_unit_test(ran_until_last_worker),
+        cmocka_unit_test(time_column),
     };
     return TR_TEST_MAIN("unit.cli", tests, argc, argv);
 }

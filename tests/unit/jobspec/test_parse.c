@@ -159,15 +159,46 @@ static void negative_workers(void **state)
                    "<= 4096");
 }
 
+/* gpu: 0 is a CPU-only worker: it parses, with or without a virtual cluster;
+ * a group with GPUs still needs cluster.nodes, said at its gpu key. */
 static void zero_gpus(void **state)
 {
-    jt_fails_group("1", "{gpu: 0}", "[run]", "", TROUPE_INVALID_ARGUMENT, "7:22",
-                   "groups[0].resources.gpu: expected an integer >= 1, got 0");
+    Troupe__V1__JobSpec *spec;
+    char *yaml = jt_group("2", "{gpu: 0, cpu: 0.5}", "[run]", "");
+
+    spec = jt_parse(yaml);
+    assert_int_equal(spec->groups[0]->gpus, 0);
+    assert_true(spec->groups[0]->cpus == 0.5);
+    tr_jobspec_free(spec);
+    free(yaml);
+    spec = jt_parse("name: cpu\ngroups:\n  - {name: a, workers: 3, resources: {gpu: 0}, command: [x]}\n");
+    assert_int_equal(spec->n_cluster_nodes, 0);
+    assert_int_equal(spec->groups[0]->gpus, 0);
+    tr_jobspec_free(spec);
+    spec = jt_parse("name: cpu\ncluster: {labels: {zone: a}}\ngroups:\n"
+                    "  - {name: a, workers: 1, resources: {gpu: 0}, command: [x]}\n");
+    assert_int_equal(spec->n_cluster_nodes, 0);
+    assert_int_equal(spec->n_cluster_labels, 1);
+    tr_jobspec_free(spec);
+    spec = jt_parse("name: mixed\ncluster: {nodes: [1]}\ngroups:\n"
+                    "  - {name: g, workers: 1, resources: {gpu: 1}, command: [x]}\n"
+                    "  - {name: c, workers: 2, resources: {gpu: 0}, command: [x]}\n");
+    assert_int_equal(spec->groups[0]->gpus, 1);
+    assert_int_equal(spec->groups[1]->gpus, 0);
+    tr_jobspec_free(spec);
+    jt_fails("name: demo\ngroups:\n  - name: a\n    workers: 1\n    resources: {gpu: 2}\n    command: [x]\n",
+             TROUPE_INVALID_ARGUMENT,
+             "job.yaml:5:22: groups[0].resources.gpu: 2 GPUs per worker, but the job has no "
+             "cluster.nodes",
+             "or gpu: 0 for a CPU-only worker", (const char *)NULL);
+    jt_fails_group("1", "{gpu: 0, cpu: 4097}", "[run]", "", TROUPE_INVALID_ARGUMENT, "7:30",
+                   "groups[0].resources.cpu: expected a number > 0 and <= 4096, got '4097'");
+    jt_fails_group("1", "{gpu: -1}", "[run]", "", TROUPE_INVALID_ARGUMENT, "7:22", ">= 0");
     jt_fails_group("1", "{gpu: 65}", "[run]", "", TROUPE_INVALID_ARGUMENT, "7:22", "<= 64");
     jt_fails_group("1", "{cpu: 2}", "[run]", "", TROUPE_INVALID_ARGUMENT, "7:16",
                    "missing required key 'groups[0].resources.gpu'");
     jt_fails_group("1", "{gpu: 1, cpu: 0}", "[run]", "", TROUPE_INVALID_ARGUMENT, "7:30",
-                   "groups[0].resources.cpu: expected a number > 0, got '0'");
+                   "groups[0].resources.cpu: expected a number > 0 and <= 4096, got '0'");
     jt_fails_group("1", "{gpu: 1, cpu: nan}", "[run]", "", TROUPE_INVALID_ARGUMENT, "cpu", "'nan'");
     jt_fails_group("1", "{gpu: 1, cpu: -1}", "[run]", "", TROUPE_INVALID_ARGUMENT, "cpu", "'-1'");
     jt_fails_group("1", "{gpu: 1, cpu: 0x10}", "[run]", "", TROUPE_INVALID_ARGUMENT, "cpu", "'0x10'");
@@ -302,9 +333,7 @@ static void missing_required(void **state)
     jt_fails("cluster: {nodes: [8]}\n", TROUPE_INVALID_ARGUMENT, "job.yaml:1:1: missing required key 'name'",
              (const char *)NULL);
     jt_fails("name: demo\ngroups: []\n", TROUPE_INVALID_ARGUMENT,
-             "job.yaml:1:1: missing required key 'cluster'", (const char *)NULL);
-    jt_fails("name: demo\ncluster:\n  labels: {a: b}\n", TROUPE_INVALID_ARGUMENT,
-             "job.yaml:3:3: missing required key 'cluster.nodes'", (const char *)NULL);
+             "job.yaml:2:9: groups: expected 1 to 256 groups, got 0", (const char *)NULL);
     jt_fails("name: demo\ncluster: {nodes: [8]}\n", TROUPE_INVALID_ARGUMENT,
              "job.yaml:1:1: missing required key 'groups'", (const char *)NULL);
     jt_fails("name: demo\ncluster: {nodes: [8]}\ngroups:\n  - workers: 1\n", TROUPE_INVALID_ARGUMENT,

@@ -83,6 +83,12 @@ static void validate_ok(void **state)
     h.prof.steps = ""; /* an empty profile is no profile */
     h.prof.workers = "";
     JT_STATUS(tr_jobspec_validate(&h.spec, &err), TROUPE_OK, &err);
+    h.g[1].gpus = 0; /* a CPU-only group beside a GPU group */
+    JT_STATUS(tr_jobspec_validate(&h.spec, &err), TROUPE_OK, &err);
+    h.g[0].gpus = 0; /* CPU-only groups alone need no virtual cluster */
+    h.spec.n_cluster_nodes = 0;
+    h.spec.cluster_nodes = NULL;
+    JT_STATUS(tr_jobspec_validate(&h.spec, &err), TROUPE_OK, &err);
 }
 
 static void validate_groups(void **state)
@@ -92,8 +98,9 @@ static void validate_groups(void **state)
     hand_init(&h), h.g[0].workers = 0, expect_bad(&h, "group policy: workers must be >= 1");
     hand_init(&h), h.g[1].workers = 4097,
                    expect_bad(&h, "group gen: workers must be >= 1 and <= 4096, got 4097");
-    hand_init(&h), h.g[0].gpus = 0, expect_bad(&h, "group policy: gpus must be >= 1");
-    hand_init(&h), h.g[0].gpus = 65, expect_bad(&h, "group policy: gpus must be >= 1 and <= 64, got 65");
+    hand_init(&h), h.g[0].gpus = 65,
+                   expect_bad(&h, "group policy: gpus must be <= 64 (0 = a CPU-only worker), got 65");
+    hand_init(&h), h.g[0].cpus = 4097, expect_bad(&h, "group policy: cpus must be a number >= 0 and <= 4096");
     hand_init(&h), h.g[0].cpus = -1, expect_bad(&h, "group policy: cpus must be a number >= 0");
     hand_init(&h), h.g[0].cpus = NAN, expect_bad(&h, "group policy: cpus");
     hand_init(&h), h.g[1].strategy = "PAKC", expect_bad(&h, "group gen: unknown strategy 'PAKC' (use PACK");
@@ -130,7 +137,9 @@ static void validate_job(void **state)
     hand_init(&h), h.spec.name = NULL, expect_bad(&h, "job name '' is not valid");
     hand_init(&h), h.spec.name = "a/b", expect_bad(&h, "job name 'a/b' is not valid (1 to 63 of letters");
     hand_init(&h), h.spec.n_cluster_nodes = 0, expect_bad(&h, "cluster: no nodes");
-    hand_init(&h), h.spec.cluster_nodes = NULL, expect_bad(&h, "cluster: no nodes");
+    hand_init(&h), h.spec.n_cluster_nodes = 0, h.g[0].gpus = 0,
+                   expect_bad(&h, "only a job of CPU-only groups, gpu: 0, may leave it out");
+    hand_init(&h), h.spec.cluster_nodes = NULL, expect_bad(&h, "cluster: 1 nodes but no list");
     hand_init(&h), h.nodes[0] = 0, expect_bad(&h, "cluster: node 0 has 0 GPUs; each node needs 1 to 64");
     hand_init(&h), h.nodes[0] = 65, expect_bad(&h, "cluster: node 0 has 65 GPUs");
     hand_init(&h), h.spec.n_cluster_nodes = 5000, expect_bad(&h, "cluster: 5000 nodes, at most 4096");

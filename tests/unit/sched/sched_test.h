@@ -43,9 +43,11 @@ typedef struct tjob {
 } tjob;
 
 /* Cluster from a shape: "4,8,16", "3*8", "8@H200" (label gpu=H200), "8!" (dead),
- * "8?" (suspect). Node ids are 1, 2, ... in order. */
+ * "8?" (suspect), "0c4" (no GPU, 4 CPU slots; slots default to 0). Node ids
+ * are 1, 2, ... in order. */
 tr_sched *t_cluster(const char *shape);
-/* Job from vnodes "4,8,16", groups "policy:4x2:PACK;gen:2x1:SPREAD", selector "gpu=H200" or NULL. */
+/* Job from vnodes "4,8,16" ("" = none), groups "policy:4x2:PACK;gen:2x1:SPREAD"
+ * ("c:3x0c0.5:PACK" = 3 CPU-only workers of 0.5 CPU), selector "gpu=H200" or NULL. */
 void t_job(tjob *j, const char *vnodes, const char *groups, const char *selector);
 /* Canonical text of a placement: "v=n3[0-15] | policy=n3[0-1]L0N0 ...". */
 void t_render(const tr_sched_placement *p, const tr_sched_job_spec *spec, char *buf, size_t len);
@@ -53,6 +55,8 @@ void t_render(const tr_sched_placement *p, const tr_sched_job_spec *spec, char *
 void t_check_props(const tr_sched *s, const tr_sched_job_spec *spec, const tr_sched_placement *p);
 void t_check_invariants(const tr_sched *s);
 uint64_t t_free_gpus(const tr_sched *s);
+/* t_free_cpu_milli: node's free CPU slots in thousandths. */
+uint64_t t_free_cpu_milli(const tr_sched *s, uint64_t node);
 
 const struct CMUnitTest *sched_place_tests(size_t *n);
 const struct CMUnitTest *sched_queue_tests(size_t *n);

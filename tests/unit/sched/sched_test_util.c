@@ -14,6 +14,9 @@ static void add_node(tr_sched *s, uint64_t id, const char *tok)
     tr_err err;
 
     ns.gpus = (unsigned)strtoul(tok, &end, 10);
+    if (*end == 'c') { /* "0c4": no GPU, 4 CPU slots */
+        ns.cpus = (unsigned)strtoul(end + 1, &end, 10);
+    }
     if (*end == '@') {
         size_t k = strcspn(end + 1, "!?,");
         memcpy(label, end + 1, k);
@@ -66,13 +69,23 @@ static void parse_groups(tjob *j, const char *groups)
         size_t g = j->spec.ngroups++;
         char strat[32] = "";
         int w = 0, gw = 0;
-        char *c1 = strchr(tok, ':');
+        double cpus = 0;
+        char *c1 = strchr(tok, ':'), *end;
         assert_non_null(c1);
         *c1 = '\0';
         snprintf(j->names[g], sizeof(j->names[g]), "%s", tok);
-        assert_int_equal(sscanf(c1 + 1, "%dx%d:%31s", &w, &gw, strat), 3);
-        j->groups[g] = (tr_sched_group_spec){
-            .name = j->names[g], .workers = w, .gpus_per_worker = gw, .strategy = parse_strategy(strat)};
+        w = (int)strtol(c1 + 1, &end, 10);
+        assert_true(*end == 'x');
+        gw = (int)strtol(end + 1, &end, 10);
+        if (*end == 'c') { /* "3x0c0.5": CPU-only workers of half a CPU */
+            cpus = strtod(end + 1, &end);
+        }
+        assert_int_equal(sscanf(end, ":%31s", strat), 1);
+        j->groups[g] = (tr_sched_group_spec){.name = j->names[g],
+                                             .workers = w,
+                                             .gpus_per_worker = gw,
+                                             .strategy = parse_strategy(strat),
+                                             .cpus = cpus};
     }
 }
 
@@ -109,6 +122,7 @@ void t_job(tjob *j, const char *vnodes, const char *groups, const char *selector
 static size_t render_gpus(const uint8_t *g, uint32_t n, char *buf, size_t len)
 {
     size_t off = 0;
+    buf[0] = '\0'; /* a CPU-only worker has none */
     for (uint32_t i = 0; i < n && off < len;) {
         uint32_t k = i;
         while (k + 1 < n && g[k + 1] == g[k] + 1) {
@@ -148,10 +162,16 @@ void t_render(const tr_sched_placement *p, const tr_sched_job_spec *spec, char *
 static void check_worker(const tr_sched_job_spec *spec, const tr_sched_placement *p, const tr_sched_worker *w,
                          size_t g, size_t r)
 {
-    const tr_sched_vnode *vn = &tr_sched_placement_vnodes(p)[w->vnode];
     assert_int_equal(w->group, g);
     assert_int_equal(w->rank, r);
     assert_int_equal(w->ngpus, spec->groups[g].gpus_per_worker);
+    if (spec->groups[g].gpus_per_worker == 0) { /* CPU-only: slots, no vnode, no GPU */
+        assert_int_equal(w->vnode, TR_SCHED_NO_VNODE);
+        assert_true(w->gpu_mask == 0 && w->cpu_milli > 0);
+        return;
+    }
+    assert_int_equal(w->cpu_milli, 0);
+    const tr_sched_vnode *vn = &tr_sched_placement_vnodes(p)[w->vnode];
     assert_int_equal(w->node_id, vn->node_id);
     assert_true((w->gpu_mask & ~vn->gpu_mask) == 0);
     uint64_t m = 0;
@@ -174,7 +194,7 @@ static void check_ranks(const tr_sched_worker *w, size_t n, int strategy)
         } else {
             assert_int_equal(w[i].node_id, w[i - 1].node_id);
             assert_int_equal(w[i].local_rank, w[i - 1].local_rank + 1);
-            assert_true(w[i].gpus[0] > w[i - 1].gpus[0]);
+            assert_true(w[i].ngpus == 0 || w[i].gpus[0] > w[i - 1].gpus[0]);
         }
         for (size_t k = 0; k < i; k++) { /* a node appears in one block only */
             assert_true(w[k].node_id != w[i].node_id || w[k].node_rank == w[i].node_rank);
@@ -217,6 +237,14 @@ void t_check_props(const tr_sched *s, const tr_sched_job_spec *spec, const tr_sc
         }
     }
     (void)s;
+}
+
+uint64_t t_free_cpu_milli(const tr_sched *s, uint64_t node)
+{
+    tr_sched_node_info info;
+    tr_err err;
+    assert_status(tr_sched_node_get(s, node, &info, &err), TROUPE_OK, &err);
+    return info.free_cpu_milli;
 }
 
 void t_check_invariants(const tr_sched *s)

@@ -90,7 +90,8 @@ static const place_case place_cases[] = {
     {"bad_zero_workers", "8", "8", "g:0x1:PACK", NULL, TROUPE_INVALID_ARGUMENT, "group g has 0 workers"},
     {"bad_negative_workers", "8", "8", "g:-2x1:PACK", NULL, TROUPE_INVALID_ARGUMENT,
      "group g has -2 workers"},
-    {"bad_zero_gpus", "8", "8", "g:2x0:PACK", NULL, TROUPE_INVALID_ARGUMENT, "group g has 0 GPUs per worker"},
+    {"bad_negative_gpus", "8", "8", "g:2x-1:PACK", NULL, TROUPE_INVALID_ARGUMENT,
+     "group g has -1 GPUs per worker; it needs 0 (CPU-only) or more"},
     {"bad_strategy", "8", "8", "g:2x1:7", NULL, TROUPE_INVALID_ARGUMENT, "unknown strategy 7"},
     {"bad_duplicate_name", "8", "8", "g:2x1:PACK;g:2x1:SPREAD", NULL, TROUPE_INVALID_ARGUMENT,
      "group name 'g' is used twice"},
@@ -100,6 +101,36 @@ static const place_case place_cases[] = {
      "asks for 65 GPUs; a node has 1 to 64"},
     {"bad_fragmented", "8", "4,4,1", "g:3x3:PACK", NULL, TROUPE_INVALID_ARGUMENT,
      "group g needs 3 workers x 3 GPUs, each inside one virtual node|at most 2 such workers"},
+    /* CPU-only workers (gpu: 0): CPU slots ("0c4" = no GPU, 4 slots), no vnode */
+    {"cpu_only_no_vnodes", "8c2,0c4", "", "c:3x0:PACK", NULL, TROUPE_OK, "v= | c=n2[]L0N0 n2[]L1N0 n2[]L2N0"},
+    {"cpu_pack_best_fit", "8c4,0c8", "", "c:2x0:PACK", NULL, TROUPE_OK, "v= | c=n1[]L0N0 n1[]L1N0"},
+    {"cpu_pack_joins_gpu_node", "8c8,0c4", "1", "g:1x1:PACK;c:2x0:PACK", NULL, TROUPE_OK,
+     "v=n1[0] | g=n1[0]L0N0 | c=n1[]L0N0 n1[]L1N0"},
+    {"cpu_mixed_on_zero_gpu_node", "1,0c4", "1", "g:1x1:PACK;c:2x0:PACK", NULL, TROUPE_OK,
+     "v=n1[0] | g=n1[0]L0N0 | c=n2[]L0N0 n2[]L1N0"},
+    {"cpu_pack_greedy", "0c2,0c3", "", "c:4x0:PACK", NULL, TROUPE_OK,
+     "v= | c=n2[]L0N0 n2[]L1N0 n2[]L2N0 n1[]L0N1"},
+    {"cpu_spread_round_robin", "0c2,0c3,0c1", "", "c:4x0:SPREAD", NULL, TROUPE_OK,
+     "v= | c=n2[]L0N0 n2[]L1N0 n1[]L0N1 n3[]L0N2"},
+    {"cpu_strict_spread", "0c2,0c3,0c1", "", "c:3x0:STRICT_SPREAD", NULL, TROUPE_OK,
+     "v= | c=n2[]L0N0 n1[]L0N1 n3[]L0N2"},
+    {"cpu_half_cpus", "0c1", "", "c:2x0c0.5:PACK", NULL, TROUPE_OK, "v= | c=n1[]L0N0 n1[]L1N0"},
+    {"cpu_labels", "0c4@a,0c4@b", "", "c:1x0:PACK", "gpu=b", TROUPE_OK, "v= | c=n2[]L0N0"},
+    {"cpu_strict_spread_short", "0c8,0c8", "", "c:3x0:STRICT_SPREAD", NULL, TROUPE_FAILED_PRECONDITION,
+     "CPU-only group c needs 3 workers x 1 CPU|STRICT_SPREAD needs 3 distinct nodes; alive nodes have 2 with "
+     "room"},
+    {"cpu_strict_pack_short", "0c2,0c2", "", "c:3x0:STRICT_PACK", NULL, TROUPE_FAILED_PRECONDITION,
+     "STRICT_PACK needs them on 1 node; alive nodes have room for at most 2 on one node"},
+    {"cpu_no_slots", "8", "", "c:1x0:PACK", NULL, TROUPE_FAILED_PRECONDITION,
+     "CPU-only group c needs 1 workers x 1 CPU on nodes with CPU slots; alive nodes have room for 0 such "
+     "workers|--cpus"},
+    {"cpu_too_big", "0c4", "", "c:1x0c6:PACK", NULL, TROUPE_FAILED_PRECONDITION, "x 6 CPU|room for 0"},
+    {"cpu_gpu_group_needs_vnodes", "8c2", "", "g:1x1:PACK", NULL, TROUPE_INVALID_ARGUMENT,
+     "the virtual cluster has no nodes; groups with GPUs are placed inside it"},
+    {"cpu_bad_amount", "0c4", "", "c:1x0c5000:PACK", NULL, TROUPE_INVALID_ARGUMENT,
+     "group c wants 5000 CPUs per worker; 0 to 4096"},
+    {"cpu_gpu_job_on_cpu_node", "0c8", "1", "g:1x1:PACK", NULL, TROUPE_FAILED_PRECONDITION,
+     "needs 1 node with 1 free GPUs; largest node has 0"},
 };
 
 static void run_place_case(const place_case *c)
@@ -279,7 +310,20 @@ static void test_node_errors(void **state)
     ns.id = 2;
     ns.gpus = 65;
     assert_status(tr_sched_node_add(s, &ns, &err), TROUPE_INVALID_ARGUMENT, &err);
-    assert_contains(err.msg, "65 GPUs; a node has 1 to 64");
+    assert_contains(err.msg, "65 GPUs; a node has 0 to 64");
+    ns.gpus = 0;
+    ns.cpus = 65537;
+    assert_status(tr_sched_node_add(s, &ns, &err), TROUPE_INVALID_ARGUMENT, &err);
+    assert_contains(err.msg, "65537 CPUs; a node has 0 to 65536");
+    ns.id = 9; /* a node without GPUs is a node: it takes CPU-only workers */
+    ns.cpus = 16;
+    assert_status(tr_sched_node_add(s, &ns, &err), TROUPE_OK, &err);
+    assert_status(tr_sched_node_get(s, 9, &info, &err), TROUPE_OK, &err);
+    assert_int_equal(info.gpus, 0);
+    assert_int_equal(info.cpus, 16);
+    assert_int_equal(info.free_cpu_milli, 16000);
+    ns.id = 2;
+    ns.cpus = 0;
     ns.gpus = 64;
     assert_status(tr_sched_node_add(s, &ns, &err), TROUPE_OK, &err);
     assert_status(tr_sched_node_get(s, 2, &info, &err), TROUPE_OK, &err);

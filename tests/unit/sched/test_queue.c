@@ -339,12 +339,62 @@ static void test_waits_for_drained(void **state)
     tr_sched_close(s);
 }
 
+/* CPU-only workers take CPU slots and give them back: a CPU job waits while
+ * the slots are held (saying so), a mixed job is placed whole or not at all,
+ * and a GPU job is never held up by CPU slots it does not need. */
+static void test_cpu_slots(void **state)
+{
+    tr_sched *s = t_cluster("1,0c2");
+    tjob j1, j2, j3;
+    tr_sched_decision d[3];
+    tr_sched_placement *p = NULL;
+    tr_err err;
+
+    place_ok(s, 100, "", "c:2x0:PACK"); /* both slots of n2 */
+    assert_int_equal(t_free_cpu_milli(s, 2), 0);
+    t_job(&j1, "", "c:1x0:PACK", NULL);
+    t_job(&j2, "1", "g:1x1:PACK;c:1x0:PACK", NULL); /* its GPU is free, its CPU slot is not */
+    t_job(&j3, "1", "g:1x1:PACK", NULL);
+    tr_sched_pending q[] = {{1, &j1.spec}, {2, &j2.spec}, {3, &j3.spec}};
+    assert_status(tr_sched_schedule(s, q, 3, d, &err), TROUPE_OK, &err);
+    assert_status(d[0].status, TROUPE_RESOURCE_EXHAUSTED, &d[0].why);
+    assert_contains(d[0].why.msg, "waiting for free CPU slots: CPU-only group c needs 1 workers x 1 CPU");
+    assert_status(d[1].status, TROUPE_RESOURCE_EXHAUSTED, &d[1].why);
+    assert_int_equal(t_free_gpus(s), 1); /* the mixed job took nothing: gang */
+    /* j3's GPU is the one j2's shadow holds, so FIFO keeps it waiting too */
+    assert_status(d[2].status, TROUPE_RESOURCE_EXHAUSTED, &d[2].why);
+    t_check_invariants(s);
+    /* tr_sched_place says the same for the mixed job alone */
+    assert_status(tr_sched_place(s, 2, &j2.spec, &p, &err), TROUPE_RESOURCE_EXHAUSTED, &err);
+    assert_contains(err.msg, "waiting for free CPU slots");
+    assert_int_equal(t_free_gpus(s), 1);
+    /* the CPU job ends: its slots come back and the queue starts in order */
+    tr_sched_release(s, tr_sched_find(s, 100));
+    assert_int_equal(t_free_cpu_milli(s, 2), 2000);
+    assert_status(tr_sched_schedule(s, q, 3, d, &err), TROUPE_OK, &err);
+    assert_status(d[0].status, TROUPE_OK, &d[0].why);
+    assert_status(d[1].status, TROUPE_OK, &d[1].why);
+    assert_status(d[2].status, TROUPE_RESOURCE_EXHAUSTED, &d[2].why); /* j2 has the one GPU */
+    t_check_props(s, &j2.spec, d[1].placement);
+    assert_int_equal(t_free_cpu_milli(s, 2), 0);
+    uint64_t ids[4];
+    size_t n;
+    assert_status(tr_sched_jobs_on_node(s, 2, ids, 4, &n, &err), TROUPE_OK, &err);
+    assert_int_equal(n, 2); /* node death takes both jobs with CPU workers there */
+    t_check_invariants(s);
+    tr_sched_release(s, d[0].placement);
+    tr_sched_release(s, d[1].placement);
+    assert_int_equal(t_free_cpu_milli(s, 2), 2000);
+    t_check_invariants(s);
+    tr_sched_close(s);
+}
+
 static const struct CMUnitTest queue_tests[] = {
-    cmocka_unit_test(test_waits_for_drained),
-    cmocka_unit_test(test_waits_for_suspect),
-    cmocka_unit_test(test_backfill_allowed),  cmocka_unit_test(test_backfill_refused),
-    cmocka_unit_test(test_fifo_and_bad_jobs), cmocka_unit_test(test_pass_starts_many),
-    cmocka_unit_test(test_random_soak),       cmocka_unit_test(test_many_nodes),
+    cmocka_unit_test(test_cpu_slots),         cmocka_unit_test(test_waits_for_drained),
+    cmocka_unit_test(test_waits_for_suspect), cmocka_unit_test(test_backfill_allowed),
+    cmocka_unit_test(test_backfill_refused),  cmocka_unit_test(test_fifo_and_bad_jobs),
+    cmocka_unit_test(test_pass_starts_many),  cmocka_unit_test(test_random_soak),
+    cmocka_unit_test(test_many_nodes),
 };
 
 const struct CMUnitTest *sched_queue_tests(size_t *n)
