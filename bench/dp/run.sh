@@ -3,7 +3,7 @@
 # parallelism's transport, on this host:
 #   1. all-reduce of 1, 16 and 64 MiB float32 between 2 and 4 processes over
 #      loopback TCP: troupe's CPU collective (coll_bench) beside torch gloo
-#      (gloo_bench.py, Debian's python3-torch at /usr/bin/python3), the two
+#      (gloo_bench.py, the first of /usr/bin/python3, python3 with torch), the two
 #      alternated over ROUNDS rounds (default 3) so that load on a shared
 #      machine hits both alike; the median of the rounds' medians is reported;
 #   2. troupe-train data-parallel step time under a real head and agents:
@@ -24,6 +24,12 @@ source "$HERE/../../tests/integration/lib.sh"
 RAW=$T/raw.jsonl
 : >"$RAW"
 
+# The python with torch: Debian's python3-torch lives with /usr/bin/python3.
+PY=
+for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import torch' 2>/dev/null; then PY=$p; break; fi
+done
+[ -n "$PY" ] || fail "no python3 with torch (apt-get install python3-torch): gloo cannot run"
 port=$(free_port)
 allreduce() { # allreduce IMPL N MIB
     local pids=() r
@@ -31,7 +37,7 @@ allreduce() { # allreduce IMPL N MIB
         if [ "$1" = troupe-coll ]; then
             "$B/bench/dp/coll_bench" "$r" "$2" "$port" "$3" 11 >>"$T/ar.$r" &
         else
-            /usr/bin/python3 "$HERE/gloo_bench.py" "$r" "$2" "$port" "$3" 11 >>"$T/ar.$r" 2>"$T/gloo.err" &
+            "$PY" "$HERE/gloo_bench.py" "$r" "$2" "$port" "$3" 11 >>"$T/ar.$r" 2>"$T/gloo.err" &
         fi
         pids+=($!)
     done
