@@ -205,7 +205,8 @@ static int wait_arrived(tr_rpc_client *rpc, uint64_t id, const rank_ctx *r, uint
         }
         tr_sleep_ms(20);
     }
-    return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "only some of %u ranks reached the head in 120 s", n - 1);
+    return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "only some of %u ranks reached the head in 120 s",
+                      n - 1);
 }
 
 static int publish(tr_rpc_client *rpc, uint64_t id, tr_err *err)
