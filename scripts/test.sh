@@ -2,7 +2,9 @@
 # test.sh - the whole CPU test suite (the README's test command; .ci/run calls it).
 #
 #  1. install missing packages (scripts/setup.sh)
-#  2. build (CUDA parts too when a toolkit is present) and run ctest: unit + integration
+#  2. build (CUDA parts too when a toolkit is present) and run ctest: unit +
+#     integration + the benchmarks' smoke runs (label bench: a few seconds each,
+#     asserting that each harness still measures something)
 #  3. the deploy tests (label deploy, tests/deploy/): deploy/ run by real engines
 #     - the image built and run by podman, compose by podman-compose, the Slurm
 #     script under slurmctld/slurmd, the Kubernetes manifests, the systemd units;
@@ -103,7 +105,7 @@ echo "== build (release)"
 configure build -S . -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$JOBS"
 echo "== tests (release)"
-run_tests build 'unit|integration|gpu'
+run_tests build 'unit|integration|gpu|bench'
 
 echo "== deploy tests (podman image and containers, podman-compose, Slurm, Kubernetes manifests, systemd units)"
 start=$SECONDS

@@ -1,6 +1,10 @@
 /* agents.c - simulated node agents: registration and the NodeSync exchange.
  *
- * The bench plays 1,000 agents over a handful of RPC connections. A real
+ * The bench plays 1,000 agents, each over an RPC connection of its own that
+ * stays open for the run, as a real agent's does: the head reads a closed
+ * agent connection as a dead agent process (SUSPECT at once, DEAD after
+ * disconnect_ms) and places nothing on its node. The head's heartbeat
+ * settings (head.c) keep the silent agents ALIVE otherwise. A real
  * agent (worker/node/sync.c) learns a new assignment set from its long poll,
  * starts and stops processes to match it, and reports the complete list of
  * its workers with the version it applied. eb_agent_sync does the same
@@ -81,17 +85,19 @@ static void *reg_main(void *arg)
 {
     reg_job *j = arg;
     tr_rpc_client_opts o = {.url = j->url};
-    tr_rpc_client *rpc = NULL;
     tr_err err;
 
-    j->rv = tr_rpc_client_open(&o, &rpc, &err);
+    j->rv = TROUPE_OK;
     for (size_t i = j->first; j->rv == TROUPE_OK && i < j->c->n; i += j->step) {
-        j->rv = register_one(rpc, i, j->c->nodes[i].gpus, &j->c->nodes[i].id, &err);
+        eb_node *nd = &j->c->nodes[i];
+        j->rv = tr_rpc_client_open(&o, &nd->rpc, &err);
+        if (j->rv == TROUPE_OK) {
+            j->rv = register_one(nd->rpc, i, nd->gpus, &nd->id, &err);
+        }
     }
     if (j->rv != TROUPE_OK) {
         snprintf(j->why, sizeof(j->why), "RegisterNode: %.200s", err.msg);
     }
-    tr_rpc_client_close(rpc);
     return NULL;
 }
 
@@ -137,9 +143,34 @@ int eb_cluster_register(const char *url, size_t n, int threads, eb_cluster *c, d
     return rv;
 }
 
+int eb_cluster_check(const char *url, const eb_cluster *c, char *why, size_t why_size)
+{
+    troupe_client_opts co = {.head_url = url, .timeout_ms = 10000};
+    troupe_client *tc = NULL;
+    troupe_cluster cl;
+    troupe_error e = {0};
+    int rv = -1;
+
+    if (troupe_client_open(&tc, &co, &e) != TROUPE_OK || troupe_get_cluster(tc, &cl, &e) != TROUPE_OK) {
+        snprintf(why, why_size, "GetCluster: %.200s", e.message);
+    } else if (cl.nodes_alive != c->n || cl.gpus_total != c->gpus_total) {
+        snprintf(
+            why, why_size,
+            "the head counts %u of the %zu simulated nodes ALIVE (%u SUSPECT, %u DEAD, %u LEFT) and %u of "
+            "their %u GPUs: it lost their agents",
+            cl.nodes_alive, c->n, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.gpus_total,
+            c->gpus_total);
+    } else {
+        rv = 0;
+    }
+    troupe_client_close(tc);
+    return rv;
+}
+
 void eb_cluster_free(eb_cluster *c)
 {
     for (size_t i = 0; i < c->n; i++) {
+        tr_rpc_client_close(c->nodes[i].rpc);
         pthread_mutex_destroy(&c->nodes[i].mu);
     }
     free(c->nodes);
@@ -191,8 +222,9 @@ out:
     return rv;
 }
 
-int eb_agent_sync(tr_rpc_client *rpc, eb_node *node, uint32_t timeout_ms, unsigned *n_rpcs, tr_err *err)
+int eb_agent_sync(eb_node *node, uint32_t timeout_ms, unsigned *n_rpcs, tr_err *err)
 {
+    tr_rpc_client *rpc = node->rpc;
     Troupe__V1__NodeSyncRequest req = TROUPE__V1__NODE_SYNC_REQUEST__INIT;
     Troupe__V1__NodeSyncReply *set = NULL;
     int rv;

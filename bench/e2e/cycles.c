@@ -21,6 +21,7 @@
  * A cycle that takes longer than the cycle deadline is an error, reported in
  * the cell, never a hang. Throughput counts cycles that ended inside the
  * measured window; latencies are those cycles'. */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +95,7 @@ static int wait_placed(troupe_client *c, uint64_t id, int64_t until, thr *t, tro
 }
 
 /* sync_nodes has the agent of every node the job used sync once. */
-static int sync_nodes(tr_rpc_client *rpc, const troupe_job *j, int64_t until, thr *t, troupe_error *e)
+static int sync_nodes(const troupe_job *j, int64_t until, thr *t, troupe_error *e)
 {
     for (size_t i = 0; i < j->n_workers; i++) {
         uint64_t id = j->workers[i].node_id;
@@ -113,7 +114,7 @@ static int sync_nodes(tr_rpc_client *rpc, const troupe_job *j, int64_t until, th
                      (unsigned long long)id);
             return TROUPE_INTERNAL;
         }
-        rv = eb_agent_sync(rpc, node, left_ms(until) + 1, &n, &err);
+        rv = eb_agent_sync(node, left_ms(until) + 1, &n, &err);
         t->rpcs += n;
         if (rv != TROUPE_OK) {
             snprintf(e->message, sizeof(e->message), "NodeSync node=%llu: %.200s", (unsigned long long)id,
@@ -171,7 +172,7 @@ static int record(thr *t, double lat, double place, double release)
 }
 
 /* one_cycle runs steps 1-5; returns a troupe_status with e filled. */
-static int one_cycle(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error *e)
+static int one_cycle(troupe_client *c, thr *t, troupe_error *e)
 {
     int64_t until = tr_now_ms() + t->o->cycle_deadline_ms;
     double t0 = eb_now_s(), t1;
@@ -193,7 +194,7 @@ static int one_cycle(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error 
         t->rpcs++;
     }
     if (rv == TROUPE_OK) {
-        rv = sync_nodes(rpc, j, until, t, e);
+        rv = sync_nodes(j, until, t, e);
     }
     if (rv == TROUPE_OK) {
         rv = wait_released(c, id, until, t, e);
@@ -247,8 +248,7 @@ static int check_placed(const troupe_batch *b, thr *t, size_t *n_nodes, troupe_e
     return TROUPE_OK;
 }
 
-static int sync_node_ids(tr_rpc_client *rpc, const uint64_t *ids, size_t n, int64_t until, thr *t,
-                         troupe_error *e)
+static int sync_node_ids(const uint64_t *ids, size_t n, int64_t until, thr *t, troupe_error *e)
 {
     for (size_t i = 0; i < n; i++) {
         eb_node *node = eb_cluster_find(t->o->cluster, ids[i]);
@@ -260,7 +260,7 @@ static int sync_node_ids(tr_rpc_client *rpc, const uint64_t *ids, size_t n, int6
                      (unsigned long long)ids[i]);
             return TROUPE_INTERNAL;
         }
-        rv = eb_agent_sync(rpc, node, left_ms(until) + 1, &calls, &err);
+        rv = eb_agent_sync(node, left_ms(until) + 1, &calls, &err);
         t->rpcs += calls;
         if (rv != TROUPE_OK) {
             snprintf(e->message, sizeof(e->message), "NodeSync node=%llu: %.200s", (unsigned long long)ids[i],
@@ -272,7 +272,7 @@ static int sync_node_ids(tr_rpc_client *rpc, const uint64_t *ids, size_t n, int6
 }
 
 /* one_batch places and releases t->batch groups with batch calls. */
-static int one_batch(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error *e)
+static int one_batch(troupe_client *c, thr *t, troupe_error *e)
 {
     int64_t until = tr_now_ms() + t->o->cycle_deadline_ms;
     double t0 = eb_now_s(), t1;
@@ -294,7 +294,7 @@ static int one_batch(troupe_client *c, tr_rpc_client *rpc, thr *t, troupe_error 
         t->rpcs++;
     }
     if (rv == TROUPE_OK) {
-        rv = sync_node_ids(rpc, t->node_ids, n_nodes, until, t, e);
+        rv = sync_node_ids(t->node_ids, n_nodes, until, t, e);
     }
     if (rv == TROUPE_OK) {
         /* The agents' reports were acknowledged after the head applied them,
@@ -354,16 +354,12 @@ static void *thr_main(void *arg)
 {
     thr *t = arg;
     troupe_client_opts co = {.head_url = t->o->url, .timeout_ms = t->o->cycle_deadline_ms};
-    tr_rpc_client_opts ro = {.url = t->o->url};
     troupe_client *c = NULL;
-    tr_rpc_client *rpc = NULL;
     troupe_error e = {0};
-    tr_err err;
     int rv;
 
-    if ((rv = troupe_client_open(&c, &co, &e)) != TROUPE_OK ||
-        (rv = tr_rpc_client_open(&ro, &rpc, &err)) != TROUPE_OK) {
-        snprintf(t->note, sizeof(t->note), "connect: %.200s", rv == e.code ? e.message : err.msg);
+    if ((rv = troupe_client_open(&c, &co, &e)) != TROUPE_OK) {
+        snprintf(t->note, sizeof(t->note), "connect: %.200s", e.message);
         t->errors++;
         goto out;
     }
@@ -373,7 +369,7 @@ static void *thr_main(void *arg)
         goto out;
     }
     while (atomic_load(t->phase) != PH_DONE) {
-        rv = t->batch > 1 ? one_batch(c, rpc, t, &e) : one_cycle(c, rpc, t, &e);
+        rv = t->batch > 1 ? one_batch(c, t, &e) : one_cycle(c, t, &e);
         if (rv != TROUPE_OK) {
             /* Stop this thread: a broken cycle may have left GPUs held, and
              * going on would measure a different cluster. */
@@ -385,7 +381,6 @@ static void *thr_main(void *arg)
 out:
     batch_release(t);
     troupe_client_close(c);
-    tr_rpc_client_close(rpc);
     return NULL;
 }
 
@@ -459,6 +454,22 @@ static void summarize(thr *ts, int k, eb_cell *cell)
     free(rel);
 }
 
+/* note_add appends to the cell's note, so that the first cause (a thread's
+ * failed call) stays in front of what it led to. */
+static void note_add(eb_cell *cell, const char *fmt, ...)
+{
+    size_t off = strlen(cell->note);
+    va_list ap;
+
+    if (off > 0 && off + 2 < sizeof(cell->note)) {
+        memcpy(cell->note + off, "; ", 3);
+        off += 2;
+    }
+    va_start(ap, fmt);
+    vsnprintf(cell->note + off, sizeof(cell->note) - off, fmt, ap);
+    va_end(ap);
+}
+
 /* check_all_released: once every thread stopped, the head must show every
  * GPU free and no job PENDING or RUNNING, or the cell's cycles did not
  * really release what they placed. */
@@ -472,11 +483,11 @@ static void check_all_released(const eb_cycle_opts *o, eb_cell *cell)
 
     if (troupe_client_open(&c, &co, &e) != TROUPE_OK || troupe_get_cluster(c, &cl, &e) != TROUPE_OK ||
         troupe_list_jobs(c, 1, &active, &e) != TROUPE_OK) {
-        snprintf(cell->note, sizeof(cell->note), "end-of-cell check: %.200s", e.message);
+        note_add(cell, "end-of-cell check: %.200s", e.message);
         cell->errors++;
     } else if (cl.gpus_free != cl.gpus_total || active->count != 0) {
-        snprintf(cell->note, sizeof(cell->note), "after the cell: %u of %u GPUs free, %zu jobs active",
-                 cl.gpus_free, cl.gpus_total, active->count);
+        note_add(cell, "after the cell: %u of %u GPUs free, %zu jobs active", cl.gpus_free, cl.gpus_total,
+                 active->count);
         cell->errors++;
     }
     troupe_job_list_free(active);
@@ -518,6 +529,12 @@ int eb_cycles_run(const eb_cycle_opts *o, eb_cell *cell)
         pthread_join(th[i], NULL);
     }
     summarize(ts, k, cell);
+    if (cell->cycles == 0) {
+        /* A harness that places nothing must not pass for a slow head. */
+        note_add(cell, "no cycle completed in the %.1f s window (see %s)", cell->window_s,
+                 o->head_log ? o->head_log : "the head's log");
+        cell->errors++;
+    }
     check_all_released(o, cell);
     if (cell->cycles > 0) {
         cell->head_cpu_ms = head_cpu * 1e3 / (double)cell->cycles;

@@ -77,11 +77,16 @@ int eb_head_start(const eb_head_opts *o, eb_head *h, char *why, size_t why_size)
 /* eb_head_stop stops it (SIGTERM, then SIGKILL) and removes its state dir. */
 void eb_head_stop(eb_head *h);
 
+/* eb_head_tail copies the last `lines` lines of the head's log to stderr
+ * (before eb_head_stop removes it), so a failed run shows what the head saw. */
+void eb_head_tail(const eb_head *h, int lines);
+
 /* ---- agents.c: simulated node agents ------------------------------------- */
 
 typedef struct eb_node {
     uint64_t id;
     unsigned gpus;
+    tr_rpc_client *rpc; /* the agent's own connection, open for the whole run */
     pthread_mutex_t mu; /* one agent per node: its syncs never overlap */
 } eb_node;
 
@@ -92,21 +97,31 @@ typedef struct eb_cluster {
 } eb_cluster;
 
 /* eb_cluster_register registers n nodes of 4/8/16 GPUs (a third each,
- * shuffled) through RegisterNode, from `threads` threads. 0, or -1 with why. */
+ * shuffled) through RegisterNode, from `threads` threads, each node over a
+ * connection of its own that stays open until eb_cluster_free: the head
+ * takes a node whose agent's connection closed for a dead agent (SUSPECT at
+ * once, DEAD after disconnect_ms) and places nothing on it. 0, or -1 with
+ * why. */
 int eb_cluster_register(const char *url, size_t n, int threads, eb_cluster *c, double *seconds, char *why,
                         size_t why_size);
 
+/* eb_cluster_check asks the head (GetCluster) whether every node of c is
+ * ALIVE with all its GPUs; 0, or -1 with what the head reports instead. */
+int eb_cluster_check(const char *url, const eb_cluster *c, char *why, size_t why_size);
+
+/* eb_cluster_free closes the agents' connections and frees c. */
 void eb_cluster_free(eb_cluster *c);
 
 eb_node *eb_cluster_find(eb_cluster *c, uint64_t id);
 
-/* eb_agent_sync plays node's agent once, as worker/node/sync.c would after
- * its long poll returned: it reads the node's assignment set and version
- * (NodeSync, wait_ms 0, no reports, version 0, which settles nothing), then
+/* eb_agent_sync plays node's agent once, over the node's own connection, as
+ * worker/node/sync.c would after its long poll returned: it reads the node's
+ * assignment set and version (NodeSync, wait_ms 0, no reports, version 0,
+ * which settles nothing), then
  * reports every assigned worker RUNNING with that version. Workers the head
  * placed there but the set no longer lists (a stopped job) are thereby absent
  * and settle as exited. *n_rpcs counts the calls. 0, or a troupe_status. */
-int eb_agent_sync(tr_rpc_client *rpc, eb_node *node, uint32_t timeout_ms, unsigned *n_rpcs, tr_err *err);
+int eb_agent_sync(eb_node *node, uint32_t timeout_ms, unsigned *n_rpcs, tr_err *err);
 
 /* ---- cycles.c: place + release loops -------------------------------------- */
 
@@ -129,13 +144,15 @@ typedef struct eb_cell {
 
 typedef struct eb_cycle_opts {
     const char *url;
-    pid_t head_pid; /* for its CPU time */
+    const char *head_log; /* named in errors */
+    pid_t head_pid;       /* for its CPU time */
     eb_cluster *cluster;
     int warmup_ms, duration_ms;
     uint32_t cycle_deadline_ms; /* a cycle longer than this is an error */
 } eb_cycle_opts;
 
-/* eb_cycles_run measures one cell; fills cell. 0, or -1 (note says why). */
+/* eb_cycles_run measures one cell; fills cell. 0, or -1 (note says why): a
+ * cell with an error, or one that completed no cycle in its window. */
 int eb_cycles_run(const eb_cycle_opts *o, eb_cell *cell);
 
 /* ---- startup.c: submit -> all workers RUNNING with real agents ------------ */

@@ -79,3 +79,30 @@ void eb_head_stop(eb_head *h)
     h->pid = 0;
     eb_rmtree(h->dir);
 }
+
+void eb_head_tail(const eb_head *h, int lines)
+{
+    char buf[8192];
+    FILE *f = fopen(h->log, "r");
+    long size, from;
+    size_t n;
+    char *p;
+
+    if (f == NULL) {
+        return;
+    }
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    from = size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = buf + n;
+    for (int seen = 0; p > buf; p--) {
+        if (p[-1] == '\n' && p != buf + n && ++seen > lines) {
+            break;
+        }
+    }
+    fprintf(stderr, "---- last lines of the head's log (%s) ----\n%s", h->log, p);
+}

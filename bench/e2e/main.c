@@ -8,7 +8,9 @@
  * submit -> all-started time of a 64-worker job with real agents.
  *
  * Usage: troupe-bench-e2e --head BIN [--node BIN] [--json FILE] [options]
- * (--help lists them). */
+ * (--help lists them). Exit status 1 when any cell failed or completed no
+ * cycle (each is named on stderr): figures of a broken harness must not pass
+ * for measurements. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +43,8 @@ static void usage(FILE *out, const char *prog)
             "  --startup-reps 5      submit -> all RUNNING repetitions (needs --node; 0 skips)\n"
             "  --cycle-deadline-ms 10000  a cycle slower than this is an error\n"
             "  --tmp DIR             where state dirs go (default $TMPDIR or /var/tmp; must be on disk)\n"
-            "  --log-level LEVEL     of the head and agents (default info, as deployed)\n",
+            "  --log-level LEVEL     of the head and agents (default info, as deployed)\n"
+            "exit status 1 when a cell fails or completes no cycle (each is named on stderr)\n",
             prog);
 }
 
@@ -143,17 +146,25 @@ static int parse_args(int argc, char **argv, args *a)
 static int run_cell(const args *a, const eb_head *h, eb_cluster *cl, eb_cell *c)
 {
     eb_cycle_opts co = {.url = h->url,
+                        .head_log = h->log,
                         .head_pid = h->pid,
                         .cluster = cl,
                         .warmup_ms = a->warmup_ms,
                         .duration_ms = (int)(a->seconds * 1000),
                         .cycle_deadline_ms = (uint32_t)a->deadline_ms};
     double in_flight = (double)c->workers * c->batch * c->clients;
+    char why[300];
     int rv = 0;
 
     if (in_flight > 0.8 * cl->gpus_total) {
         snprintf(c->note, sizeof(c->note), "skipped: %.0f GPUs in flight, cluster has %u", in_flight,
                  cl->gpus_total);
+    } else if (eb_cluster_check(h->url, cl, why, sizeof(why)) != 0) {
+        /* Measuring would only time out on nodes the head no longer trusts. */
+        snprintf(c->note, sizeof(c->note), "not measured: %.200s", why);
+        c->ran = 1;
+        c->errors = 1;
+        rv = -1;
     } else if (eb_cycles_run(&co, c) != 0) {
         rv = -1;
     }
@@ -196,9 +207,32 @@ static int run_head_w(const args *a, int sync_full, int w, eb_cell *cells, doubl
             }
         }
     }
+    if (rv != 0) {
+        eb_head_tail(&h, 15); /* the state dir, and the log with it, goes next */
+    }
     eb_cluster_free(&cl);
     eb_head_stop(&h);
     return rv;
+}
+
+/* report_failed names every cell that failed on stderr; returns how many. */
+static size_t report_failed(const eb_cell *cells, size_t n)
+{
+    size_t bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const eb_cell *c = &cells[i];
+        if (!c->ran || c->errors == 0) {
+            continue;
+        }
+        if (bad++ == 0) {
+            fprintf(stderr, "\ntroupe-bench-e2e: FAILED cells (their figures are not measurements):\n");
+        }
+        fprintf(stderr, "  sync_full=%d W=%d B=%d K=%d: %llu cycles, %llu errors: %s\n", c->sync_full,
+                c->workers, c->batch, c->clients, (unsigned long long)c->cycles,
+                (unsigned long long)c->errors, c->note);
+    }
+    return bad;
 }
 
 static void settings_json(const args *a, char *buf, size_t size)
@@ -248,6 +282,12 @@ int main(int argc, char **argv)
     settings_json(&a, settings, sizeof(settings));
     if (a.json != NULL && eb_report_json(a.json, settings, cells, n, stp) != 0) {
         failed = 1;
+    }
+    if (report_failed(cells, n) > 0) {
+        failed = 1;
+    }
+    if (failed) {
+        fprintf(stderr, "troupe-bench-e2e: failed (exit 1): see the cells and messages above\n");
     }
     return failed ? 1 : 0;
 }

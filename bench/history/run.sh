@@ -66,7 +66,12 @@ if [ "${OLD:-0}" != 1 ]; then
     "$BIN/server/troupe-head" --listen "$HEAD" --state-dir "$T/state" --heartbeat-ms 1000 --keep-jobs 1000 \
         --keep-days 0 >>"$T/head.log" 2>&1 &
     HPID=$!; PIDS+=($HPID)
-    until [ "$("$CLI" -o json jobs --all 2>/dev/null | jq .count)" = 1001 ]; do sleep 0.05; done
+    # The hold job and the newest 1000 finished ones (all of them when fewer).
+    want=$(( (N < 1000 ? N : 1000) + 1 )); deadline=$(( $(date +%s) + 120 ))
+    until [ "$("$CLI" -o json jobs --all 2>/dev/null | jq .count)" = "$want" ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || { echo "run.sh: the restarted head did not list $want jobs within 120 s" >&2; exit 1; }
+        sleep 0.05
+    done
     ret_ms=$(ms "$t"); rss2=$(rss)
     note="$note; restart with keep_jobs=1000 (load + retention pass + list) in ${ret_ms} ms"
 fi

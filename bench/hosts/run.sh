@@ -43,7 +43,7 @@ for i in $(seq 100); do
     [ "$i" -lt 100 ] || { echo "head did not answer within 10 s: $(cat "$T/head.log")" >&2; exit 1; }
     sleep 0.1
 done
-"$CLI" --head "$URL" --token-file "$T/admin.tok" token create --scope node >"$T/node.tok"
+"$CLI" --head "$URL" --token-file "$T/admin.tok" token create --scope node --max-nodes "$NODES" >"$T/node.tok"
 echo "head: $HEAD_BIN ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BUILD/bench/hosts/troupe-bench-hosts" --head "$URL" --head-pid "$HEAD_PID" --nodes "$NODES" \
     --token-file "$T/node.tok" --admin-token-file "$T/admin.tok" --kill 100 --kill-closed \

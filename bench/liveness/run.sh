@@ -16,6 +16,7 @@
 #
 # Times are from the fault to the state seen by polling `troupe -o json job`
 # every 20 ms (about 10-30 ms of resolution). Prints a table; writes JSON.
+# CASES: which cases to run (default "sigterm kill9 kill9_rs cut cut_rs").
 set -euo pipefail
 BUILD=${1:?usage: bench/liveness/run.sh BUILD_DIR [OUT.json] [ROUNDS]}
 OUT=${2:-}
@@ -79,35 +80,42 @@ job_on() { # NAME RESTARTS: a 1-GPU sleeper, placed on the only free node
 
 declare -A R
 add() { R[$1]="${R[$1]:-}${R[$1]:+ }$2"; }
+CASES=" ${CASES:-sigterm kill9 kill9_rs cut cut_rs} "
+on() { [[ "$CASES" == *" $1 "* ]]; }
 for r in $(seq 1 "$ROUNDS"); do
-    # sigterm
-    agent "t$r" "$HEAD"; j=$(job_on "st$r" 0)
-    t0=$(ms_now); kill -TERM "$AGENT_PID"
-    while ! is_state "t$r" LEFT; do sleep 0.02; done; add sigterm_left $(( $(ms_now) - t0 ))
-    add sigterm_job "$(poll_until "$j" FAILED STOPPED)"
-    # kill -9, no restart
-    agent "k$r" "$HEAD"; j=$(job_on "k$r" 0)
-    t0=$(ms_now); kill -9 "$AGENT_PID"; add kill9_failed "$(poll_until "$j" FAILED)"
-    # kill -9, restart on a spare
-    agent "kr$r" "$HEAD"; victim=$AGENT_PID; j=$(job_on "kr$r" 1); agent "spare$r" "$HEAD"
-    t0=$(ms_now); kill -9 "$victim"; add kill9_rs_decided "$(restart_decided "$j")"; add kill9_rs_running "$(restart_running "$j")"
-    kill -TERM "$AGENT_PID" # the spare
-    # silent cut, no restart
-    kill -USR2 "$PROXY_PID"
-    agent "c$r" "$PROXY"; cut_pid=$AGENT_PID; j=$(job_on "c$r" 0)
-    t0=$(ms_now); kill -USR1 "$PROXY_PID"; add cut_failed "$(poll_until "$j" FAILED)"
-    kill -9 "$cut_pid"
-    # silent cut, restart on a spare
-    kill -USR2 "$PROXY_PID"
-    agent "cr$r" "$PROXY"; cut_pid=$AGENT_PID; j=$(job_on "cr$r" 1); agent "cspare$r" "$HEAD"
-    t0=$(ms_now); kill -USR1 "$PROXY_PID"; add cut_rs_decided "$(restart_decided "$j")"; add cut_rs_running "$(restart_running "$j")"
-    kill -9 "$cut_pid"; kill -TERM "$AGENT_PID"
+    if on sigterm; then
+        agent "t$r" "$HEAD"; j=$(job_on "st$r" 0)
+        t0=$(ms_now); kill -TERM "$AGENT_PID"
+        while ! is_state "t$r" LEFT; do sleep 0.02; done; add sigterm_left $(( $(ms_now) - t0 ))
+        add sigterm_job "$(poll_until "$j" FAILED STOPPED)"
+    fi
+    if on kill9; then # no restart
+        agent "k$r" "$HEAD"; j=$(job_on "k$r" 0)
+        t0=$(ms_now); kill -9 "$AGENT_PID"; add kill9_failed "$(poll_until "$j" FAILED)"
+    fi
+    if on kill9_rs; then # restart on a spare
+        agent "kr$r" "$HEAD"; victim=$AGENT_PID; j=$(job_on "kr$r" 1); agent "spare$r" "$HEAD"
+        t0=$(ms_now); kill -9 "$victim"; add kill9_rs_decided "$(restart_decided "$j")"; add kill9_rs_running "$(restart_running "$j")"
+        kill -TERM "$AGENT_PID" # the spare
+    fi
+    if on cut; then # silent cut, no restart
+        kill -USR2 "$PROXY_PID"
+        agent "c$r" "$PROXY"; cut_pid=$AGENT_PID; j=$(job_on "c$r" 0)
+        t0=$(ms_now); kill -USR1 "$PROXY_PID"; add cut_failed "$(poll_until "$j" FAILED)"
+        kill -9 "$cut_pid"
+    fi
+    if on cut_rs; then # silent cut, restart on a spare
+        kill -USR2 "$PROXY_PID"
+        agent "cr$r" "$PROXY"; cut_pid=$AGENT_PID; j=$(job_on "cr$r" 1); agent "cspare$r" "$HEAD"
+        t0=$(ms_now); kill -USR1 "$PROXY_PID"; add cut_rs_decided "$(restart_decided "$j")"; add cut_rs_running "$(restart_running "$j")"
+        kill -9 "$cut_pid"; kill -TERM "$AGENT_PID"
+    fi
     wait_for 10 "round $r agents gone" bash -c "[ \$('$CLI_BIN' -o json nodes --alive | jq .count) = 0 ]"
 done
 
 stats() { tr ' ' '\n' <<<"$1" | sort -n | awk '{ v[NR] = $1; s += $1 } END { printf "%d %d %d", v[1], v[int((NR + 1) / 2)], v[NR] }'; }
 printf '\n%-44s %8s %8s %8s   %s\n' "fault -> state (ms, default settings)" min median max "goal"
-row() { local s; s=$(stats "${R[$1]}"); printf '%-44s %8s %8s %8s   %s\n' "$2" $s "$3"; }
+row() { local s; [ -n "${R[$1]:-}" ] || return 0; s=$(stats "${R[$1]}"); printf '%-44s %8s %8s %8s   %s\n' "$2" $s "$3"; }
 row sigterm_left    "agent SIGTERM -> node LEFT"                    "at once"
 row sigterm_job     "agent SIGTERM -> job ended"                    "at once"
 row kill9_failed    "agent kill -9 -> job FAILED"                   "<= 2000"
@@ -121,6 +129,7 @@ if [ -n "$OUT" ]; then
         printf '{"bench":"liveness","rounds":%d,"settings":"%s","results":{' "$ROUNDS" "$(grep -m1 -o 'heartbeat_ms=.*' "$T/head.log")"
         first=1
         for k in sigterm_left sigterm_job kill9_failed kill9_rs_decided kill9_rs_running cut_failed cut_rs_decided cut_rs_running; do
+            [ -n "${R[$k]:-}" ] || continue
             [ $first = 1 ] || printf ','; first=0
             printf '"%s":[%s]' "$k" "$(tr ' ' ',' <<<"${R[$k]}")"
         done

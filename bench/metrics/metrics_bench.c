@@ -4,7 +4,7 @@
  * the runtime batches its 100 ms gather), for S seconds.
  *
  *   metrics_bench --head URL --head-pid PID --cli PATH [--workers 1000]
- *                 [--names 10] [--hz 10] [--secs 30] [--json FILE]
+ *                 [--names 10] [--hz 10] [--secs 30] [--idle-ms 5000] [--json FILE]
  *
  * The head must run with a long heartbeat (run.sh starts it): the bench
  * registers simulated nodes itself (no agents, so the workers never start)
@@ -46,7 +46,8 @@ static struct {
     const char *url, *cli, *json;
     int head_pid;
     uint32_t workers, names, hz, secs;
-} opt = {.workers = 1000, .names = 10, .hz = 10, .secs = 30};
+    uint32_t idle_ms; /* Ping timed alone before the load */
+} opt = {.workers = 1000, .names = 10, .hz = 10, .secs = 30, .idle_ms = 5000};
 
 static atomic_int stop_load;
 typedef struct samples samples;
@@ -352,6 +353,8 @@ static int parse(int argc, char **argv)
             opt.hz = (uint32_t)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--secs") == 0) {
             opt.secs = (uint32_t)atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--idle-ms") == 0) {
+            opt.idle_ms = (uint32_t)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--json") == 0) {
             opt.json = argv[i + 1];
         } else {
@@ -437,7 +440,7 @@ int main(int argc, char **argv)
 
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: metrics_bench --head URL --head-pid PID --cli PATH [--workers N] [--names N] "
-                        "[--hz N] [--secs N] [--json FILE]\n");
+                        "[--hz N] [--secs N] [--idle-ms MS] [--json FILE]\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -463,7 +466,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&ack_lat.mu, NULL);
     ack_lat_p = &ack_lat;
     pthread_create(&pt, NULL, ping_main, probe);
-    tr_sleep_ms(5000); /* idle RPC latency first */
+    tr_sleep_ms(opt.idle_ms); /* idle RPC latency first */
     if (start_follower(&fol, job) != 0 || pthread_create(&ft, NULL, follow_main, &fol) != 0) {
         fprintf(stderr, "metrics_bench: cannot start troupe metrics -f\n");
         return 1;

@@ -13,6 +13,7 @@
 # HEAD_CPUS: pin the head alone to these CPUs (taskset -c), e.g. HEAD_CPUS=0,1
 # with the script itself under taskset -c 2-5, so that the simulated workers
 # do not share the head's cores (as on a real cluster).
+# IDLE_MS: how long Ping is timed alone before the load (default 5000).
 set -eu
 if [ $# -lt 1 ] || [ ! -d "$1" ]; then
     echo "usage: $0 BUILD_DIR [OUT_DIR] [WORKERS] [SECS] [NAMES] [HZ]" >&2
@@ -40,7 +41,7 @@ for w in $(echo "$sizes" | tr , ' '); do
     rc=0
     "$build/bench/metrics/metrics_bench" --head "tcp://127.0.0.1:$port" --head-pid "$head_pid" \
         --cli "$build/client/troupe" --workers "$w" --names "$names" --hz "$hz" --secs "$secs" \
-        --json "$out/metrics-$commit-w$w.json" || rc=$?
+        --idle-ms "${IDLE_MS:-5000}" --json "$out/metrics-$commit-w$w.json" || rc=$?
     du -sh "$state/metrics.db" 2>/dev/null | sed 's/^/  metrics.db /' || true
     kill $head_pid 2>/dev/null; wait $head_pid 2>/dev/null || true
     rm -rf "$state"

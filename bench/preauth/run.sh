@@ -12,6 +12,8 @@
 # For each: head RSS before and at its peak (sampled every 20 ms), and
 # `troupe status` (fresh connection + GetCluster, as the CLI does) p50/p99
 # while the connections are held. Writes OUT_DIR/preauth-CELL.json; prints a table.
+# CELLS: which cells to run (default "frames small idle raw"); SAMPLES: status
+# calls per cell (default 200 for the frame cells, 50 for the others).
 set -euo pipefail
 BUILD=$(cd "${1:?usage: bench/preauth/run.sh BUILD_DIR OUT_DIR [HEAD_BIN]}" && pwd)
 OUT=${2:?usage: bench/preauth/run.sh BUILD_DIR OUT_DIR [HEAD_BIN]}
@@ -48,7 +50,12 @@ cell() {
 echo "head: $HEAD_BIN"
 printf '%-8s %-6s %5s %9s %8s %8s %8s %9s %9s %9s %9s %9s %5s\n' label mode conns frame opened closed open \
     MB_sent rss0_MB rssmax_MB p50_ms p99_ms fail
-cell frames 0 --mode frames --conns 400 --frame-bytes 4194304 --samples 200
-cell small 0 --mode frames --conns 1000 --frame-bytes 61440 --samples 200
-cell idle 1024 --mode idle --conns 1100 --samples 50
-cell raw 1024 --mode idle --raw --conns 1100 --samples 50
+for c in ${CELLS:-frames small idle raw}; do
+    case $c in
+    frames) cell frames 0 --mode frames --conns 400 --frame-bytes 4194304 --samples "${SAMPLES:-200}" ;;
+    small) cell small 0 --mode frames --conns 1000 --frame-bytes 61440 --samples "${SAMPLES:-200}" ;;
+    idle) cell idle 1024 --mode idle --conns 1100 --samples "${SAMPLES:-50}" ;;
+    raw) cell raw 1024 --mode idle --raw --conns 1100 --samples "${SAMPLES:-50}" ;;
+    *) echo "unknown cell $c (frames small idle raw)" >&2; exit 2 ;;
+    esac
+done

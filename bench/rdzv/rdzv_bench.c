@@ -45,6 +45,8 @@ typedef struct rank_ctx {
     int64_t got_ns;
     int rv;
     char why[256];
+    void *(*fn)(void *); /* what the rank does (rank_main runs it) */
+    atomic_int done;     /* fn returned: rv and why are final */
 } rank_ctx;
 
 static int64_t now_ns(void)
@@ -153,13 +155,39 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-/* arrived polls the job until n ranks wait for IDs (the harness's own wait,
- * with a deadline). */
-static int wait_arrived(tr_rpc_client *rpc, uint64_t id, uint32_t n, tr_err *err)
+static void *rank_main(void *arg)
+{
+    rank_ctx *r = arg;
+    r->fn(r);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+/* rank_failed: a rank whose call already ended in an error, else NULL. */
+static const rank_ctx *rank_failed(const rank_ctx *r, uint32_t n, uint32_t *which)
+{
+    for (uint32_t k = 1; k < n; k++) {
+        if (atomic_load(&r[k].done) && r[k].rv != TROUPE_OK) {
+            *which = k;
+            return &r[k];
+        }
+    }
+    return NULL;
+}
+
+/* arrived polls the job until the n - 1 ranks r[1..] wait for IDs (the
+ * harness's own wait, with a deadline); a rank whose call failed meanwhile
+ * ends the wait with its error. */
+static int wait_arrived(tr_rpc_client *rpc, uint64_t id, const rank_ctx *r, uint32_t n, tr_err *err)
 {
     int64_t end = tr_now_ms() + 120000;
+    const rank_ctx *bad;
+    uint32_t k = 0;
 
     while (tr_now_ms() < end) {
+        if ((bad = rank_failed(r, n, &k)) != NULL) {
+            return tr_err_set(err, bad->rv, "rank %u failed before every rank arrived: %s", k, bad->why);
+        }
         Troupe__V1__GetJobRequest req = TROUPE__V1__GET_JOB_REQUEST__INIT;
         Troupe__V1__GetJobReply *rep = NULL;
         uint32_t got = 0;
@@ -172,12 +200,13 @@ static int wait_arrived(tr_rpc_client *rpc, uint64_t id, uint32_t n, tr_err *err
             got = rep->job->rendezvous[i]->arrived;
         }
         protobuf_c_message_free_unpacked(&rep->base, NULL);
-        if (got >= n) {
+        if (got >= n - 1) {
             return TROUPE_OK;
         }
         tr_sleep_ms(20);
     }
-    return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "only some of %u ranks reached the head in 120 s", n);
+    return tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "only some of %u ranks reached the head in 120 s",
+                      n - 1);
 }
 
 static int publish(tr_rpc_client *rpc, uint64_t id, tr_err *err)
@@ -358,15 +387,15 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
     res->connect_ms = (double)(now_ns() - tc) / 1e6;
     atomic_store(&ctl_ready, 0);
     for (uint32_t k = 1; rv == TROUPE_OK && k < n; k++) {
-        if (pthread_create(&th[k], &attr, control == 2 ? store_main : control ? control_main : waiter_main, &r[k]) !=
-            0) {
+        r[k].fn = control == 2 ? store_main : control ? control_main : waiter_main;
+        if (pthread_create(&th[k], &attr, rank_main, &r[k]) != 0) {
             rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start thread %u", k);
             break;
         }
         started = k;
     }
     if (rv == TROUPE_OK && !control) {
-        rv = wait_arrived(ctl, id, n - 1, err);
+        rv = wait_arrived(ctl, id, r, n, err);
     }
     if (rv == TROUPE_OK && control) {
         /* The head does not count control waiters: every thread has had its
@@ -385,6 +414,12 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
     t0 = now_ns();
     if (rv == TROUPE_OK) {
         rv = control == 2 ? store_set(ctl, id, err) : control ? set_profile(ctl, id, err) : publish(ctl, id, err);
+    }
+    if (rv != TROUPE_OK) {
+        /* Nothing will answer the ranks still waiting: end their calls. */
+        for (size_t k = 1; k <= started; k++) {
+            tr_rpc_client_shutdown(r[k].rpc);
+        }
     }
     for (size_t k = 1; k <= started; k++) {
         pthread_join(th[k], NULL);

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# bench.e2e.smoke: troupe-bench-e2e on 200 simulated nodes, 8 workers a
+# group, one-call and batched cells (1 and 4 clients), then submit -> all
+# RUNNING with 4 real agents once. Every cell must have completed cycles with
+# no error: the simulated agents' connections must stay trusted by the head
+# for the whole run (the batched cells run well after disconnect_ms).
+source "$(dirname "$0")/../smoke.bash"
+export TROUPE_SHARED_UID=true # the startup part's workers write into $T as this user
+run_logged e2e "$TROUPE_BIN/bench/e2e/troupe-bench-e2e" --head "$HEAD_BIN" --node "$NODE_BIN" --tmp "$T" \
+    --workers 8 --batch 1,10 --clients 1,4 --sync false --nodes 200 --seconds 0.5 --warmup-ms 100 \
+    --startup-reps 1 --log-level warning --json "$T/e2e.json"
+measured "$T/e2e.json" "all 4 cells placed and released groups, without errors" \
+    '(.cycles | length) == 4 and all(.cycles[]; .ran and .cycles > 0 and .cycles_per_s > 0 and .errors == 0)'
+measured "$T/e2e.json" "the batched cells placed whole batches" \
+    '[.cycles[] | select(.batch == 10) | .cycles % 10 == 0] | length == 2 and all'
+measured "$T/e2e.json" "64 workers started on real agents" '.startup.ran and .startup.runs == 1 and .startup.median_ms > 0'
