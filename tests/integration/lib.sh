@@ -384,10 +384,18 @@ submit() { cli submit --no-wait "$1"; }
 # its parent, possibly a pid 1 that never reaps, has not collected). The state
 # is read once: a zombie this shell reaps between two reads of /proc/PID/stat
 # must not count as alive (it did when a failed read meant "not a zombie").
+# Every thread counts: a SIGKILLed head's main thread turns zombie (Z) while
+# its other threads still exit, and until the last one is gone its files -
+# the state dir's lock among them - stay open, so a head started "after" it
+# is refused the lock.
 alive() {
-    local st
-    st=$(sed -n 's/^.*) \([A-Za-z]\) .*$/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
-    [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+    local f st
+    [ -d "/proc/$1/task" ] || return 1
+    for f in /proc/"$1"/task/*/stat; do
+        st=$(sed -n 's/^.*) \([A-Za-z]\) .*$/\1/p' "$f" 2>/dev/null) || continue
+        [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ] && return 0
+    done
+    return 1
 }
 
 # The watchdog starts last: its subshell has the functions defined above.
