@@ -28,6 +28,7 @@
 
 #include "config.h"
 #include "err.h"
+#include "events.h"
 #include "liveness.h"
 #include "rpc.h"
 #include "store.h"
@@ -223,7 +224,14 @@ typedef struct tr_head {
     const tr_head_service *svc[TR_HEAD_MAX_SERVICES];
     void *svc_state[TR_HEAD_MAX_SERVICES];
     size_t n_svc;
-    tr_rpc_method *methods; /* the core's and the services' (head.c) */
+    tr_events evbus; /* who hears the core's events (events.h) */
+    /* The layers above the core, attached before tr_head_start
+     * (rpc/handlers.h: tr_rpc_attach): the head's own methods, and a check
+     * of a job spec at admission that only they can make (the size of the
+     * spec's NodeSync assignments; NULL = none). */
+    const tr_rpc_method *core_methods;
+    int (*spec_check)(struct tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
+    tr_rpc_method *methods; /* core_methods and the services' (head.c) */
     uint64_t *deleted_jobs; /* deleted since the last batch (commit.c) */
     size_t n_deleted_jobs, cap_deleted_jobs;
     int64_t retained_ms; /* tr_now_ms() of the last retention pass (jobs_list.c) */
@@ -316,12 +324,6 @@ void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, 
 /* tr_head_add_service registers s (borrowed for the head's life) before
  * tr_head_start; RESOURCE_EXHAUSTED past TR_HEAD_MAX_SERVICES. */
 int tr_head_add_service(tr_head *h, const tr_head_service *s, tr_err *err);
-/* tr_head_job_changed / tr_head_decorate call the services' hooks (h->mu). */
-void tr_head_job_changed(tr_head *h, struct tr_head_job *hj);
-void tr_head_job_saved(tr_head *h, struct tr_head_job *hj);
-void tr_head_decorate(tr_head *h, struct tr_head_job *hj, int on);
-void tr_head_list_fields(tr_head *h, struct tr_head_job *hj, Troupe__V1__Job *copy, int on);
-void tr_head_job_deleted(tr_head *h, uint64_t job_id);
 /* State dir checks at start (statedir.c): the exclusive lock (FAILED_PRECONDITION
  * naming the holder's pid when another head has it), and ids that never go
  * backwards: tr_head_id_seen raises the counter past an id found on disk. */
@@ -359,12 +361,7 @@ int tr_head_check_liveness(const tr_head_config *c, tr_err *err);
 /* tr_head_stop stops serving and frees everything (config excluded). */
 void tr_head_stop(tr_head *h);
 
-/* Node registry (nodes.c). Handlers take h->mu themselves. */
-void tr_head_ping(tr_rpc_call *call, void *user);
-void tr_head_register_node(tr_rpc_call *call, void *user);
-void tr_head_heartbeat(tr_rpc_call *call, void *user);
-void tr_head_list_nodes(tr_rpc_call *call, void *user);
-void tr_head_get_cluster(tr_rpc_call *call, void *user);
+/* Node registry (nodes.c). */
 int tr_head_nodes_recover(tr_head *h, tr_err *err);
 void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
 /* tr_head_heartbeat_period (h->mu held): the period to ask of agents now,
@@ -382,8 +379,6 @@ void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char
 int tr_head_node_gone(const Troupe__V1__Node *n);
 
 /* Node lifecycle (node_life.c). */
-void tr_head_deregister_node(tr_rpc_call *call, void *user);
-void tr_head_drain_node(tr_rpc_call *call, void *user);
 void tr_head_pipe_closed(uint32_t pipe, void *user);  /* RPC server callback */
 void tr_head_nodes_check_pipes(tr_head *h);           /* reaper, under h->mu */
 void tr_head_node_seen(tr_head *h, tr_head_node *hn, tr_rpc_call *call); /* under h->mu */

@@ -473,7 +473,7 @@ int tr_joblog_report(tr_head *h, tr_head_job *hj, uint32_t worker, const char *n
         queue_flush(h, hj);
     }
     if (l->size != before) {
-        tr_jobs_answer_log_waiters(h, hj, 0);
+        tr_events_publish(h, TR_EV_LOG_GREW, hj, NULL);
     }
     return 1;
 }

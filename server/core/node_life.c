@@ -25,6 +25,7 @@
 
 #include "auth.h"
 #include "head.h"
+#include "handlers.h" /* its handlers move to rpc/ */
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
@@ -39,15 +40,6 @@ void tr_head_node_seen(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
     hn->pipe = tr_rpc_call_pipe(call);
     hn->dropped_mono = 0;
     (void)h;
-}
-
-int64_t tr_head_node_fence_until(tr_head *h, const Troupe__V1__Node *n)
-{
-    tr_head_node *hn = tr_head_node_find(h, n->id);
-    if (hn == NULL || n->state == TROUPE__V1__NODE_STATE__NODE_LEFT) {
-        return 0; /* a deregistered agent stopped its workers first */
-    }
-    return hn->seen_mono + tr_liveness_lease_ms(&h->live) + FENCE_SLACK_MS;
 }
 
 void tr_head_pipe_closed(uint32_t pipe, void *user)

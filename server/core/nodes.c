@@ -16,6 +16,7 @@
 
 #include "head.h"
 #include "auth.h"
+#include "handlers.h" /* its handlers move to rpc/ */
 #include "jobs.h"
 #include "log.h"
 #include "names.h"
@@ -36,32 +37,6 @@ static const char *state_name(int s)
     case TROUPE__V1__NODE_STATE__NODE_LEFT: return "LEFT";
     default: return "UNKNOWN";
     }
-}
-
-/* Nodes are kept in id order (ids only grow and records are never removed;
- * recovery loads them sorted), so lookups are a binary search: they run
- * several times per placement and per NodeSync. A miss falls back to a scan,
- * which keeps the answer right even if that order were ever broken. */
-tr_head_node *tr_head_node_find(tr_head *h, uint64_t id)
-{
-    size_t lo = 0, hi = h->n_nodes;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (h->nodes[mid].n->id < id) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if (lo < h->n_nodes && h->nodes[lo].n->id == id) {
-        return &h->nodes[lo];
-    }
-    for (size_t i = 0; i < h->n_nodes; i++) {
-        if (h->nodes[i].n->id == id) {
-            return &h->nodes[i];
-        }
-    }
-    return NULL;
 }
 
 /* node_copy deep-copies a Node through its wire form. */
@@ -91,11 +66,6 @@ static void node_set_reason(Troupe__V1__Node *n, const char *reason)
         free(n->reason);
     }
     n->reason = copy;
-}
-
-int tr_head_node_gone(const Troupe__V1__Node *n)
-{
-    return n->state == TROUPE__V1__NODE_STATE__NODE_DEAD || n->state == TROUPE__V1__NODE_STATE__NODE_LEFT;
 }
 
 /* nodes_count adds node n to (sign 1) or takes it from (-1) the counts that
@@ -137,15 +107,6 @@ void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char
     if (h->sched != NULL) {
         tr_jobs_node_state(h, hn->n);
     }
-}
-
-uint64_t tr_head_name_hash(const char *name)
-{
-    uint64_t x = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        x = (x ^ *p) * 0x100000001b3ull;
-    }
-    return x;
 }
 
 static int nodes_append(tr_head *h, Troupe__V1__Node *n)
