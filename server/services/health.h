@@ -13,11 +13,6 @@
 
 extern const tr_head_service tr_health_service;
 
-/* tr_health_feed hands the points of an accepted ReportMetrics to the
- * judge (metrics.c calls it once the worker is known to be the job's). Takes
- * only the service's own lock; call it without h->mu. */
-void tr_health_feed(tr_head *h, const Troupe__V1__ReportMetricsRequest *req);
-
 /* tr_health_job returns in *out a copy of job_id's latest judgement (state
  * HEALTH_NONE when the job is not running or no worker reported a step yet;
  * the same message `troupe job` gets as Job.health). The caller frees it with
