@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# plant.sh CC - unit.layers.plant: scripts/deps_check.py finds a circle of
+# calls through three files and fails past --max-cycle 2, names the calls
+# that tie it, and lets a two-file pair and a one-way chain pass. The files
+# are made here (compiled with CC), so the check is tested on object files
+# like the head's, without touching them.
+set -euo pipefail
+cc=${1:?usage: plant.sh CC}
+here=$(cd "$(dirname "$0")" && pwd)
+check=$here/../../../scripts/deps_check.py
+command -v nm >/dev/null || { echo "SKIP: nm (binutils) not found"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# unit NAME CALLS...: NAME.c defines NAME_fn calling each CALLS_fn once.
+unit() {
+    local name=$1 body="" decl=""
+    shift
+    for c in "$@"; do
+        decl+="void ${c}_fn(void);"
+        body+="${c}_fn();"
+    done
+    mkdir -p "$tmp/objs"
+    printf '%s\nvoid %s_fn(void);\nvoid %s_fn(void) { %s }\n' "$decl" "$name" "$name" "$body" >"$tmp/$name.c"
+    "$cc" -c -o "$tmp/objs/$name.o" "$tmp/$name.c"
+}
+run() { python3 "$check" --objects "$tmp/objs" --max-cycle 2 >"$tmp/out" 2>&1; }
+fail() { echo "FAIL: $*"; cat "$tmp/out"; exit 1; }
+
+# One way down: rpc -> svc -> core. Passes, no circle.
+unit core
+unit svc core
+unit rpc svc core
+run || fail "a one-way chain was refused"
+grep -q "0 circle(s)" "$tmp/out" || fail "a one-way chain was reported as a circle"
+
+# A back-call from the bottom to the top closes a circle of three: refused,
+# with the call that closed it named.
+unit core rpc
+if run; then fail "a circle of three files passed --max-cycle 2"; fi
+grep -q "circle of 3: core rpc svc" "$tmp/out" || fail "the circle of three was not listed"
+grep -q "core -> rpc: rpc_fn" "$tmp/out" || fail "the back-call core -> rpc was not named"
+
+# A pair that call each other, with the rest one way: allowed at 2.
+unit core
+unit svc core rpc
+run || fail "a circle of two files was refused at --max-cycle 2"
+grep -q "circle of 2: rpc svc" "$tmp/out" || fail "the pair was not listed"
+
+# Nothing to read: a clear error, not a pass.
+rm -f "$tmp"/objs/*.o
+if run; then fail "an empty object folder passed"; fi
+grep -q "no object files" "$tmp/out" || fail "no message for an empty object folder"
+echo "ok: deps_check refuses a circle of 3, names its calls, allows a pair"
