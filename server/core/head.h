@@ -361,7 +361,18 @@ int tr_head_check_liveness(const tr_head_config *c, tr_err *err);
 /* tr_head_stop stops serving and frees everything (config excluded). */
 void tr_head_stop(tr_head *h);
 
-/* Node registry (nodes.c). */
+/* Node registry (nodes.c); the methods are rpc/nodes_rpc.c's. Under h->mu
+ * but tr_head_node_validate. tr_head_node_validate checks a registration's
+ * fields (INVALID_ARGUMENT naming the field); tr_head_node_register records
+ * it (a new node, or the same one again) for the next commit and tells jobs;
+ * tr_head_node_beat applies a heartbeat (seen now, GPU figures, SUSPECT ->
+ * ALIVE) and returns the period to tell the agent. */
+int tr_head_node_validate(const Troupe__V1__RegisterNodeRequest *r, tr_err *err);
+int tr_head_node_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__RegisterNodeRequest *r,
+                          uint64_t *id_out, tr_err *err);
+int64_t tr_head_node_beat(tr_head *h, tr_head_node *hn, tr_rpc_call *call, const Troupe__V1__HeartbeatRequest *r);
+/* tr_head_node_state_name: "ALIVE", "DEAD", ... for a Troupe__V1__NodeState. */
+const char *tr_head_node_state_name(int s);
 int tr_head_nodes_recover(tr_head *h, tr_err *err);
 void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
 /* tr_head_heartbeat_period (h->mu held): the period to ask of agents now,

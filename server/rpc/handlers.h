@@ -46,7 +46,7 @@ void tr_jobs_sync_saved(tr_head *h);
 size_t tr_jobs_sync_budget(const tr_head *h);
 int tr_jobs_sync_check(tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
 
-/* Nodes (nodes.c and node_life.c, for now in the core). */
+/* Nodes (nodes_rpc.c). */
 void tr_head_ping(tr_rpc_call *call, void *user);
 void tr_head_register_node(tr_rpc_call *call, void *user);
 void tr_head_heartbeat(tr_rpc_call *call, void *user);
