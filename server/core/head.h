@@ -16,7 +16,7 @@
  * - The log I/O thread (joblog.c) does every open/read/write/unlink of job
  *   log files; it holds h->mu only to take work and publish results.
  * - The reaper thread (head.c) moves node liveness along, expires job waits
- *   and applies job retention (jobs_list.c), under h->mu, without I/O; the
+ *   and applies job retention (jobs_retain.c), under h->mu, without I/O; the
  *   services' timers (rdzv.c, profile.c) likewise expire their own waits.
  * - The RPC server's sweeper answers deferred calls whose deadline passed and
  *   then calls their on_expire hooks, which take h->mu to forget them.
@@ -111,7 +111,7 @@ typedef struct tr_head {
     tr_rpc_method *methods; /* core_methods and the services' (head.c) */
     uint64_t *deleted_jobs; /* deleted since the last batch (commit.c) */
     size_t n_deleted_jobs, cap_deleted_jobs;
-    int64_t retained_ms; /* tr_now_ms() of the last retention pass (jobs_list.c) */
+    int64_t retained_ms; /* tr_now_ms() of the last retention pass (jobs_retain.c) */
 
     /* Store health (commit.c). Batches are numbered as they are taken: a
      * change made now is carried by batch taken_seq + 1 (tr_head_change_seq)

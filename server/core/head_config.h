@@ -46,7 +46,7 @@ typedef struct tr_head_config {
     int64_t metrics_max_bytes, traces_max_bytes; /* bounds of metrics.db and traces.db */
     char *metrics_dir, *traces_dir;              /* where they are; NULL = state_dir */
     int64_t min_free_bytes;                      /* new work is refused with less free on a store's disk */
-    int64_t keep_jobs;         /* finished jobs kept (jobs_list.c) */
+    int64_t keep_jobs;         /* finished jobs kept (jobs_retain.c) */
     int64_t keep_days;         /* finished jobs kept at most this long; 0 = no limit */
     int64_t metrics_keep;      /* metric points kept per job (metrics.c) */
     int64_t store_max_keys;    /* the job store's bounds, per job (kv.c) */

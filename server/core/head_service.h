@@ -26,7 +26,7 @@ typedef struct tr_head_service {
     /* job_changed: a job's record changed (state, workers, attempts). */
     void (*job_changed)(struct tr_head *h, struct tr_head_job *hj, void *state);
     /* job_saved: every change of the job made so far is on disk (commit.c,
-     * through tr_jobs_job_saved): what may only show saved state answers. */
+     * through TR_EV_JOB_SAVED): what may only show saved state answers. */
     void (*job_saved)(struct tr_head *h, struct tr_head_job *hj, void *state);
     /* decorate: on = 1 before a job message is packed for a reply, to set
      * transient fields; on = 0 right after, to clear them. */
