@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""deps_check.py BUILD_DIR [FOLDER] [--max-cycle N] [--objects DIR]
+"""deps_check.py BUILD_DIR [FOLDER] [--max-cycle N] [--layers A,B,...] [--objects DIR]
 
 Which C files of a source folder call into which, read from the object files
 CMake built (nm), and every circle of files that call each other. troupe-head
 keeps its layers (server/core <- services <- rpc, docs/DESIGN.md) only as long
-as no circle runs through more than two files, so the test command runs this
-with --max-cycle 2 (ctest: unit.layers.server).
+as every call points down and no circle runs through more than two files, so
+the test command runs this with --layers and --max-cycle 2 (ctest:
+unit.layers.server).
 
   BUILD_DIR      a CMake build tree, built
   FOLDER         the source folder, relative to the tree's top (default: server)
   --max-cycle N  exit 1 when a circle has more than N files (default: none)
+  --layers A,B   folders from the bottom up (paths as printed, e.g.
+                 server/core,server/services,server/rpc): exit 1 when a file
+                 calls into a folder listed after its own; files in no listed
+                 folder are not checked
   --objects DIR  read *.o below DIR instead, each named by its path there
                  (the self-test plants circles this way)
 
 Prints each circle with the symbols that tie each pair of its files, so a
 failure says which call to turn into an event or to move down. Exit status:
-0 fine, 1 a circle too long, 2 no object files or nm missing.
+0 fine, 1 a circle too long or a call up, 2 no object files or nm missing.
 """
 import os
 import re
@@ -98,11 +103,14 @@ def circles(nodes, edges):
 
 
 def main(argv):
-    args, max_cycle, objdir = [], None, None
+    args, max_cycle, objdir, layers = [], None, None, []
     i = 0
     while i < len(argv):
         if argv[i] == "--max-cycle" and i + 1 < len(argv):
             max_cycle = int(argv[i + 1])
+            i += 2
+        elif argv[i] == "--layers" and i + 1 < len(argv):
+            layers = [x.rstrip("/") for x in argv[i + 1].split(",") if x]
             i += 2
         elif argv[i] == "--objects" and i + 1 < len(argv):
             objdir = argv[i + 1]
@@ -151,12 +159,32 @@ def main(argv):
                 names = sorted(why[(a, b)])
                 more = f", +{len(names) - 4}" if len(names) > 4 else ""
                 print(f"  {a} -> {b}: {', '.join(names[:4])}{more}")
+    def layer_of(path):
+        for k, folder in enumerate(layers):
+            if path.startswith(folder + "/"):
+                return k
+        return None
+
+    up = []
+    for (a, b), names in sorted(why.items()):
+        la, lb = layer_of(a), layer_of(b)
+        if la is not None and lb is not None and lb > la:
+            up.append((a, b, sorted(names)))
+    for a, b, names in up:
+        more = f", +{len(names) - 4}" if len(names) > 4 else ""
+        print(f"\ncall up: {a} -> {b}: {', '.join(names[:4])}{more}")
+    rc = 0
+    if up:
+        print(f"\ndeps_check: {len(up)} call(s) from a lower layer into a higher one ({' < '.join(layers)}): "
+              f"publish an event (server/core/events.h) or pass a function in at start instead",
+              file=sys.stderr)
+        rc = 1
     if max_cycle is not None and longest > max_cycle:
         print(f"\ndeps_check: a circle of {longest} files, more than {max_cycle}: make the lower file "
               f"publish an event (server/core/events.h) or move the shared code down, so that every "
               f"call points one way", file=sys.stderr)
-        return 1
-    return 0
+        rc = 1
+    return rc
 
 
 if __name__ == "__main__":

@@ -13,19 +13,20 @@ command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# unit NAME CALLS...: NAME.c defines NAME_fn calling each CALLS_fn once.
+# unit [DIR/]NAME CALLS...: NAME.c (in objs/DIR) defines NAME_fn calling
+# each CALLS_fn once (CALLS named without their folder).
 unit() {
-    local name=$1 body="" decl=""
+    local path=$1 name=${1##*/} body="" decl=""
     shift
     for c in "$@"; do
         decl+="void ${c}_fn(void);"
         body+="${c}_fn();"
     done
-    mkdir -p "$tmp/objs"
+    mkdir -p "$(dirname "$tmp/objs/$path")"
     printf '%s\nvoid %s_fn(void);\nvoid %s_fn(void) { %s }\n' "$decl" "$name" "$name" "$body" >"$tmp/$name.c"
-    "$cc" -c -o "$tmp/objs/$name.o" "$tmp/$name.c"
+    "$cc" -c -o "$tmp/objs/$path.o" "$tmp/$name.c"
 }
-run() { python3 "$check" --objects "$tmp/objs" --max-cycle 2 >"$tmp/out" 2>&1; }
+run() { python3 "$check" --objects "$tmp/objs" --max-cycle 2 "$@" >"$tmp/out" 2>&1; }
 fail() { echo "FAIL: $*"; cat "$tmp/out"; exit 1; }
 
 # One way down: rpc -> svc -> core. Passes, no circle.
@@ -48,8 +49,21 @@ unit svc core rpc
 run || fail "a circle of two files was refused at --max-cycle 2"
 grep -q "circle of 2: rpc svc" "$tmp/out" || fail "the pair was not listed"
 
+# Layers: a call from core/ up into rpc/ fails with --layers even with no
+# circle, and is named; calls down pass.
+rm -rf "$tmp/objs"
+unit rpc/handler store
+unit core/store
+run --layers core,rpc || fail "calls down were refused"
+unit rpc/handler
+unit core/store handler
+run || fail "a one-way call failed without --layers"
+grep -q "0 circle(s)" "$tmp/out" || fail "a one-way call was reported as a circle"
+if run --layers core,rpc; then fail "a call from core up into rpc passed --layers core,rpc"; fi
+grep -q "call up: core/store -> rpc/handler: handler_fn" "$tmp/out" || fail "the call up was not named"
+
 # Nothing to read: a clear error, not a pass.
-rm -f "$tmp"/objs/*.o
+rm -rf "$tmp"/objs/*
 if run; then fail "an empty object folder passed"; fi
 grep -q "no object files" "$tmp/out" || fail "no message for an empty object folder"
-echo "ok: deps_check refuses a circle of 3, names its calls, allows a pair"
+echo "ok: deps_check refuses a circle of 3 and a call up a layer, names the calls, allows a pair"
