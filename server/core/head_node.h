@@ -47,8 +47,6 @@ typedef struct tr_head_node {
     int64_t told_ms, judged_ms;
 } tr_head_node;
 
-/* tr_head_name_hash returns a 64-bit hash of a node name (FNV-1a). */
-uint64_t tr_head_name_hash(const char *name);
 
 /* Node registry (nodes.c); the methods are rpc/nodes_rpc.c's. Under h->mu
  * but tr_head_node_validate. tr_head_node_validate checks a registration's
@@ -71,20 +69,15 @@ void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
 int64_t tr_head_heartbeat_period(tr_head *h);
 int64_t tr_head_node_told(tr_head *h, tr_head_node *hn);
 void tr_head_nodes_free(tr_head *h);
-tr_head_node *tr_head_node_find(tr_head *h, uint64_t id);
 /* tr_head_node_transition moves a node to a state, commits and logs it, and
  * tells jobs; caller holds h->mu. */
 void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason);
-/* tr_head_node_gone: DEAD or LEFT, final. */
-int tr_head_node_gone(const Troupe__V1__Node *n);
 
 /* Node lifecycle (node_life.c). */
 void tr_head_pipe_closed(uint32_t pipe, void *user);  /* RPC server callback */
 void tr_head_nodes_check_pipes(tr_head *h);           /* reaper, under h->mu */
 void tr_head_node_seen(tr_head *h, tr_head_node *hn, tr_rpc_call *call); /* under h->mu */
-/* tr_head_node_fence_until: tr_now_ms() by which every worker of a lost node
- * has been killed by its agent's lease; work from it is placed again only
- * after (0 = nothing to wait for). */
-int64_t tr_head_node_fence_until(tr_head *h, const Troupe__V1__Node *n);
+
+#include "records.h" /* the registry's lookups */
 
 #endif

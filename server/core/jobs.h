@@ -7,6 +7,7 @@
 
 #include "head.h"
 #include "joblog.h"
+#include "records.h"
 #include "sched/sched.h"
 
 typedef struct tr_head_wait {
@@ -64,7 +65,6 @@ void tr_jobs_node_gone(tr_head *h, const char *name, const char *state);
 uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
 
 /* Internals shared by jobs*.c. */
-tr_head_job *tr_jobs_find(tr_head *h, uint64_t id);
 /* tr_jobs_admit validates and records a job as PENDING without scheduling
  * (a batch admits all, then schedules once); tr_jobs_submit does both. */
 int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
@@ -81,9 +81,6 @@ void tr_jobs_schedule(tr_head *h);
  * output (and with it their state) the head could not take now
  * (max_log_memory_bytes): the report must not be acknowledged. */
 int tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req);
-int tr_jobs_is_terminal(const tr_head_job *hj);
-/* Settled: ended and holding no GPUs; nothing about it can change again. */
-int tr_jobs_is_settled(const tr_head_job *hj);
 /* tr_jobs_first_unsettled returns the index below which every job is
  * settled; loops over live jobs start there. */
 size_t tr_jobs_first_unsettled(tr_head *h);
@@ -93,9 +90,6 @@ void tr_jobs_node_bump(tr_head *h, uint64_t node_id);
 void tr_jobs_index_add(tr_head *h, tr_head_job *hj);
 /* tr_jobs_index_prune drops settled jobs from a node's list. */
 void tr_jobs_index_prune(tr_head_node *hn);
-/* tr_jobs_saved: is everything about hj on disk? Only then may its state
- * leave the head (GetJob, job long polls). */
-int tr_jobs_saved(const tr_head *h, const tr_head_job *hj);
 /* tr_jobs_sync_bumped after a node's assignment version moved: the version
  * is told to its agent once the batch carrying it is saved. */
 void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn);

@@ -2,6 +2,8 @@
  * plain facts. Every layer and most core files look records up; these
  * functions call nothing of the head, so they sit at the bottom of the core
  * and looking something up never ties two files into a circle. */
+#include "records.h"
+
 #include "head.h"
 #include "jobs.h"
 #include "liveness.h"
