@@ -28,10 +28,25 @@ import subprocess
 import sys
 
 
+def source_dir(build):
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def cmake_objects(build, folder):
     """Yields (source path, object path) for the objects CMake built from
-    sources below FOLDER: BUILD/<dir>/CMakeFiles/<target>.dir/<src>.o."""
+    sources below FOLDER: BUILD/<dir>/CMakeFiles/<target>.dir/<src>.o. An
+    object whose source is gone (a file moved or deleted since that build
+    tree compiled it: CMake leaves the old object behind) is skipped, so an
+    old build tree does not report circles of files that no longer exist."""
     root = os.path.join(build, folder)
+    top = source_dir(build)
     for dirpath, _, files in os.walk(root):
         if "/CMakeFiles/" not in dirpath + "/":
             continue
@@ -43,7 +58,11 @@ def cmake_objects(build, folder):
             if m is None:
                 continue
             base = os.path.relpath(m.group(1), build)
-            yield os.path.normpath(os.path.join(base, m.group(2))), path
+            src = os.path.normpath(os.path.join(base, m.group(2)))
+            generated = os.path.join(m.group(1), m.group(2))
+            if top is not None and not os.path.exists(os.path.join(top, src)) and not os.path.exists(generated):
+                continue
+            yield src, path
 
 
 def plain_objects(top):

@@ -62,6 +62,24 @@ grep -q "0 circle(s)" "$tmp/out" || fail "a one-way call was reported as a circl
 if run --layers core,rpc; then fail "a call from core up into rpc passed --layers core,rpc"; fi
 grep -q "call up: core/store -> rpc/handler: handler_fn" "$tmp/out" || fail "the call up was not named"
 
+# A build tree keeps the objects of files since moved or deleted: they are
+# not read. Here core/store.o (calling rpc/handler) has no source any more,
+# so the circle it would close is not there.
+rm -rf "$tmp/src" "$tmp/build"
+mkdir -p "$tmp/src/server/core" "$tmp/src/server/rpc" "$tmp/build/server/CMakeFiles/h.dir"
+echo "CMAKE_HOME_DIRECTORY:INTERNAL=$tmp/src" >"$tmp/build/CMakeCache.txt"
+unit rpc/handler store
+unit core/store handler
+mkdir -p "$tmp/build/server/CMakeFiles/h.dir/core" "$tmp/build/server/CMakeFiles/h.dir/rpc"
+for f in core/store rpc/handler; do mv "$tmp/objs/$f.o" "$tmp/build/server/CMakeFiles/h.dir/$f.c.o"; done
+touch "$tmp/src/server/core/store.c" "$tmp/src/server/rpc/handler.c"
+python3 "$check" "$tmp/build" server --layers server/core,server/rpc >"$tmp/out" 2>&1 &&
+    fail "a call up between two built files passed"
+rm "$tmp/src/server/core/store.c"
+python3 "$check" "$tmp/build" server --layers server/core,server/rpc >"$tmp/out" 2>&1 ||
+    fail "an object whose source is gone was read"
+grep -q "1 files" "$tmp/out" || fail "the object of a gone source was counted"
+
 # Nothing to read: a clear error, not a pass.
 rm -rf "$tmp"/objs/*
 if run; then fail "an empty object folder passed"; fi
