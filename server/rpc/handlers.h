@@ -46,6 +46,10 @@ void tr_jobs_sync_saved(tr_head *h);
 size_t tr_jobs_sync_budget(const tr_head *h);
 int tr_jobs_sync_check(tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
 
+/* Credentials, admin only (tokens_rpc.c). */
+void tr_head_create_token(tr_rpc_call *call, void *user);
+void tr_head_revoke_token(tr_rpc_call *call, void *user);
+
 /* Nodes (nodes_rpc.c). */
 void tr_head_ping(tr_rpc_call *call, void *user);
 void tr_head_register_node(tr_rpc_call *call, void *user);
