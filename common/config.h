@@ -83,8 +83,6 @@ void tr_cfg_free(const tr_cfg_desc *table, void *obj);
 /* Typed accessors for code that walks the table generically. */
 #define TR_CFG_FIELD(obj, d, T) ((T *)((char *)(obj) + (d)->offset))
 
-#endif
-
 /* ---- command-line helpers for the daemons -------------------------------- */
 
 /* tr_cfg_args describes the flags every daemon takes besides its table's keys. */
@@ -107,3 +105,5 @@ int tr_cfg_apply_args(const tr_cfg_desc *table, void *obj, int argc, char **argv
 
 /* tr_cfg_usage prints one line per setting: flag, default, help. */
 void tr_cfg_usage(const tr_cfg_desc *table, FILE *out);
+
+#endif

@@ -9,6 +9,7 @@
 #include "head.h"
 #include "failure.h"
 #include "http.h"
+#include "handlers.h"
 #include "health.h"
 #include "metrics.h"
 #include "profile.h"
@@ -131,8 +132,9 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
 
-    /* The services on top of the core (server/rdzv.c, ...). */
-    if ((rv = tr_head_add_service(&head, &tr_rdzv_service, &err)) != TROUPE_OK ||
+    /* The RPC layer and the services on top of the core. */
+    if ((rv = tr_head_rpc_attach(&head, &err)) != TROUPE_OK ||
+        (rv = tr_head_add_service(&head, &tr_rdzv_service, &err)) != TROUPE_OK ||
         (rv = tr_head_add_service(&head, &tr_profile_service, &err)) != TROUPE_OK ||
         (rv = tr_head_add_service(&head, &tr_metrics_service, &err)) != TROUPE_OK ||
         (rv = tr_head_add_service(&head, &tr_failure_service, &err)) != TROUPE_OK ||

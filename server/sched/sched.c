@@ -76,35 +76,9 @@ void tr_sched_close(tr_sched *s)
     free(s);
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    /* splitmix64 finaliser: node and job ids are often sequential. */
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
-int64_t tr_sched_slot_of(const tr_sched *s, uint64_t id)
-{
-    if (s->idmap_cap == 0) {
-        return -1;
-    }
-    for (uint32_t h = (uint32_t)mix64(id) & (s->idmap_cap - 1);; h = (h + 1) & (s->idmap_cap - 1)) {
-        uint32_t e = s->idmap[h];
-        if (e == 0) {
-            return -1;
-        }
-        if (s->nodes[e - 1].id == id) {
-            return e - 1;
-        }
-    }
-}
-
 static void idmap_put(tr_sched *s, uint32_t slot)
 {
-    uint32_t h = (uint32_t)mix64(s->nodes[slot].id) & (s->idmap_cap - 1);
+    uint32_t h = (uint32_t)tr_sched_mix64(s->nodes[slot].id) & (s->idmap_cap - 1);
     while (s->idmap[h] != 0) {
         h = (h + 1) & (s->idmap_cap - 1);
     }

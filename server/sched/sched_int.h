@@ -107,8 +107,37 @@ void tr_sched_view_give_placement(const tr_sched *s, tr_sched_view *v, const tr_
 /* tr_sched_cpu_milli: what one worker of g takes of a node's CPU slots. */
 uint32_t tr_sched_cpu_milli(const tr_sched_group_spec *g);
 
+/* tr_sched_mix64: the splitmix64 finaliser, as the id map's hash (node and
+ * job ids are often sequential). */
+static inline uint64_t tr_sched_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* tr_sched_slot_of: the slot of node id, or -1. Inline here rather than in
+ * sched.c: the books and the views look slots up too, and a call from them
+ * back into sched.c would close a circle (sched.c calls both). */
+static inline int64_t tr_sched_slot_of(const tr_sched *s, uint64_t id)
+{
+    if (s->idmap_cap == 0) {
+        return -1;
+    }
+    for (uint32_t h = (uint32_t)tr_sched_mix64(id) & (s->idmap_cap - 1);; h = (h + 1) & (s->idmap_cap - 1)) {
+        uint32_t e = s->idmap[h];
+        if (e == 0) {
+            return -1;
+        }
+        if (s->nodes[e - 1].id == id) {
+            return e - 1;
+        }
+    }
+}
+
 /* nodes (sched.c) */
-int64_t tr_sched_slot_of(const tr_sched *s, uint64_t id);
 bool tr_sched_node_matches(const tr_sched_node *n, const tr_sched_label *sel, size_t nsel);
 int tr_sched_placement_link(tr_sched *s, tr_sched_placement *p);
 void tr_sched_placement_free(tr_sched_placement *p);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "handlers.h"
 #include "head.h"
 #include "kv.h"
 #include "log.h"
@@ -69,6 +70,7 @@ static void start(void)
               tr_cfg_apply_args(tr_head_config_table, &head.cfg, 7, argv, &err) == TROUPE_OK,
           "config: %s", err.msg);
     /* The job store's handlers too (the other services' are not here yet). */
+    CHECK(tr_head_rpc_attach(&head, &err) == TROUPE_OK, "RPC layer: %s", err.msg);
     CHECK(tr_head_add_service(&head, &tr_kv_service, &err) == TROUPE_OK, "store service: %s", err.msg);
     CHECK(tr_head_start(&head, &err) == TROUPE_OK, "head: %s", err.msg);
     co.url = url;

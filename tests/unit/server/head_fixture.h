@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handlers.h"
 #include "head.h"
 #include "rpc.h"
 #include "test_helpers.h"
@@ -14,7 +15,8 @@
 
 /* tr_fixture_head_config gives h the head's defaults, listening on
  * ipc://DIR/head.ipc with its state in DIR, a fresh directory (dir and url
- * are filled; tag names it). Change h->cfg, then tr_head_start. */
+ * are filled; tag names it), with the head's RPC layer attached. Change
+ * h->cfg, then tr_head_start. */
 static inline void tr_fixture_head_config(tr_head *h, char *dir, size_t size, char *url, size_t url_size,
                                           const char *tag)
 {
@@ -27,6 +29,7 @@ static inline void tr_fixture_head_config(tr_head *h, char *dir, size_t size, ch
     free(h->cfg.state_dir);
     h->cfg.listen = strdup(url);
     h->cfg.state_dir = strdup(dir);
+    TR_ASSERT_OK(tr_head_rpc_attach(h, &err), &err);
 }
 
 /* tr_fixture_head_start: tr_fixture_head_config with the defaults, started. */

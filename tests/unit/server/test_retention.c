@@ -1,4 +1,4 @@
-/* test_retention.c - keep_days (jobs_list.c): a finished job that ended longer
+/* test_retention.c - keep_days (jobs_retain.c): a finished job that ended longer
  * ago than keep_days goes from memory and the store; a newer one stays.
  *
  * A real head on an ipc:// socket with one registered node (no agent): a job

@@ -77,8 +77,25 @@ void tr_head_caller_name(tr_rpc_call *call, const struct tr_head *h, char *buf, 
  * naming the owner) and returns 0. Caller holds h->mu. */
 int tr_head_may_manage(tr_rpc_call *call, const struct tr_head_job *hj, tr_err *err);
 
-/* RPC handlers (admin only). */
-void tr_head_create_token(tr_rpc_call *call, void *user);
-void tr_head_revoke_token(tr_rpc_call *call, void *user);
+/* tr_auth_scope_of maps "user", "node", "admin" to TR_SCOPE_*; 0 otherwise. */
+unsigned tr_auth_scope_of(const char *s);
+
+/* tr_auth_minted: what tr_auth_mint made (never the secret). */
+typedef struct tr_auth_minted {
+    uint64_t id;
+    int64_t expires_ms; /* wall clock; 0 = never */
+    char node[64];      /* a node credential's node, or "" */
+    uint32_t max_nodes; /* a node credential's bound, else 0 */
+} tr_auth_minted;
+
+/* tr_auth_mint makes a credential of scope (TR_SCOPE_USER, _NODE or _ADMIN;
+ * node and max_nodes for a node credential only, max_nodes 0 = 1), living
+ * ttl_s seconds (0 = for ever), saves it, and writes its text to token (size
+ * TR_AUTH_TOKEN_MAX); not saved, it is not minted (err says why). Any thread. */
+int tr_auth_mint(tr_auth *a, unsigned scope, const char *node, uint32_t max_nodes, uint64_t ttl_s, char *token,
+                 size_t size, tr_auth_minted *out, tr_err *err);
+/* tr_auth_revoke forgets credential id at once and on disk: NOT_FOUND when
+ * there is none; a failed save keeps it valid (err says why). Any thread. */
+int tr_auth_revoke(tr_auth *a, uint64_t id, tr_err *err);
 
 #endif

@@ -1,4 +1,5 @@
-/* jobs_list.c - bounded history: ListJobs pages, DeleteJob, and retention.
+/* jobs_list.c - bounded history: ListJobs pages and DeleteJob (the removal
+ * itself and retention are jobs_retain.c's).
  *
  * A listing is a page: newest first by default, at most `limit` jobs, and
  * never more than fits in the head's frame (each job's packed size is
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "handlers.h"
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
@@ -23,7 +25,6 @@
 #define LIST_DEFAULT 100u
 #define LIST_MAX 1000u
 #define FRAME_MARGIN (64u * 1024u) /* envelope, status message, length prefixes */
-#define RETAIN_EVERY_MS 1000
 
 static int list_match(const tr_head_job *hj, const Troupe__V1__ListJobsRequest *req)
 {
@@ -169,39 +170,6 @@ void tr_head_list_jobs(tr_rpc_call *call, void *user)
     pthread_mutex_unlock(&h->mu);
 }
 
-/* ---- deleting -------------------------------------------------------------- */
-
-typedef int (*remove_pred)(tr_head *h, const tr_head_job *hj, void *arg);
-
-/* remove_if deletes every settled job pred picks, in one pass over the job
- * array; returns how many went. Under h->mu. */
-static size_t remove_if(tr_head *h, remove_pred pred, void *arg)
-{
-    size_t keep = 0, gone = 0, below = 0;
-
-    for (size_t i = 0; i < h->n_nodes; i++) {
-        tr_jobs_index_prune(&h->nodes[i]); /* no node may point at a job about to go */
-    }
-    for (size_t k = 0; k < h->n_jobs; k++) {
-        tr_head_job *hj = h->jobs[k];
-        if (!tr_jobs_is_settled(hj) || !pred(h, hj, arg)) {
-            h->jobs[keep++] = hj;
-            continue;
-        }
-        below += k < h->first_unsettled;
-        tr_jobs_answer_job_waiters(h, hj, 1); /* they get the final record */
-        tr_jobs_answer_log_waiters(h, hj, 1);
-        tr_joblog_remove(h, hj);
-        tr_head_forget_job(h, hj->j->id);
-        tr_head_job_deleted(h, hj->j->id); /* the services' share (metrics) */
-        tr_jobs_free_one(hj);
-        gone++;
-    }
-    h->n_jobs = keep;
-    h->first_unsettled -= below;
-    return gone;
-}
-
 static int is_id(tr_head *h, const tr_head_job *hj, void *arg)
 {
     (void)h;
@@ -249,52 +217,10 @@ void tr_head_delete_job(tr_rpc_call *call, void *user)
                            "job %llu is %s but its workers are still stopping; try again once they are gone",
                            (unsigned long long)id, state_names[hj->j->state % 6]);
     } else {
-        remove_if(h, is_id, &id);
+        tr_jobs_remove_if(h, is_id, &id);
         TR_LOG(TR_LOG_INFO, "job=%llu deleted by request", (unsigned long long)id);
         tr_head_after_commit(h, call, reply_deleted, id); /* acknowledged once on disk */
     }
     pthread_mutex_unlock(&h->mu);
     protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-/* ---- retention --------------------------------------------------------------- */
-
-typedef struct retain_arg {
-    size_t excess;     /* settled jobs over keep_jobs, oldest first */
-    int64_t before_ms; /* wall clock: ended before this goes; 0 = no age limit */
-} retain_arg;
-
-static int retain_pick(tr_head *h, const tr_head_job *hj, void *arg)
-{
-    retain_arg *r = arg;
-    (void)h;
-    if (r->excess > 0) {
-        r->excess--;
-        return 1;
-    }
-    return r->before_ms > 0 && hj->j->ended_ms > 0 && hj->j->ended_ms < r->before_ms;
-}
-
-void tr_jobs_retain(tr_head *h)
-{
-    int64_t now = tr_now_ms();
-    retain_arg r = {0, 0};
-    size_t settled = 0, gone;
-
-    if (now - h->retained_ms < RETAIN_EVERY_MS) {
-        return;
-    }
-    h->retained_ms = now;
-    for (size_t k = 0; k < h->n_jobs; k++) {
-        settled += tr_jobs_is_settled(h->jobs[k]);
-    }
-    r.excess = settled > (size_t)h->cfg.keep_jobs ? settled - (size_t)h->cfg.keep_jobs : 0;
-    r.before_ms = h->cfg.keep_days > 0 ? tr_wall_ms() - h->cfg.keep_days * 86400000LL : 0;
-    if (r.excess == 0 && r.before_ms == 0) {
-        return;
-    }
-    if ((gone = remove_if(h, retain_pick, &r)) > 0) {
-        TR_LOG(TR_LOG_INFO, "retention: deleted jobs=%zu (keep_jobs=%lld keep_days=%lld) left=%zu", gone,
-               (long long)h->cfg.keep_jobs, (long long)h->cfg.keep_days, h->n_jobs);
-    }
 }

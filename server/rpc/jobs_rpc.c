@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "handlers.h"
 #include "jobs.h"
 #include "log.h"
 #include "util.h"
@@ -164,13 +165,8 @@ static int try_job(tr_head *h, tr_head_job *hj, tr_head_wait *w, int force)
     return 1;
 }
 
-int tr_jobs_saved(const tr_head *h, const tr_head_job *hj)
-{
-    return hj->save_seq <= h->saved_seq;
-}
-
 /* Until the job is saved nobody is answered, not even a poll whose time is
- * up: it is answered right after the save (tr_jobs_job_saved), or at its
+ * up: it is answered right after the save (TR_EV_JOB_SAVED), or at its
  * call's deadline by the RPC layer. */
 void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all)
 {
@@ -178,15 +174,6 @@ void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all)
         tr_head_decorate(h, hj, 1);
         answer_waiters(h, &hj->job_waiters, hj, try_job, all);
         tr_head_decorate(h, hj, 0);
-    }
-}
-
-void tr_jobs_job_saved(tr_head *h, tr_head_job *hj)
-{
-    tr_jobs_answer_job_waiters(h, hj, 0);
-    tr_head_job_saved(h, hj);
-    if (hj->log_waiters != NULL && tr_jobs_is_settled(hj)) {
-        tr_jobs_answer_log_waiters(h, hj, 0); /* its end is on disk now: followers are done */
     }
 }
 

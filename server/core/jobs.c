@@ -51,16 +51,6 @@ static const char *job_state_name(int s)
     return (s >= 0 && s <= 5) ? names[s] : "UNKNOWN";
 }
 
-int tr_jobs_is_terminal(const tr_head_job *hj)
-{
-    return hj->j->state >= TROUPE__V1__JOB_STATE__JOB_SUCCEEDED;
-}
-
-int tr_jobs_is_settled(const tr_head_job *hj)
-{
-    return tr_jobs_is_terminal(hj) && hj->pl == NULL;
-}
-
 size_t tr_jobs_first_unsettled(tr_head *h)
 {
     /* Jobs mostly settle in submission order, so a cursor that only moves
@@ -69,20 +59,6 @@ size_t tr_jobs_first_unsettled(tr_head *h)
         h->first_unsettled++;
     }
     return h->first_unsettled;
-}
-
-tr_head_job *tr_jobs_find(tr_head *h, uint64_t id)
-{
-    size_t lo = 0, hi = h->n_jobs;
-    while (lo < hi) { /* jobs are appended in id order */
-        size_t mid = (lo + hi) / 2;
-        if (h->jobs[mid]->j->id < id) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return (lo < h->n_jobs && h->jobs[lo]->j->id == id) ? h->jobs[lo] : NULL;
 }
 
 /* build_sspec gives the scheduler its view of the spec. */
@@ -190,8 +166,7 @@ void tr_jobs_touch(tr_head *h, tr_head_job *hj)
 {
     hj->j->version++;
     tr_head_dirty_job(h, hj->j->id);
-    tr_head_job_changed(h, hj);
-    tr_jobs_answer_job_waiters(h, hj, 0);
+    tr_events_publish(h, TR_EV_JOB_CHANGED, hj, NULL);
 }
 
 /* job_note records a lifecycle step in the event history and the head's log.
@@ -226,8 +201,7 @@ static void job_note(tr_head *h, tr_head_job *hj, const char *kind, const char *
     free(e);
     j->version++;
     tr_head_dirty_job(h, j->id);
-    tr_head_job_changed(h, hj);
-    tr_jobs_answer_job_waiters(h, hj, 0);
+    tr_events_publish(h, TR_EV_JOB_CHANGED, hj, NULL);
     tr_head_event(h, kind, 0, hj->j->id, msg);
     TR_LOG(TR_LOG_INFO, "job=%llu name=%s %s: %s", (unsigned long long)hj->j->id, hj->j->spec->name, kind,
            msg);
@@ -265,6 +239,18 @@ void tr_jobs_failure_text(const Troupe__V1__WorkerFailure *f, char *buf, size_t 
 {
     snprintf(buf, size, "rank %u of group %s (%s on %s, attempt %u) failed first: %s: %s", f->rank, f->group,
              f->worker, f->node[0] ? f->node : "?", f->attempt, f->code, f->reason);
+}
+
+/* tr_jobs_sync_bumped notes that hn's assignment version moved: the agent
+ * is told of it only once the batch carrying the change is on disk
+ * (rpc/jobs_sync.c: safe_version). */
+void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn)
+{
+    if (hn->bump_seq <= h->saved_seq) {
+        hn->unsaved_version = hn->version; /* the first one not on disk */
+    }
+    hn->bump_seq = tr_head_change_seq(h);
+    tr_head_commit_nudge(h);
 }
 
 void tr_jobs_node_bump(tr_head *h, uint64_t node_id)
@@ -670,7 +656,7 @@ static void release_if_idle(tr_head *h, tr_head_job *hj)
         hj->j->state = TROUPE__V1__JOB_STATE__JOB_PENDING;
         tr_jobs_touch(h, hj);
     }
-    tr_jobs_answer_log_waiters(h, hj, 0);
+    tr_events_publish(h, TR_EV_LOG_GREW, hj, NULL); /* its log may be complete now */
     tr_jobs_schedule(h);
 }
 
@@ -689,7 +675,7 @@ static void job_finish(tr_head *h, tr_head_job *hj, int state, const char *reaso
     tr_jobs_touch(h, hj);
     job_note(h, hj, job_state_name(state), reason);
     release_if_idle(h, hj);
-    tr_jobs_answer_log_waiters(h, hj, 0);
+    tr_events_publish(h, TR_EV_LOG_GREW, hj, NULL); /* its log may be complete now */
 }
 
 /* job_wait keeps a job PENDING with its reason (persisted only when it changed). */
@@ -1241,7 +1227,7 @@ int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_
     int rv;
 
     if ((rv = tr_jobspec_validate(spec, err)) != TROUPE_OK || (rv = check_nsys(h, spec, err)) != TROUPE_OK ||
-        (rv = tr_jobs_sync_check(h, spec, err)) != TROUPE_OK) {
+        (h->spec_check != NULL && (rv = h->spec_check(h, spec, err)) != TROUPE_OK)) {
         return rv;
     }
     /* Deep-copy the spec into a fresh record through its wire form. */
@@ -1340,8 +1326,7 @@ void tr_jobs_tick(tr_head *h)
             job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_FAILED, why);
         }
         if (hj->job_waiters || hj->log_waiters) {
-            tr_jobs_answer_job_waiters(h, hj, 0);
-            tr_jobs_answer_log_waiters(h, hj, 0);
+            tr_events_publish(h, TR_EV_JOB_DUE, hj, NULL);
         }
         if (hj->not_before != 0 && now >= hj->not_before) {
             hj->not_before = 0;
@@ -1353,10 +1338,9 @@ void tr_jobs_tick(tr_head *h)
     }
     for (size_t i = 0; i < h->n_nodes; i++) {
         if (h->nodes[i].sync_waiter != NULL && now >= h->nodes[i].sync_until) {
-            tr_jobs_answer_sync(h, &h->nodes[i]);
+            tr_events_publish(h, TR_EV_NODE_SYNC_DUE, NULL, &h->nodes[i]);
         }
     }
-    tr_jobs_retain(h);
 }
 
 /* ---- recovery ----------------------------------------------------------- */

@@ -272,9 +272,12 @@ static void worker_attempt(hworker *w, uint32_t attempt)
     }
 }
 
-void tr_health_feed(tr_head *h, const Troupe__V1__ReportMetricsRequest *req)
+/* health_feed hears the points of an accepted ReportMetrics (the metrics
+ * service calls it once the worker is known to be the job's:
+ * tr_metrics_on_report). Takes only the service's own lock. */
+static void health_feed(void *arg, const Troupe__V1__ReportMetricsRequest *req)
 {
-    health_svc *s = svc_of(h);
+    health_svc *s = arg;
     int64_t now = tr_now_ms();
     hjob *j;
     hworker *w = NULL;
@@ -879,7 +882,11 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     seed_running(s);
+    /* Without the metrics service (a head built for tests) nothing reports
+     * steps, and every job stays unjudged. */
+    (void)tr_metrics_on_report(h, health_feed, s);
     if (pthread_create(&s->thread, NULL, judge_main, s) != 0) {
+        tr_metrics_on_report(h, NULL, NULL);
         while (s->jobs != NULL) {
             hjob *j = s->jobs;
             s->jobs = j->next;
@@ -898,7 +905,7 @@ static void svc_stop(tr_head *h, void *state)
 {
     health_svc *s = state;
 
-    (void)h;
+    tr_metrics_on_report(h, NULL, NULL);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);

@@ -624,10 +624,10 @@ static void saved(tr_head *h, batch *b, const tr_err *err)
     for (size_t i = 0; i < b->n; i++) {
         tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
         if (hj != NULL) {
-            tr_jobs_job_saved(h, hj);
+            tr_events_publish(h, TR_EV_JOB_SAVED, hj, NULL);
         }
     }
-    tr_jobs_sync_saved(h);
+    tr_events_publish(h, TR_EV_BATCH_SAVED, NULL, NULL);
     wake(h); /* wait_saved */
 }
 

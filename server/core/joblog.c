@@ -473,7 +473,7 @@ int tr_joblog_report(tr_head *h, tr_head_job *hj, uint32_t worker, const char *n
         queue_flush(h, hj);
     }
     if (l->size != before) {
-        tr_jobs_answer_log_waiters(h, hj, 0);
+        tr_events_publish(h, TR_EV_LOG_GREW, hj, NULL);
     }
     return 1;
 }
@@ -487,7 +487,7 @@ uint64_t tr_joblog_unsaved(const tr_head *h)
 
 /* logs_done: the follower has everything and the job's end is on disk (an
  * end the head could still lose is not announced, as GetJob does not show
- * it; tr_jobs_job_saved answers the followers once it is saved). */
+ * it; the "job saved" event answers the followers once it is saved). */
 static int logs_done(const tr_head *h, const tr_head_job *hj, uint64_t next)
 {
     return tr_jobs_is_settled(hj) && next >= hj->log.size && tr_jobs_saved(h, hj);

@@ -187,7 +187,7 @@ static int add_cred(tr_auth *a, const cred *c)
     return 0;
 }
 
-static unsigned scope_of(const char *s)
+unsigned tr_auth_scope_of(const char *s)
 {
     return strcmp(s, "user") == 0    ? TR_SCOPE_USER
            : strcmp(s, "node") == 0  ? TR_SCOPE_NODE
@@ -221,7 +221,7 @@ static int parse_line(const char *line, cred *c)
             return -1;
         }
     }
-    c->scope = scope_of(scope);
+    c->scope = tr_auth_scope_of(scope);
     return c->scope ? 0 : -1;
 }
 
@@ -621,11 +621,11 @@ int tr_head_may_manage(tr_rpc_call *call, const tr_head_job *hj, tr_err *err)
 
 /* ---- minting and revoking (admin) -------------------------------------- */
 
-static int mint(tr_auth *a, unsigned scope, const Troupe__V1__CreateTokenRequest *r, char *token, size_t size,
-                cred *c, tr_err *err)
+int tr_auth_mint(tr_auth *a, unsigned scope, const char *node, uint32_t max_nodes, uint64_t ttl_s, char *token,
+                 size_t size, tr_auth_minted *out, tr_err *err)
 {
-    uint64_t ttl_s = r->ttl_s;
     uint8_t secret[SECRET_LEN];
+    cred mine, *c = &mine;
     char hex[2 * SECRET_LEN + 1];
     int rv;
 
@@ -637,8 +637,8 @@ static int mint(tr_auth *a, unsigned scope, const Troupe__V1__CreateTokenRequest
     c->scope = scope;
     c->expires_ms = ttl_s ? tr_wall_ms() + (int64_t)ttl_s * 1000 : 0;
     if (scope == TR_SCOPE_NODE) {
-        tr_strlcpy(c->node, r->node != NULL ? r->node : "", sizeof(c->node));
-        c->max_nodes = r->max_nodes ? r->max_nodes : 1;
+        tr_strlcpy(c->node, node != NULL ? node : "", sizeof(c->node));
+        c->max_nodes = max_nodes ? max_nodes : 1;
     }
     sha256(hex, c->hash);
     pthread_mutex_lock(&a->mu);
@@ -656,92 +656,31 @@ static int mint(tr_auth *a, unsigned scope, const Troupe__V1__CreateTokenRequest
                                       : 'a',
              c->id, hex);
     memset(hex, 0, sizeof(hex));
+    memset(out, 0, sizeof(*out));
+    out->id = c->id;
+    out->expires_ms = c->expires_ms;
+    tr_strlcpy(out->node, c->node, sizeof(out->node));
+    out->max_nodes = c->max_nodes;
     return rv;
 }
 
-void tr_head_create_token(tr_rpc_call *call, void *user)
+int tr_auth_revoke(tr_auth *a, uint64_t id, tr_err *err)
 {
-    tr_head *h = user;
-    Troupe__V1__CreateTokenRequest *r =
-        (Troupe__V1__CreateTokenRequest *)tr_rpc_unpack(call, &troupe__v1__create_token_request__descriptor);
-    Troupe__V1__CreateTokenReply rep = TROUPE__V1__CREATE_TOKEN_REPLY__INIT;
-    char token[TR_AUTH_TOKEN_MAX];
-    unsigned scope;
-    cred c;
-    tr_err err;
-
-    if (r == NULL) {
-        return;
-    }
-    scope = scope_of(r->scope);
-    if (scope == 0) {
-        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "scope must be user, node or admin");
-    } else if (scope != TR_SCOPE_NODE && ((r->node != NULL && r->node[0] != '\0') || r->max_nodes != 0)) {
-        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "node and max_nodes are for node credentials only");
-    } else if (r->node != NULL && r->node[0] != '\0' &&
-               tr_node_name_check("node", r->node, &err) != TROUPE_OK) {
-        tr_rpc_reply_error(call, err.code, "%s", err.msg);
-    } else if (r->node != NULL && r->node[0] != '\0' && r->max_nodes > 1) {
-        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT,
-                           "a credential bound to one node (node) has max_nodes 1");
-    } else if (r->ttl_s > 10ull * 365 * 24 * 3600) {
-        tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "ttl of %" PRIu64 " s is over 10 years", r->ttl_s);
-    } else if (h->auth == NULL) {
-        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION,
-                           "the head runs without auth (no token); minted credentials would mean nothing");
-    } else if (mint(h->auth, scope, r, token, sizeof(token), &c, &err) != TROUPE_OK) {
-        tr_rpc_reply_error(call, err.code, "%s", err.msg);
-    } else {
-        TR_LOG(TR_LOG_NOTICE,
-               "credential created id=%" PRIu64 " scope=%s expires_ms=%" PRId64 " node=%s max_nodes=%" PRIu32,
-               c.id, tr_rpc_scope_name(scope), c.expires_ms, c.node[0] ? c.node : "-", c.max_nodes);
-        rep.id = c.id;
-        rep.token = token;
-        rep.expires_ms = c.expires_ms;
-        tr_rpc_reply(call, &rep.base);
-    }
-    memset(token, 0, sizeof(token));
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-}
-
-void tr_head_revoke_token(tr_rpc_call *call, void *user)
-{
-    tr_head *h = user;
-    Troupe__V1__RevokeTokenRequest *r =
-        (Troupe__V1__RevokeTokenRequest *)tr_rpc_unpack(call, &troupe__v1__revoke_token_request__descriptor);
-    Troupe__V1__RevokeTokenReply rep = TROUPE__V1__REVOKE_TOKEN_REPLY__INIT;
-    tr_auth *a = h->auth;
     int rv = TROUPE_NOT_FOUND;
-    tr_err err;
 
-    if (r == NULL) {
-        return;
-    }
-    if (a == NULL) {
-        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "the head runs without auth (no token)");
-        goto out;
-    }
-    tr_err_set(&err, TROUPE_NOT_FOUND, "no credential %" PRIu64 " (already revoked?)", r->id);
+    tr_err_set(err, TROUPE_NOT_FOUND, "no credential %" PRIu64 " (already revoked?)", id);
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < a->n_creds; i++) {
-        if (a->creds[i].id == r->id) {
+        if (a->creds[i].id == id) {
             cred gone = a->creds[i];
             a->creds[i] = a->creds[--a->n_creds];
             creds_changed(a); /* forgets it on every thread at once */
-            if ((rv = save(a, &err)) != TROUPE_OK) {
+            if ((rv = save(a, err)) != TROUPE_OK) {
                 add_cred(a, &gone); /* still on disk: still valid */
             }
             break;
         }
     }
     pthread_mutex_unlock(&a->mu);
-    if (rv != TROUPE_OK) {
-        tr_rpc_reply_error(call, rv, "%s", err.msg);
-    } else {
-        TR_LOG(TR_LOG_NOTICE, "credential revoked id=%" PRIu64, r->id);
-        rep.revoked = 1;
-        tr_rpc_reply(call, &rep.base);
-    }
-out:
-    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return rv;
 }

@@ -13,11 +13,6 @@
 
 extern const tr_head_service tr_health_service;
 
-/* tr_health_feed hands the points of an accepted ReportMetrics to the
- * judge (metrics.c calls it once the worker is known to be the job's). Takes
- * only the service's own lock; call it without h->mu. */
-void tr_health_feed(tr_head *h, const Troupe__V1__ReportMetricsRequest *req);
-
 /* tr_health_job returns in *out a copy of job_id's latest judgement (state
  * HEALTH_NONE when no worker reported a step yet; for an ended job its last
  * judgement while it ran, with ended set, kept in memory only;

@@ -151,31 +151,6 @@ const tr_cfg_desc tr_head_config_table[] = {
 };
 #undef F
 
-/* Who may call what (rpc.h: scopes). Handlers of TR_SCOPES_WORKER_JOB methods
- * check the job with tr_rpc_require_job; node methods check the node with
- * tr_head_node_allowed (auth.h). Services add their own tables (rdzv.c). */
-static const tr_rpc_method head_methods[] = {
-    {"troupe.v1.Head/Ping", tr_head_ping, TR_SCOPES_ANY},
-    {"troupe.v1.Head/RegisterNode", tr_head_register_node, TR_SCOPES_NODE},
-    {"troupe.v1.Head/Heartbeat", tr_head_heartbeat, TR_SCOPES_NODE},
-    {"troupe.v1.Head/ListNodes", tr_head_list_nodes, TR_SCOPES_USER},
-    {"troupe.v1.Head/GetCluster", tr_head_get_cluster, TR_SCOPES_USER},
-    {"troupe.v1.Head/SubmitJob", tr_head_submit_job, TR_SCOPES_USER},
-    {"troupe.v1.Head/GetJob", tr_head_get_job, TR_SCOPES_WORKER_JOB},
-    {"troupe.v1.Head/ListJobs", tr_head_list_jobs, TR_SCOPES_USER},
-    {"troupe.v1.Head/StopJob", tr_head_stop_job, TR_SCOPES_USER},
-    {"troupe.v1.Head/GetLogs", tr_head_get_logs, TR_SCOPES_WORKER_JOB},
-    {"troupe.v1.Head/NodeSync", tr_head_node_sync, TR_SCOPES_NODE},
-    {"troupe.v1.Head/SubmitJobs", tr_head_submit_jobs, TR_SCOPES_USER},
-    {"troupe.v1.Head/StopJobs", tr_head_stop_jobs, TR_SCOPES_USER},
-    {"troupe.v1.Head/DeleteJob", tr_head_delete_job, TR_SCOPES_USER},
-    {"troupe.v1.Head/CreateToken", tr_head_create_token, TR_SCOPE_ADMIN},
-    {"troupe.v1.Head/RevokeToken", tr_head_revoke_token, TR_SCOPE_ADMIN},
-    {"troupe.v1.Head/DeregisterNode", tr_head_deregister_node, TR_SCOPES_NODE},
-    {"troupe.v1.Head/DrainNode", tr_head_drain_node, TR_SCOPE_ADMIN},
-    {NULL, NULL, 0},
-};
-
 int tr_head_tls_client_auth(const char *mode)
 {
     if (mode != NULL && strcmp(mode, "nodes") == 0) {
@@ -245,56 +220,14 @@ int tr_head_add_service(tr_head *h, const tr_head_service *s, tr_err *err)
     return TROUPE_OK;
 }
 
-void tr_head_job_changed(tr_head *h, struct tr_head_job *hj)
-{
-    for (size_t i = 0; i < h->n_svc; i++) {
-        if (h->svc[i]->job_changed != NULL && h->svc_state[i] != NULL) {
-            h->svc[i]->job_changed(h, hj, h->svc_state[i]);
-        }
-    }
-}
-
-void tr_head_job_saved(tr_head *h, struct tr_head_job *hj)
-{
-    for (size_t i = 0; i < h->n_svc; i++) {
-        if (h->svc[i]->job_saved != NULL && h->svc_state[i] != NULL) {
-            h->svc[i]->job_saved(h, hj, h->svc_state[i]);
-        }
-    }
-}
-
-void tr_head_list_fields(tr_head *h, struct tr_head_job *hj, Troupe__V1__Job *copy, int on)
-{
-    for (size_t i = 0; i < h->n_svc; i++) {
-        if (h->svc[i]->list_fields != NULL && h->svc_state[i] != NULL) {
-            h->svc[i]->list_fields(h, hj, copy, on, h->svc_state[i]);
-        }
-    }
-}
-
-void tr_head_job_deleted(tr_head *h, uint64_t job_id)
-{
-    for (size_t i = 0; i < h->n_svc; i++) {
-        if (h->svc[i]->job_deleted != NULL && h->svc_state[i] != NULL) {
-            h->svc[i]->job_deleted(h, job_id, h->svc_state[i]);
-        }
-    }
-}
-
-void tr_head_decorate(tr_head *h, struct tr_head_job *hj, int on)
-{
-    for (size_t i = 0; i < h->n_svc; i++) {
-        if (h->svc[i]->decorate != NULL && h->svc_state[i] != NULL) {
-            h->svc[i]->decorate(h, hj, on, h->svc_state[i]);
-        }
-    }
-}
-
-/* build_methods joins the core's table and every service's into h->methods. */
+/* build_methods joins the RPC layer's table and every service's into h->methods. */
 static int build_methods(tr_head *h, tr_err *err)
 {
-    size_t n = sizeof(head_methods) / sizeof(head_methods[0]) - 1, k = 0;
+    size_t n = 0, k = 0;
 
+    for (const tr_rpc_method *m = h->core_methods; m != NULL && m->name != NULL; m++) {
+        n++;
+    }
     for (size_t i = 0; i < h->n_svc; i++) {
         for (const tr_rpc_method *m = h->svc[i]->methods; m != NULL && m->name != NULL; m++) {
             n++;
@@ -303,7 +236,7 @@ static int build_methods(tr_head *h, tr_err *err)
     if ((h->methods = calloc(n + 1, sizeof(*h->methods))) == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
-    for (const tr_rpc_method *m = head_methods; m->name != NULL; m++) {
+    for (const tr_rpc_method *m = h->core_methods; m != NULL && m->name != NULL; m++) {
         h->methods[k++] = *m;
     }
     for (size_t i = 0; i < h->n_svc; i++) {
@@ -351,6 +284,7 @@ static void *reaper_main(void *arg)
         tr_head_nodes_check_pipes(h);
         tr_head_nodes_reap(h);
         tr_jobs_tick(h);
+        tr_jobs_retain(h);
         tr_abstime_in(&ts, tick);
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "handlers.h"
 #include "jobs.h"
 #include "log.h"
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "handlers.h"
 #include "joblog.h"
 #include "jobs.h"
 #include "log.h"
@@ -251,15 +252,6 @@ static int worker_live(const Troupe__V1__WorkerInfo *w)
 static uint64_t safe_version(const tr_head *h, const tr_head_node *hn)
 {
     return hn->bump_seq <= h->saved_seq ? hn->version : hn->unsaved_version - 1;
-}
-
-void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn)
-{
-    if (hn->bump_seq <= h->saved_seq) {
-        hn->unsaved_version = hn->version; /* the first one not on disk */
-    }
-    hn->bump_seq = tr_head_change_seq(h);
-    tr_head_commit_nudge(h);
 }
 
 /* sendable: worker i of hj, on this node, is wanted and saved. */

@@ -1,4 +1,5 @@
-/* nodes.c - the node registry: registration, heartbeats, liveness, listing.
+/* nodes.c - the node registry: registration, heartbeats, liveness (the
+ * methods that call it are rpc/nodes_rpc.c's).
  *
  * Each node is kept as an unpacked troupe.v1.Node (deep-copied by packing and
  * unpacking), which is also exactly what goes to SQLite. A node id comes from
@@ -22,8 +23,6 @@
 #include "sched/sched.h"
 #include "util.h"
 
-#define LIST_NODES_MARGIN (64u * 1024u) /* a ListNodes page: envelope, status, length prefixes */
-
 #define MAX_GPUS_PER_NODE 64
 #define MAX_LABELS_PER_NODE 256
 
@@ -36,32 +35,6 @@ static const char *state_name(int s)
     case TROUPE__V1__NODE_STATE__NODE_LEFT: return "LEFT";
     default: return "UNKNOWN";
     }
-}
-
-/* Nodes are kept in id order (ids only grow and records are never removed;
- * recovery loads them sorted), so lookups are a binary search: they run
- * several times per placement and per NodeSync. A miss falls back to a scan,
- * which keeps the answer right even if that order were ever broken. */
-tr_head_node *tr_head_node_find(tr_head *h, uint64_t id)
-{
-    size_t lo = 0, hi = h->n_nodes;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (h->nodes[mid].n->id < id) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if (lo < h->n_nodes && h->nodes[lo].n->id == id) {
-        return &h->nodes[lo];
-    }
-    for (size_t i = 0; i < h->n_nodes; i++) {
-        if (h->nodes[i].n->id == id) {
-            return &h->nodes[i];
-        }
-    }
-    return NULL;
 }
 
 /* node_copy deep-copies a Node through its wire form. */
@@ -91,11 +64,6 @@ static void node_set_reason(Troupe__V1__Node *n, const char *reason)
         free(n->reason);
     }
     n->reason = copy;
-}
-
-int tr_head_node_gone(const Troupe__V1__Node *n)
-{
-    return n->state == TROUPE__V1__NODE_STATE__NODE_DEAD || n->state == TROUPE__V1__NODE_STATE__NODE_LEFT;
 }
 
 /* nodes_count adds node n to (sign 1) or takes it from (-1) the counts that
@@ -137,15 +105,6 @@ void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char
     if (h->sched != NULL) {
         tr_jobs_node_state(h, hn->n);
     }
-}
-
-uint64_t tr_head_name_hash(const char *name)
-{
-    uint64_t x = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        x = (x ^ *p) * 0x100000001b3ull;
-    }
-    return x;
 }
 
 static int nodes_append(tr_head *h, Troupe__V1__Node *n)
@@ -419,7 +378,7 @@ static int validate_strings(const Troupe__V1__RegisterNodeRequest *r, tr_err *er
 
 /* validate_registration checks what an agent claims before anything is
  * stored; the message names the field and the limit. */
-static int validate_registration(const Troupe__V1__RegisterNodeRequest *r, tr_err *err)
+int tr_head_node_validate(const Troupe__V1__RegisterNodeRequest *r, tr_err *err)
 {
     uint64_t seen = 0;
 
@@ -522,8 +481,8 @@ static tr_head_node *last_namesake(tr_head *h, const char *name, uint64_t skip)
     return NULL;
 }
 
-static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__RegisterNodeRequest *r, uint64_t *id_out,
-                       tr_err *err)
+int tr_head_node_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__RegisterNodeRequest *r,
+                          uint64_t *id_out, tr_err *err)
 {
     Troupe__V1__Node tmpl = TROUPE__V1__NODE__INIT;
     tr_head_node *old = r->node_id ? tr_head_node_find(h, r->node_id) : NULL;
@@ -606,84 +565,16 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
     return TROUPE_OK;
 }
 
-/* reply_registered answers a registration once it is on disk. */
-static void reply_registered(tr_head *h, tr_rpc_call *call, uint64_t node_id)
+void tr_head_node_seen(tr_head *h, tr_head_node *hn, tr_rpc_call *call)
 {
-    Troupe__V1__RegisterNodeReply rep = TROUPE__V1__REGISTER_NODE_REPLY__INIT;
-    tr_head_node *hn = tr_head_node_find(h, node_id);
-
-    rep.node_id = node_id;
-    rep.heartbeat_ms = (uint32_t)(hn != NULL ? tr_head_node_told(h, hn) : tr_head_heartbeat_period(h));
-    rep.head_started_ms = h->started_ms;
-    rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
-    tr_rpc_reply(call, &rep.base);
+    hn->seen_mono = tr_now_ms();
+    hn->pipe = tr_rpc_call_pipe(call);
+    hn->dropped_mono = 0;
+    (void)h;
 }
 
-void tr_head_register_node(tr_rpc_call *call, void *user)
+int64_t tr_head_node_beat(tr_head *h, tr_head_node *hn, tr_rpc_call *call, const Troupe__V1__HeartbeatRequest *r)
 {
-    tr_head *h = user;
-    Troupe__V1__RegisterNodeRequest *r = (Troupe__V1__RegisterNodeRequest *)tr_rpc_unpack(
-        call, &troupe__v1__register_node_request__descriptor);
-    uint64_t node_id = 0;
-    tr_err err;
-    int rv;
-
-    if (r == NULL) {
-        return;
-    }
-    if ((rv = validate_registration(r, &err)) != TROUPE_OK) {
-        TR_LOG(TR_LOG_WARNING, "refused registration: %s", err.msg);
-        tr_rpc_reply_error(call, rv, "%s", err.msg);
-        goto out;
-    }
-    pthread_mutex_lock(&h->mu);
-    if (tr_head_store_refuse(h, call)) { /* the agent retries */
-        pthread_mutex_unlock(&h->mu);
-        goto out;
-    }
-    if (!tr_head_node_may_register(call, h, (r->name && r->name[0]) ? r->name : r->hostname, r->node_id)) {
-        pthread_mutex_unlock(&h->mu);
-        goto out; /* answered */
-    }
-    rv = do_register(h, call, r, &node_id, &err);
-    if (rv == TROUPE_OK) {
-        tr_head_node_bind(call, tr_head_node_find(h, node_id));
-        tr_head_after_commit(h, call, reply_registered, node_id);
-    }
-    pthread_mutex_unlock(&h->mu);
-    if (rv != TROUPE_OK) {
-        tr_rpc_reply_error(call, rv, "%s", err.msg);
-    }
-out:
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-}
-
-void tr_head_heartbeat(tr_rpc_call *call, void *user)
-{
-    tr_head *h = user;
-    /* In the call's scratch memory (tr_rpc_unpack_scratch): nothing to free,
-     * and stats_copy keeps none of it. */
-    const Troupe__V1__HeartbeatRequest *r = (const Troupe__V1__HeartbeatRequest *)tr_rpc_unpack_scratch(
-        call, &troupe__v1__heartbeat_request__descriptor);
-    Troupe__V1__HeartbeatReply rep = TROUPE__V1__HEARTBEAT_REPLY__INIT;
-    tr_head_node *hn;
-    int64_t period;
-
-    if (r == NULL) {
-        return;
-    }
-    pthread_mutex_lock(&h->mu);
-    hn = tr_head_node_find(h, r->node_id);
-    if (hn == NULL || tr_head_node_gone(hn->n)) {
-        pthread_mutex_unlock(&h->mu);
-        tr_rpc_reply_error(call, TROUPE_FAILED_PRECONDITION, "node %llu is %s; register again",
-                           (unsigned long long)r->node_id, hn ? state_name((int)hn->n->state) : "unknown");
-        return;
-    }
-    if (!tr_head_node_allowed(call, hn)) {
-        pthread_mutex_unlock(&h->mu);
-        return; /* answered */
-    }
     tr_head_node_seen(h, hn, call);
     hn->n->last_seen_ms = tr_wall_ms();
     stats_copy(hn->n, r);
@@ -692,180 +583,10 @@ void tr_head_heartbeat(tr_rpc_call *call, void *user)
     if (hn->n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT && !hn->awaiting_register) {
         tr_head_node_transition(h, hn, TROUPE__V1__NODE_STATE__NODE_ALIVE, "heartbeat received again");
     }
-    period = tr_head_node_told(h, hn);
-    pthread_mutex_unlock(&h->mu);
-    rep.heartbeat_ms = (uint32_t)period;
-    rep.head_started_ms = h->started_ms;
-    rep.lease_ms = (uint32_t)tr_liveness_lease_ms(&h->live);
-    tr_rpc_reply(call, &rep.base);
+    return tr_head_node_told(h, hn);
 }
 
-/* ListNodes answers a page: nodes in id order (h->nodes is, ids only grow)
- * after the cursor, at most limit of them, and never more than fits in the
- * smaller of the head's and a default client's frame (each node's packed
- * size is counted as it is added, as ListJobs does). */
-void tr_head_list_nodes(tr_rpc_call *call, void *user)
+const char *tr_head_node_state_name(int s)
 {
-    tr_head *h = user;
-    Troupe__V1__ListNodesRequest *r =
-        (Troupe__V1__ListNodesRequest *)tr_rpc_unpack(call, &troupe__v1__list_nodes_request__descriptor);
-    Troupe__V1__ListNodesReply rep = TROUPE__V1__LIST_NODES_REPLY__INIT;
-    size_t budget, used = 0;
-    uint64_t last = 0;
-
-    if (r == NULL) {
-        return;
-    }
-    budget = (size_t)h->cfg.max_frame_bytes < TR_RPC_DEFAULT_MAX_FRAME ? (size_t)h->cfg.max_frame_bytes
-                                                                       : TR_RPC_DEFAULT_MAX_FRAME;
-    budget = budget > 2 * LIST_NODES_MARGIN ? budget - LIST_NODES_MARGIN : budget / 2;
-    pthread_mutex_lock(&h->mu);
-    rep.nodes = calloc(h->n_nodes ? h->n_nodes : 1, sizeof(*rep.nodes));
-    if (rep.nodes == NULL) {
-        pthread_mutex_unlock(&h->mu);
-        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < h->n_nodes; i++) {
-        Troupe__V1__Node *n = h->nodes[i].n;
-        size_t sz;
-        if (n->id <= r->cursor || (!r->include_dead && tr_head_node_gone(n))) {
-            continue;
-        }
-        if (r->limit != 0 && rep.n_nodes == r->limit) {
-            rep.next_cursor = last; /* a further match exists */
-            break;
-        }
-        n->gpus_free = tr_head_node_gone(n) ? 0 : tr_jobs_node_free_gpus(h, n->id);
-        n->cpu_milli_free = tr_head_node_gone(n) ? 0 : tr_jobs_node_free_cpu_milli(h, n->id);
-        sz = troupe__v1__node__get_packed_size(n) + 16;
-        if (rep.n_nodes > 0 && used + sz > budget) {
-            rep.next_cursor = last; /* the frame is full */
-            break;
-        }
-        used += sz;
-        rep.nodes[rep.n_nodes++] = n;
-        last = n->id;
-    }
-    /* Packed under the lock: the messages are borrowed from the registry. */
-    tr_rpc_reply(call, &rep.base);
-    pthread_mutex_unlock(&h->mu);
-    free(rep.nodes);
-out:
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-}
-
-static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited);
-
-static void cluster_after_save(tr_head *h, tr_rpc_call *call, uint64_t arg)
-{
-    (void)arg;
-    cluster_answer(h, call, 1);
-}
-
-/* count_jobs counts jobs by saved state, as GetJob and ListJobs show them:
- * returns how many have a latest change that is not on disk yet (those are
- * counted in jobs_unsaved instead, so that no count shows a state a head
- * crash could take back). Under h->mu. */
-static uint32_t count_jobs(tr_head *h, Troupe__V1__GetClusterReply *rep)
-{
-    uint32_t unsaved = 0;
-
-    for (size_t i = 0; i < h->n_jobs; i++) {
-        if (!tr_jobs_saved(h, h->jobs[i])) {
-            unsaved++;
-            continue;
-        }
-        switch (h->jobs[i]->j->state) {
-        case TROUPE__V1__JOB_STATE__JOB_PENDING: rep->jobs_pending++; break;
-        case TROUPE__V1__JOB_STATE__JOB_RUNNING: rep->jobs_running++; break;
-        case TROUPE__V1__JOB_STATE__JOB_SUCCEEDED: rep->jobs_succeeded++; break;
-        case TROUPE__V1__JOB_STATE__JOB_FAILED: rep->jobs_failed++; break;
-        case TROUPE__V1__JOB_STATE__JOB_STOPPED: rep->jobs_stopped++; break;
-        default: break;
-        }
-    }
-    return unsaved;
-}
-
-/* cluster_answer answers GetCluster under h->mu. While the store writes, a
- * job with unsaved changes (a batch in flight: milliseconds) makes the call
- * wait for that batch once, then it is answered as it stands; while the
- * store cannot write, it is answered at once (status must work then) with
- * those jobs in jobs_unsaved. Returns 0 when the call was parked. */
-static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited)
-{
-    Troupe__V1__GetClusterReply rep = TROUPE__V1__GET_CLUSTER_REPLY__INIT;
-    char store_error[sizeof(h->store_error)], http_url[sizeof(h->http_url)];
-    tr_rpc_conn_stats cs;
-
-    rep.jobs_unsaved = count_jobs(h, &rep);
-    if (rep.jobs_unsaved > 0 && !waited && !h->store_failing) {
-        tr_head_after_batch(h, call, cluster_after_save, 0, NULL);
-        return 0;
-    }
-    /* Kept as nodes change (nodes_count), not walked: see head.h. */
-    rep.nodes_alive = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_ALIVE];
-    rep.nodes_suspect = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_SUSPECT];
-    rep.nodes_left = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_LEFT];
-    rep.nodes_dead = h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_DEAD] +
-                     h->nodes_by_state[TROUPE__V1__NODE_STATE__NODE_STATE_UNSPECIFIED];
-    rep.gpus_total = (uint32_t)h->node_gpus_live;
-    rep.heartbeat_ms = (uint32_t)tr_head_heartbeat_period(h);
-    rep.dead_ms = (uint32_t)tr_liveness_dead_ms(&h->live);
-    /* The scheduler's slot of a node is DEAD exactly when the node is gone
-     * (jobs.c: sched_state), so this is the free GPUs of every node that is
-     * not: what a lookup per ALIVE or SUSPECT node added up. */
-    rep.gpus_free = h->sched != NULL ? (uint32_t)tr_sched_free_gpus_live(h->sched) : 0;
-    rep.store_failing = h->store_failing != 0;
-    snprintf(store_error, sizeof(store_error), "%s", h->store_failing ? h->store_error : "");
-    rep.store_error = store_error;
-    rep.store_failing_since_ms = h->store_failing ? h->store_failing_since_ms : 0;
-    rep.store_failed_writes = h->store_failed_writes;
-    rep.store_unsaved = tr_head_store_unsaved(h);
-    snprintf(http_url, sizeof(http_url), "%s", h->http_url);
-    rep.http_url = http_url;
-    rep.head_version = TROUPE_VERSION;
-    rep.head_started_ms = h->started_ms;
-    rep.requests_served = tr_rpc_server_served(tr_rpc_call_server(call));
-    rep.frames_oversized = tr_rpc_server_oversized(tr_rpc_call_server(call));
-    tr_rpc_server_conn_stats(tr_rpc_call_server(call), &cs);
-    rep.connections_open = cs.open;
-    rep.connections_unauthenticated = cs.unauthenticated;
-    rep.connections_max = cs.max;
-    rep.connections_refused = cs.refused;
-    rep.connections_displaced = cs.displaced;
-    rep.connections_closed_idle = cs.closed_idle;
-    rep.frame_limit_bytes = cs.frame_limit;
-    tr_rpc_reply(call, &rep.base);
-    return 1;
-}
-
-void tr_head_get_cluster(tr_rpc_call *call, void *user)
-{
-    tr_head *h = user;
-    ProtobufCMessage *r = tr_rpc_unpack(call, &troupe__v1__get_cluster_request__descriptor);
-
-    if (r == NULL) {
-        return;
-    }
-    protobuf_c_message_free_unpacked(r, NULL);
-    pthread_mutex_lock(&h->mu);
-    cluster_answer(h, call, 0);
-    pthread_mutex_unlock(&h->mu);
-}
-
-void tr_head_ping(tr_rpc_call *call, void *user)
-{
-    Troupe__V1__PingRequest *r =
-        (Troupe__V1__PingRequest *)tr_rpc_unpack(call, &troupe__v1__ping_request__descriptor);
-    Troupe__V1__PingReply rep = TROUPE__V1__PING_REPLY__INIT;
-
-    (void)user;
-    if (r == NULL) {
-        return;
-    }
-    rep.data = r->data;
-    tr_rpc_reply(call, &rep.base);
-    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return state_name(s);
 }

@@ -7,6 +7,7 @@
 
 #include "head.h"
 #include "joblog.h"
+#include "records.h"
 #include "sched/sched.h"
 
 typedef struct tr_head_wait {
@@ -43,10 +44,15 @@ typedef struct tr_head_job {
 
 int tr_jobs_init(tr_head *h, tr_err *err); /* scheduler, recovery */
 void tr_jobs_fini(tr_head *h);
-void tr_jobs_tick(tr_head *h); /* timeouts, waiter expiry, retention; under h->mu */
+void tr_jobs_tick(tr_head *h); /* timeouts, waiter expiry; under h->mu */
 /* tr_jobs_retain deletes settled jobs past keep_jobs / keep_days (at most
- * once a second; jobs_list.c). Under h->mu. */
+ * once a second; jobs_retain.c). Under h->mu. */
 void tr_jobs_retain(tr_head *h);
+/* tr_jobs_remove_if deletes every settled job pred picks, in one pass over
+ * the job array, from memory now and from the store in the next batch
+ * (TR_EV_JOB_DELETED first); returns how many went. Under h->mu. */
+typedef int (*tr_jobs_pred)(tr_head *h, const tr_head_job *hj, void *arg);
+size_t tr_jobs_remove_if(tr_head *h, tr_jobs_pred pred, void *arg);
 /* tr_jobs_free_one frees a job already taken out of h->jobs. */
 void tr_jobs_free_one(tr_head_job *hj);
 
@@ -61,7 +67,6 @@ uint32_t tr_jobs_node_free_gpus(tr_head *h, uint64_t node_id);
 uint32_t tr_jobs_node_free_cpu_milli(tr_head *h, uint64_t node_id);
 
 /* Internals shared by jobs*.c. */
-tr_head_job *tr_jobs_find(tr_head *h, uint64_t id);
 /* tr_jobs_admit validates and records a job as PENDING without scheduling
  * (a batch admits all, then schedules once); tr_jobs_submit does both. */
 int tr_jobs_admit(tr_head *h, const Troupe__V1__JobSpec *spec, uint64_t *id, tr_err *err);
@@ -78,37 +83,17 @@ void tr_jobs_schedule(tr_head *h);
  * output (and with it their state) the head could not take now
  * (max_log_memory_bytes): the report must not be acknowledged. */
 int tr_jobs_apply_reports(tr_head *h, tr_head_node *hn, const Troupe__V1__NodeSyncRequest *req);
-int tr_jobs_is_terminal(const tr_head_job *hj);
-/* Settled: ended and holding no GPUs; nothing about it can change again. */
-int tr_jobs_is_settled(const tr_head_job *hj);
 /* tr_jobs_first_unsettled returns the index below which every job is
  * settled; loops over live jobs start there. */
 size_t tr_jobs_first_unsettled(tr_head *h);
-void tr_jobs_answer_job_waiters(tr_head *h, tr_head_job *hj, int all);
-void tr_jobs_answer_log_waiters(tr_head *h, tr_head_job *hj, int all);
 void tr_jobs_node_bump(tr_head *h, uint64_t node_id);
 /* tr_jobs_index_add lists hj on every node it has a worker record on (once
  * per node); called whenever records are made or recovered. */
 void tr_jobs_index_add(tr_head *h, tr_head_job *hj);
 /* tr_jobs_index_prune drops settled jobs from a node's list. */
 void tr_jobs_index_prune(tr_head_node *hn);
-void tr_jobs_answer_sync(tr_head *h, tr_head_node *hn);
-/* tr_jobs_saved: is everything about hj on disk? Only then may its state
- * leave the head (GetJob, job long polls). */
-int tr_jobs_saved(const tr_head *h, const tr_head_job *hj);
-/* Durability hooks (jobs_rpc.c, jobs_sync.c): tr_jobs_job_saved runs for each job of a
- * batch once it is on disk (answers its long polls), tr_jobs_sync_saved
- * after each saved batch (answers the nodes' assignment polls whose version
- * is now on disk), tr_jobs_sync_bumped after a node's version moved. */
-void tr_jobs_job_saved(tr_head *h, tr_head_job *hj);
-void tr_jobs_sync_saved(tr_head *h);
-/* tr_jobs_sync_budget: the most bytes of assignments one NodeSync reply
- * carries (max_frame_bytes, at most the agents' 4 MiB, less the envelope).
- * tr_jobs_sync_check refuses (INVALID_ARGUMENT, with the numbers) a spec
- * one of whose workers would not fit one reply with its job's and group's
- * common part (jobs_sync.c). */
-size_t tr_jobs_sync_budget(const tr_head *h);
-int tr_jobs_sync_check(tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
+/* tr_jobs_sync_bumped after a node's assignment version moved: the version
+ * is told to its agent once the batch carrying it is saved. */
 void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn);
 void tr_jobs_set_str(char **field, const char *s);
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);
@@ -125,16 +110,5 @@ void tr_jobs_failure_text(const Troupe__V1__WorkerFailure *f, char *buf, size_t 
  * on_stall: fail); its group restarts if restarts remain, else the job
  * fails. Nothing for a job that ended. */
 void tr_jobs_worker_failed(tr_head *h, tr_head_job *hj, size_t idx, const char *why);
-
-/* RPC handlers (jobs_rpc.c, jobs_sync.c). */
-void tr_head_submit_job(tr_rpc_call *call, void *user);
-void tr_head_get_job(tr_rpc_call *call, void *user);
-void tr_head_list_jobs(tr_rpc_call *call, void *user);
-void tr_head_stop_job(tr_rpc_call *call, void *user);
-void tr_head_submit_jobs(tr_rpc_call *call, void *user); /* jobs_batch.c */
-void tr_head_stop_jobs(tr_rpc_call *call, void *user);
-void tr_head_delete_job(tr_rpc_call *call, void *user); /* jobs_list.c, as ListJobs */
-void tr_head_get_logs(tr_rpc_call *call, void *user);
-void tr_head_node_sync(tr_rpc_call *call, void *user);
 
 #endif

@@ -27,7 +27,6 @@
 #include <sqlite3.h>
 
 #include "dberr.h"
-#include "health.h"
 #include "jobs.h"
 #include "log.h"
 #include "metric_buf.h"
@@ -139,6 +138,8 @@ typedef struct metrics_svc {
     tr_ids gone;
 
     tr_mfollow *follow; /* GetMetrics long polls, told of every committed round */
+    tr_metrics_report_fn on_report; /* the listener of accepted reports (health.c), or NULL */
+    void *on_report_arg;
 } metrics_svc;
 
 static metrics_svc *svc_of(void *head)
@@ -1041,7 +1042,9 @@ static void report_metrics(tr_rpc_call *call, void *user)
         /* Health hears of steps as they arrive, not once stored: a report the
          * writer cannot take yet is still progress (resends are ignored by
          * step number). */
-        tr_health_feed(s->h, req);
+        if (s->on_report != NULL) {
+            s->on_report(s->on_report_arg, req);
+        }
     }
     if (rv == TROUPE_OK) {
         rv = tr_rq_submit(s->q, call, &req->base, req->n_points, &err); /* OK: req is the queue's */
@@ -1371,6 +1374,17 @@ void tr_metrics_each_stream(tr_head *h, void (*fn)(void *arg, const tr_metrics_s
         fn(arg, &v);
     }
     pthread_mutex_unlock(&s->lmu);
+}
+
+int tr_metrics_on_report(tr_head *h, tr_metrics_report_fn fn, void *arg)
+{
+    metrics_svc *s = svc_of(h);
+    if (s == NULL) {
+        return -1;
+    }
+    s->on_report = fn;
+    s->on_report_arg = fn != NULL ? arg : NULL;
+    return 0;
 }
 
 int tr_metrics_last_steps(tr_head *h, uint64_t job,

@@ -57,6 +57,18 @@ int tr_metrics_query(tr_head *h, const Troupe__V1__GetMetricsRequest *req, Troup
                      tr_err *err);
 void tr_metrics_reply_free(Troupe__V1__GetMetricsReply *rep);
 
+/* tr_metrics_report_fn hears the points of every ReportMetrics accepted
+ * from a worker of the job it names, as it arrives (before the writer stores
+ * it). Runs on the RPC server's thread without h->mu; may take only its own
+ * locks. */
+typedef void (*tr_metrics_report_fn)(void *arg, const Troupe__V1__ReportMetricsRequest *req);
+/* tr_metrics_on_report makes fn (with arg) the one listener of accepted
+ * reports, or removes it (fn NULL). Call it from a service's start or stop,
+ * while the RPC server does not serve (health.c subscribes this way, so the
+ * metrics store never calls up into the judge). Returns 0, or -1 when the
+ * metrics service is not running. */
+int tr_metrics_on_report(tr_head *h, tr_metrics_report_fn fn, void *arg);
+
 /* tr_metrics_last_steps calls fn(arg, worker, attempt, step) once per
  * stream of job that has a "step_ms" point, with the step of its newest one
  * (health.c seeds its trackers with them after a head restart). Takes the

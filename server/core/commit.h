@@ -1,0 +1,80 @@
+/* commit.h - the group commit (commit.c): what changed is marked under
+ * h->mu, one writer thread saves it in batches to head.db, and calls parked
+ * for a batch are answered once it is on disk (decision 0001). */
+#ifndef TR_COMMIT_H
+#define TR_COMMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "rpc.h"
+
+/* Defined in head.h; named here so this header stands alone (C11 allows
+ * the typedef twice). */
+typedef struct tr_head tr_head;
+
+/* Called under h->mu once the batch holding a change is on disk; must answer
+ * the call (commit.c). */
+typedef void (*tr_commit_fn)(struct tr_head *h, tr_rpc_call *call, uint64_t arg);
+
+/* tr_commit_calloc_hook (unit tests only; NULL otherwise): when set, the
+ * writer makes the allocations of taking a batch (the record array, each
+ * packed record) through it, under h->mu, so a test can make them fail. */
+extern void *(*tr_commit_calloc_hook)(size_t n, size_t size);
+/* tr_commit_write_hook (unit tests only; NULL otherwise): called by the
+ * writer with a batch taken, h->mu released, right before it is written. */
+extern void (*tr_commit_write_hook)(void);
+
+/* Group commit (commit.c); all under h->mu except start/stop. */
+int tr_head_commit_start(tr_head *h, tr_err *err);
+void tr_head_commit_stop(tr_head *h); /* writes what is left, then stops */
+void tr_head_dirty_job(tr_head *h, uint64_t id);
+void tr_head_dirty_node(tr_head *h, uint64_t id);
+void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, const char *msg);
+uint64_t tr_head_new_id(tr_head *h, int table);
+/* tr_head_forget_job: the next batch deletes the job's record and events. */
+void tr_head_forget_job(tr_head *h, uint64_t id);
+void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg);
+/* tr_head_after_commit_owned: arg is a pointer that drop frees once the call
+ * is answered, fails or expires (fn must not free it). */
+/* tr_head_change_seq: the batch that will carry a change made now. */
+uint64_t tr_head_change_seq(const tr_head *h);
+/* tr_head_wait_saved waits (h->mu held, released while waiting) until the
+ * batch seq is on disk, at most ms, and returns 1 once it is; 0 when the
+ * time ran out, the store cannot write, or the head is stopping. For
+ * threads of the head's own that answer from memory (HTTP), as
+ * tr_head_after_commit is for RPC calls. */
+int tr_head_wait_saved(tr_head *h, uint64_t seq, int64_t ms);
+/* tr_head_commit_nudge asks for a batch even if nothing is marked (so that
+ * what waits for saved_seq to move is answered). */
+void tr_head_commit_nudge(tr_head *h);
+/* tr_head_store_refuse answers call RESOURCE_EXHAUSTED (with a hint naming
+ * the state dir and its free space) and returns 1 while the store cannot
+ * write; 0 otherwise. Handlers that would make new changes call it first. */
+int tr_head_store_refuse(tr_head *h, tr_rpc_call *call);
+/* tr_head_space_refuse is tr_head_store_refuse for new work (submit): it
+ * also refuses, RESOURCE_EXHAUSTED, while the disk of the state dir, of
+ * metrics.db or of traces.db has less than min_free_bytes free, whichever
+ * file filled it, with the sizes of the stores and what to do. Under h->mu. */
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call);
+/* tr_head_store_unsaved counts changes waiting for the disk. */
+size_t tr_head_store_unsaved(const tr_head *h);
+/* tr_head_after_commit_or_resend: for calls whose sender re-sends the same
+ * thing until it is acknowledged (an agent's report): if the batch carrying
+ * the change cannot be written, the call is answered UNAVAILABLE at once
+ * (the change stays in memory and is retried) instead of being held. */
+void tr_head_after_commit_or_resend(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg);
+/* tr_head_after_batch: for calls that only read (GetCluster, GetJob,
+ * ListJobs) and wait for the batch in flight to show saved state: fn runs
+ * after the next batch whether it was saved or not; after a failed one
+ * store_failing is set and fn answers as the store stands (a reader parked
+ * with tr_head_after_commit waited for a write that may never come, to its
+ * call's deadline). drop as for tr_head_after_commit_owned; may be NULL. */
+void tr_head_after_batch(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg, void (*drop)(void *));
+/* tr_head_commit_waiters: calls parked for the next batch (h->mu held). */
+size_t tr_head_commit_waiters(const tr_head *h);
+void tr_head_after_commit_owned(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg,
+                                void (*drop)(void *));
+
+#endif
