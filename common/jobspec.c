@@ -1020,23 +1020,35 @@ static int js_communicators(js_ctx *c, const yaml_node_t *n, Troupe__V1__JobSpec
     return rv;
 }
 
-/* js_nrl_env: NeMo RL's NRL_NSYS_* variables in the job's env, checked where
- * they are written. */
+/* js_nrl_env: NeMo RL's NRL_NSYS_* variables in the job's env and in each
+ * group's, checked where they are written: the entry at fault in the group's
+ * env: when it is there, else in the job's (which the group inherits). */
 static int js_nrl_env(js_ctx *c, const yaml_node_t *root, const Troupe__V1__JobSpec *spec)
 {
     const char *bad = NULL;
-    const yaml_node_t *env = js_opt(c, root, "env"), *at = NULL;
+    const yaml_node_t *env = js_opt(c, root, "env"), *genv = NULL, *groups = js_opt(c, root, "groups"), *at = NULL;
     yaml_node_t *key = NULL;
+    size_t bad_group = SIZE_MAX;
     tr_err e = {0};
 
-    if (tr_js_nrl_env(spec, &bad, &e) == TROUPE_OK) {
+    if (tr_js_nrl_env(spec, &bad, &bad_group, &e) == TROUPE_OK) {
         return TROUPE_OK;
     }
-    if (env != NULL && bad != NULL) {
-        at = js_find(c, env, bad, &key);
+    if (bad_group != SIZE_MAX && groups != NULL && groups->type == YAML_SEQUENCE_NODE &&
+        bad_group < (size_t)(groups->data.sequence.items.top - groups->data.sequence.items.start)) {
+        const yaml_node_t *item = js_item(c, groups, bad_group);
+        genv = item != NULL && item->type == YAML_MAPPING_NODE ? js_opt(c, item, "env") : NULL;
+    }
+    if (bad != NULL) {
+        if (genv != NULL) {
+            at = js_find(c, genv, bad, &key);
+        }
+        if (at == NULL && env != NULL) {
+            at = js_find(c, env, bad, &key);
+        }
         at = (at == NULL || js_is_null(at) || strstr(e.msg, "without") != NULL) ? key : at;
     }
-    return js_fail(c, at ? at : env, "%s", e.msg);
+    return js_fail(c, at ? at : (genv ? genv : env), "%s", e.msg);
 }
 
 static const char *const top_keys[] = {"name",    "cluster",   "groups",  "env",           "workdir",

@@ -82,10 +82,13 @@ int tr_js_globs_check(const char *s, tr_err *err);
  * name or the list itself is at fault). */
 int tr_js_comm_check(const Troupe__V1__JobSpec *spec, size_t i, size_t *bad_group, tr_err *err);
 
-/* tr_js_nrl_env checks NeMo RL's profiling variables in the job's env: both
+/* tr_js_nrl_env checks NeMo RL's profiling variables (and TROUPE_NSYS) as
+ * each worker sees them: the job's env:, then every group whose own env: sets
+ * one of them, over the job's (a group's entry wins for its workers). Both
  * or neither, a valid range and patterns, and no disagreement with profile:.
- * *bad_key names the variable at fault (NULL when none is). */
-int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, tr_err *err);
+ * *bad_key names the variable at fault (NULL when none is); *bad_group is
+ * the index of the group at fault (SIZE_MAX: the job's env). */
+int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, size_t *bad_group, tr_err *err);
 
 /* tr_js_duration_parse reads "30s", "500ms", "2m", "1h" or a plain number of
  * seconds ("2.5") into *ms; at most 7 days (jobspec_health.c). */

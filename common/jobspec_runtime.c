@@ -73,8 +73,15 @@ int tr_js_comm_check(const Troupe__V1__JobSpec *spec, size_t i, size_t *bad_grou
     return TROUPE_OK;
 }
 
-static const char *env_get(const Troupe__V1__JobSpec *spec, const char *key)
+/* env_get: key's value as a worker of group gs sees it: the group's env:
+ * overrides the job's (NULL gs: the job's alone). */
+static const char *env_get(const Troupe__V1__JobSpec *spec, const Troupe__V1__GroupSpec *gs, const char *key)
 {
+    for (size_t i = 0; gs != NULL && i < gs->n_env; i++) {
+        if (gs->env[i] != NULL && gs->env[i]->key != NULL && strcmp(gs->env[i]->key, key) == 0) {
+            return gs->env[i]->value ? gs->env[i]->value : "";
+        }
+    }
     for (size_t i = 0; i < spec->n_env; i++) {
         if (spec->env[i] != NULL && spec->env[i]->key != NULL && strcmp(spec->env[i]->key, key) == 0) {
             return spec->env[i]->value ? spec->env[i]->value : "";
@@ -85,15 +92,25 @@ static const char *env_get(const Troupe__V1__JobSpec *spec, const char *key)
 
 int tr_js_wants_nsys(const Troupe__V1__JobSpec *spec)
 {
-    const char *v = env_get(spec, TR_JS_NSYS);
-    return (spec->profile != NULL && spec->profile->nsys) || (v != NULL && strcmp(v, "1") == 0);
+    if (spec->profile != NULL && spec->profile->nsys) {
+        return 1;
+    }
+    for (size_t g = 0; g <= spec->n_groups; g++) {
+        const Troupe__V1__GroupSpec *gs = g < spec->n_groups ? spec->groups[g] : NULL;
+        const char *v = env_get(spec, gs, TR_JS_NSYS);
+        if (v != NULL && strcmp(v, "1") == 0) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* nsys_env: TROUPE_NSYS is 0 or 1, and 1 needs a range and patterns (the NRL
  * variables or profile:). */
-static int nsys_env(const Troupe__V1__JobSpec *spec, const char *range, const char **bad_key, tr_err *err)
+static int nsys_env(const Troupe__V1__JobSpec *spec, const Troupe__V1__GroupSpec *gs, const char *range,
+                    const char **bad_key, tr_err *err)
 {
-    const char *v = env_get(spec, TR_JS_NSYS);
+    const char *v = env_get(spec, gs, TR_JS_NSYS);
     int has_profile = spec->profile != NULL && spec->profile->steps != NULL && spec->profile->steps[0];
 
     if (v == NULL) {
@@ -113,13 +130,16 @@ static int nsys_env(const Troupe__V1__JobSpec *spec, const char *range, const ch
     return TROUPE_OK;
 }
 
-int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, tr_err *err)
+/* nrl_env checks the variables as the workers of gs (NULL: the job's env
+ * alone) see them. */
+static int nrl_env(const Troupe__V1__JobSpec *spec, const Troupe__V1__GroupSpec *gs, const char **bad_key,
+                   tr_err *err)
 {
-    const char *range = env_get(spec, TR_JS_NRL_RANGE), *pats = env_get(spec, TR_JS_NRL_PATTERNS);
+    const char *range = env_get(spec, gs, TR_JS_NRL_RANGE), *pats = env_get(spec, gs, TR_JS_NRL_PATTERNS);
     int a, b, rv;
 
     *bad_key = NULL;
-    if ((rv = nsys_env(spec, range, bad_key, err)) != TROUPE_OK) {
+    if ((rv = nsys_env(spec, gs, range, bad_key, err)) != TROUPE_OK) {
         return rv;
     }
     if (range == NULL && pats == NULL) {
@@ -149,5 +169,43 @@ int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, tr_err 
                           spec->profile->workers);
     }
     *bad_key = NULL;
+    return TROUPE_OK;
+}
+
+/* group_sets: gs's own env: names one of NeMo RL's or troupe's profiling
+ * variables (otherwise its workers see the job's, checked already). */
+static int group_sets(const Troupe__V1__GroupSpec *gs)
+{
+    static const char *const keys[] = {TR_JS_NRL_RANGE, TR_JS_NRL_PATTERNS, TR_JS_NSYS};
+
+    for (size_t i = 0; gs != NULL && i < gs->n_env; i++) {
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+            if (gs->env[i] != NULL && gs->env[i]->key != NULL && strcmp(gs->env[i]->key, keys[k]) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, size_t *bad_group, tr_err *err)
+{
+    int rv;
+
+    *bad_group = SIZE_MAX;
+    if ((rv = nrl_env(spec, NULL, bad_key, err)) != TROUPE_OK) {
+        return rv;
+    }
+    for (size_t g = 0; g < spec->n_groups; g++) {
+        const Troupe__V1__GroupSpec *gs = spec->groups[g];
+        if (!group_sets(gs)) {
+            continue;
+        }
+        if ((rv = nrl_env(spec, gs, bad_key, err)) != TROUPE_OK) {
+            *bad_group = g;
+            tr_err_prefix(err, "group %s", gs->name ? gs->name : "");
+            return rv;
+        }
+    }
     return TROUPE_OK;
 }

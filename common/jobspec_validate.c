@@ -230,7 +230,7 @@ static int check_runtime(const Troupe__V1__JobSpec *spec, tr_err *err)
             return rv;
         }
     }
-    return tr_js_nrl_env(spec, &bad_key, err);
+    return tr_js_nrl_env(spec, &bad_key, &bad_group, err);
 }
 
 int tr_jobspec_validate(const Troupe__V1__JobSpec *spec, tr_err *err)

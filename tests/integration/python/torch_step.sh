@@ -6,7 +6,9 @@
 # "profiled" metric per step, the trace's spans), and step figures (step_ms,
 # loss) arrive for every step of both ranks. The runtime does not drive a CUDA
 # profiler of its own under troupe.torch (TROUPE_CUDART points at a fake
-# libcudart that would print every call). Exit 77 (skipped) without torch.
+# libcudart that would print every call). Then a group's NRL_NSYS_* env:
+# entries override the job's for its workers only. Exit 77 (skipped) without
+# torch.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/py_lib.bash"
 : "${FAKE_CUDART:?}"
@@ -49,3 +51,24 @@ cli trace "$id" --output "$T/trace.json" >/dev/null || fail "troupe trace failed
 got=$(jq -c '[.traceEvents[] | select(.ph == "X" and .cat == "step") | [.pid, .args.step]] | sort' "$T/trace.json")
 [ "$got" = "[[1,3],[1,4]]" ] || fail "trace steps: $got"
 pass "troupe trace holds steps 3 and 4 of rank 1: $got"
+
+# NeMo RL's variables in a group's env: override the job's for that group's
+# workers, as the head's check assumes: the job's env profiles step 1 of every
+# worker, the policy group's own range 2:4 replaces it for the policy workers
+# (steps 2 and 3, B exclusive); the generation worker keeps the job's.
+R=NRL_NSYS_PROFILE_STEP_RANGE; P=NRL_NSYS_WORKER_PATTERNS
+cat >"$T/grp.yaml" <<YAML
+name: ptgroup
+cluster: {nodes: [4]}
+groups:
+  - {name: policy, workers: 2, resources: {gpu: 1}, command: [$PY_CMD, $D/torch_step_worker.py], env: {$R: "2:4"}}
+  - {name: generation, workers: 1, resources: {gpu: 1}, command: [$PY_CMD, $D/torch_step_worker.py]}
+env: {$PY_JOB_ENV, GLOO_SOCKET_IFNAME: lo, PT_STEPS: "5", TROUPE_CUDART: "$FAKE_CUDART", $R: "1:2", $P: "*"}
+YAML
+timeout 150 "$CLI_BIN" submit "$T/grp.yaml" >"$T/out" 2>"$T/err" || fail "job failed: $(cat "$T/err"; cli logs "$(head -1 "$T/out")")"
+id=$(head -1 "$T/out")
+m=$(cli -o json metrics "$id" --name profiled)
+want="[[\"job$id-generation-0\",1,1],[\"job$id-policy-0\",2,1],[\"job$id-policy-0\",3,1],[\"job$id-policy-1\",2,1],[\"job$id-policy-1\",3,1]]"
+got=$(jq -c '[.points[] | [.worker, .step, .value]] | sort' <<<"$m")
+[ "$got" = "$want" ] || fail "profiled steps with a group's $R over the job's: $got, expected $want"
+pass "a group's $R=2:4 over the job's 1:2: policy workers profile steps 2..3, the generation worker step 1"

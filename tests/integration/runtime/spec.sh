@@ -41,3 +41,35 @@ refused 7:56 "communicators[0]: communicator x: group policy is listed twice" ""
 job "$T/ok.yaml" "$R: \"2:3\", $P: \"*policy*\"" 'communicators: [{name: refit, groups: [policy, generation]}]'
 cli submit --no-wait "$T/ok.yaml" >/dev/null || fail "a valid spec was refused"
 pass "the same variables and communicator, valid, are accepted"
+
+# The same variables in a group's env: (profile only the generation group):
+# checked as that group's workers see them, its entries over the job's.
+gjob() { # gjob FILE GROUP-ENV [JOB-ENV]
+    cat >"$1" <<YAML
+name: spec
+cluster: {nodes: [4]}
+groups:
+  - {name: policy, workers: 2, resources: {gpu: 1}, command: [sleep, "1"]}
+  - {name: generation, workers: 1, resources: {gpu: 1}, command: [sleep, "1"], env: {$2}}
+env: {${3:-}}
+YAML
+}
+grefused() { # grefused WHERE TEXT GROUP-ENV [JOB-ENV]
+    local where=$1 text=$2 out rc
+    gjob "$T/g.yaml" "$3" "${4:-}"
+    set +e; out=$(cli submit --no-wait "$T/g.yaml" 2>&1); rc=$?; set -e
+    [ $rc = 2 ] || [ $rc = 1 ] || fail "rc $rc for group env $3 (job env ${4:-}): $out"
+    grep -qF "g.yaml:$where: group generation: $text" <<<"$out" ||
+        fail "expected 'g.yaml:$where: group generation: $text', got: $out"
+    pass "group env $3 ${4:+(job env $4) }-> $(grep -o 'g.yaml:.*' <<<"$out")"
+}
+grefused 5:86 "env: $R is set without $P (set both or neither)" "$R: \"2:3\""
+grefused 5:86 "env: $P is set without $R (set both or neither)" "$P: \"*generation*\""
+for bad in 3:3 0:3 3:2 a:b 2 2:3:4; do
+    grefused 5:115 "env: $R: step range '$bad'" "$R: \"$bad\", $P: \"*generation*\""
+done
+grefused 5:115 "env: $R: step range '4:4'" "$R: \"4:4\"" "$R: \"2:3\", $P: \"*\""
+grefused 5:99 "env: TROUPE_NSYS is 0 or 1, not 'yes'" "TROUPE_NSYS: \"yes\""
+gjob "$T/gok.yaml" "$R: \"5:7\"" "$R: \"2:3\", $P: \"*\""
+cli submit --no-wait "$T/gok.yaml" >/dev/null || fail "a group range completed by the job's patterns was refused"
+pass "a group's own range over the job's patterns is accepted"

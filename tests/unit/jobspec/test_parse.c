@@ -494,6 +494,69 @@ static void env_rules(void **state)
                    "9:13: duplicate key 'A' in env", NULL);
 }
 
+/* nrl_group_env: NeMo RL's profiling variables in a group's env: are held to
+ * the job-level rules as that group's workers see them (its entries over the
+ * job's), the message naming the group and pointing into its env:.
+ *   1 name: demo                           6   - name: gen
+ *   2 cluster: {nodes: [8]}                7     workers: 1
+ *   3 env: {<job>}                         8     resources: {gpu: 1}
+ *   4 groups:                              9     command: [run]
+ *   5   - {name: policy, ... [run]}       10     env: {<group>}  (first key 10:11)
+ *  11 <extra> */
+#define NRL_R "NRL_NSYS_PROFILE_STEP_RANGE"
+#define NRL_P "NRL_NSYS_WORKER_PATTERNS"
+static void nrl_group_env(void **state)
+{
+    static const struct {
+        const char *job, *group, *extra, *want; /* want NULL: accepted */
+    } rows[] = {
+        {"", NRL_R ": \"2:3\"", "", "job.yaml:10:11: group gen: env: " NRL_R " is set without " NRL_P},
+        {"", NRL_P ": \"*gen*\"", "", "job.yaml:10:11: group gen: env: " NRL_P " is set without " NRL_R},
+        {"", NRL_R ": \"3:3\", " NRL_P ": \"*gen*\"", "",
+         "job.yaml:10:40: group gen: env: " NRL_R ": step range '3:3': start must be less than stop"},
+        {"", NRL_R ": \"5:2\", " NRL_P ": \"*\"", "", "10:40: group gen: env: " NRL_R ": step range '5:2'"},
+        {"", NRL_R ": \"0:2\", " NRL_P ": \"*\"", "", "10:40: group gen: env: " NRL_R ": step range '0:2': start must be >= 1"},
+        {"", NRL_R ": \"2:3:4\", " NRL_P ": \"*\"", "", "10:40: group gen: env: " NRL_R ": step range '2:3:4'"},
+        {"", NRL_R ": \"2\", " NRL_P ": \"*\"", "", "10:40: group gen: env: " NRL_R ": step range '2' has no ':'"},
+        {"", NRL_R ": \"\", " NRL_P ": \"*\"", "", "10:40: group gen: env: " NRL_R ": empty step range"},
+        {"", NRL_R ": \"2:3\", " NRL_P ": \"[x\"", "",
+         "10:73: group gen: env: " NRL_P ": worker pattern '[x' has an unclosed '['"},
+        /* a group's own entry overrides the job's: its bad range is its fault */
+        {NRL_R ": \"2:3\", " NRL_P ": \"*gen*\"", NRL_R ": \"3:3\"", "",
+         "job.yaml:10:40: group gen: env: " NRL_R ": step range '3:3'"},
+        {NRL_R ": \"2:3\", " NRL_P ": \"*\"", NRL_R ": \"4:4\"", "", "10:40: group gen: env: " NRL_R ": step range '4:4'"},
+        {"", NRL_R ": \"2:3\", " NRL_P ": \"*gen*\"", "profile: {steps: \"2:4\", workers: \"*gen*\"}\n",
+         "10:40: group gen: env: " NRL_R "=2:3 and " NRL_P "=*gen* disagree with profile: {steps: 2:4"},
+        {"", "TROUPE_NSYS: \"2\"", "", "10:24: group gen: env: TROUPE_NSYS is 0 or 1, not '2'"},
+        {"", "TROUPE_NSYS: \"1\"", "", "10:24: group gen: env: TROUPE_NSYS=1 needs " NRL_R},
+        /* the job's own mistakes are still the job's, at the job's entry */
+        {NRL_R ": \"2:3\"", NRL_P ": \"*\"", "", "job.yaml:3:7: env: " NRL_R " is set without " NRL_P},
+        /* accepted */
+        {"", NRL_R ": \"2:3\", " NRL_P ": \"*gen*\"", "", NULL},
+        /* the job's env alone is what policy sees: patterns without a range there are refused */
+        {NRL_P ": \"*gen*\"", NRL_R ": \"2:4\"", "", "job.yaml:3:7: env: " NRL_P " is set without " NRL_R},
+        /* the job's patterns complete the group's own range */
+        {NRL_R ": \"2:3\", " NRL_P ": \"*\"", NRL_R ": \"5:7\"", "", NULL},
+        {NRL_R ": \"2:3\", " NRL_P ": \"*policy*\"", NRL_R ": \"5:7\", " NRL_P ": \"*gen*\"", "", NULL},
+        {"", NRL_R ": \"2:3\", " NRL_P ": \"*gen*\", TROUPE_NSYS: \"1\"", "", NULL},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof(yaml),
+                 "name: demo\ncluster: {nodes: [8]}\nenv: {%s}\ngroups:\n"
+                 "  - {name: policy, workers: 1, resources: {gpu: 1}, command: [run]}\n"
+                 "  - name: gen\n    workers: 1\n    resources: {gpu: 1}\n    command: [run]\n    env: {%s}\n%s",
+                 rows[i].job, rows[i].group, rows[i].extra);
+        if (rows[i].want == NULL) {
+            tr_jobspec_free(jt_parse(yaml));
+        } else {
+            jt_fails(yaml, TROUPE_INVALID_ARGUMENT, rows[i].want, (const char *)NULL);
+        }
+    }
+}
+
 static void labels(void **state)
 {
     Troupe__V1__JobSpec *s =
@@ -539,7 +602,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(malformed_yaml),   cmocka_unit_test(empty_and_shape),
     cmocka_unit_test(missing_required), cmocka_unit_test(names),
     cmocka_unit_test(profile_pairs),    cmocka_unit_test(profile_bad_ranges), cmocka_unit_test(health_settings),
-    cmocka_unit_test(env_rules),        cmocka_unit_test(labels),
+    cmocka_unit_test(env_rules),        cmocka_unit_test(nrl_group_env),        cmocka_unit_test(labels),
     cmocka_unit_test(top_level_values),   cmocka_unit_test(env_styles),
 };
 

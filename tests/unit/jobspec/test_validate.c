@@ -233,6 +233,14 @@ static void validate_runtime(void **state)
     assert_int_equal(tr_jobspec_validate(&h.spec, NULL), TROUPE_OK);
     h.ev.value = "2:3:4", expect_bad(&h, "env: NRL_NSYS_PROFILE_STEP_RANGE: step range '2:3:4'");
     h.ev.value = "2:3", e2.value = "[x", expect_bad(&h, "env: NRL_NSYS_WORKER_PATTERNS: worker pattern '[x'");
+    /* the same variables in a group's env, over the job's for its workers */
+    hand_init(&h), h.g[1].env = evs, evs[0] = &h.ev, evs[1] = &e2, h.g[1].n_env = 1;
+    h.ev.key = "NRL_NSYS_PROFILE_STEP_RANGE", h.ev.value = "2:3";
+    expect_bad(&h, "group gen: env: NRL_NSYS_PROFILE_STEP_RANGE is set without NRL_NSYS_WORKER_PATTERNS");
+    h.g[1].n_env = 2, e2.key = "NRL_NSYS_WORKER_PATTERNS", e2.value = "*gen*";
+    assert_int_equal(tr_jobspec_validate(&h.spec, NULL), TROUPE_OK);
+    h.ev.value = "3:3", expect_bad(&h, "group gen: env: NRL_NSYS_PROFILE_STEP_RANGE: step range '3:3'");
+    h.ev.value = "2:3", e2.value = "[x", expect_bad(&h, "group gen: env: NRL_NSYS_WORKER_PATTERNS: worker pattern");
 }
 
 static const struct CMUnitTest tests[] = {
