@@ -293,6 +293,85 @@ wait_for() {
     done
 }
 
+# proc_start PID: PID's start time (in clock ticks since boot) while it is a
+# live process, not a zombie; fails once it has ended. A pid is only "the
+# same process" while this stays the same: once the shell has reaped a child,
+# its pid may be handed to any new process.
+proc_start() {
+    local st
+    { st=$(</proc/"$1"/stat); } 2>/dev/null || return 1
+    read -ra st <<<"${st##*) }"
+    [ "${st[0]}" != Z ] && [ "${st[0]}" != X ] && echo "${st[19]}"
+}
+
+# await_end SECONDS WHAT PID...: wait up to SECONDS (times the slowdown) for
+# each PID to end, then reap it. END_RC: the exit status of the last PID (127
+# where it was not this shell's child). One still running at the deadline is
+# named with its state and the kernel function it sleeps in, killed, and
+# fails the test, saying WHAT was awaited: a bare `wait` would hang until the
+# watchdog, which names no culprit.
+await_end() {
+    local secs=$1 what=$2
+    shift 2
+    # stderr aside: bash reports a child killed by a signal ("Killed") on it
+    # at whatever command runs when it reaps the child, not at `wait`.
+    { _tr_end "$secs" "$@"; } 2>/dev/null
+    _tr_end_check "$secs" "$what"
+}
+# _tr_end SECONDS PID...: the polling of await_end; TR_LEFT: the pids still
+# running at the deadline (none reaped then), else END_RC as await_end says.
+_tr_end() {
+    local secs=$1 p s end
+    shift
+    local -A start=()
+    for p in "$@"; do s=$(proc_start "$p") && start[$p]=$s; done
+    end=$(( $(date +%s%N) / 1000000 + secs * TROUPE_TEST_SLOWDOWN * 1000 ))
+    while :; do
+        TR_LEFT=""
+        for p in "${!start[@]}"; do [ "$(proc_start "$p")" != "${start[$p]}" ] || TR_LEFT+=" $p"; done
+        [ -n "$TR_LEFT" ] && [ $(( $(date +%s%N) / 1000000 )) -lt $end ] || break
+        sleep 0.05
+    done
+    [ -z "$TR_LEFT" ] || return 0
+    END_RC=0
+    for p in "$@"; do END_RC=0; wait "$p" || END_RC=$?; done
+    return 0
+}
+# _tr_end_check SECONDS WHAT: after _tr_end, name, kill and fail on what is
+# left.
+_tr_end_check() {
+    local p
+    [ -n "$TR_LEFT" ] || return 0
+    for p in $TR_LEFT; do
+        echo "  still running: pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-200)" >&2
+        echo "    $(grep -E '^(State|PPid|SigPnd|ShdPnd|SigBlk|SigIgn):' /proc/$p/status 2>/dev/null | tr -s '\t\n' '  ') wchan $(cat /proc/$p/wchan 2>/dev/null)" >&2
+    done
+    kill_own 9 $TR_LEFT
+    fail "timed out after $(($1 * TROUPE_TEST_SLOWDOWN))s waiting for: $2 (pids$TR_LEFT still running; killed)"
+}
+
+# stop_pid [-SIG] [-t SECONDS] PID...: stop these processes of the test and
+# reap them: SIG (TERM unless given) to each, then await_end with a deadline
+# of SECONDS (10 unless given; times the slowdown). A process that does not
+# end on its signal fails the test, named (a daemon that ignores SIGTERM is a
+# bug; one that SIGKILL does not end is stuck in the kernel). STOP_RC: the
+# exit status of the last PID (see END_RC). Returns 0.
+stop_pid() {
+    local sig=TERM secs=10 p names=""
+    while :; do
+        case "${1:-}" in
+            -t) secs=$2; shift 2 ;;
+            -[A-Z0-9]*) sig=${1#-}; shift ;;
+            *) break ;;
+        esac
+    done
+    for p in "$@"; do names+="${names:+, }$p ($(cat "/proc/$p/comm" 2>/dev/null || echo ended))"; done
+    { kill_own "$sig" "$@"; _tr_end "$secs" "$@"; } 2>/dev/null
+    _tr_end_check "$secs" "$names to end after SIG$sig"
+    STOP_RC=$END_RC
+    return 0
+}
+
 # start_head [args...]: troupe-head on $HEAD with state in $T/state.
 start_head() {
     "$HEAD_BIN" --listen "$HEAD" --state-dir "$T/state" "$@" >>"$T/head.log" 2>&1 &

@@ -83,7 +83,7 @@ wait_for 10 "log of job $last removed" bash -c "[ ! -e '$T/state/logs/job-$last.
 pass "troupe delete: gone from listings, get and disk; deleting again is NOT_FOUND"
 
 # The store forgot them too: a restarted head shows the same 4 jobs.
-kill -TERM "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -TERM "$HEAD_PID"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --keep-jobs 5 --keep-days 0
 [ "$(cli -o json jobs --all --oldest-first | jqr '[.jobs[].id] | map(tostring) | join(",")')" = "$(seq $((last - 4)) $((last - 1)) | paste -sd,)" ] ||
     fail "after restart: $(cli -o json jobs --all | jqr '[.jobs[].id]')"

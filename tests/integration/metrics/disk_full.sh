@@ -47,7 +47,7 @@ wait_for 30 "job $a ended" bash -c "[ \"\$('$CLI_BIN' -o json job $a | jq -r .st
 
 # ---- 2: a bound larger than the disk: the flood fills it -------------------
 # A new head on an empty 8 MiB disk (a fresh tmpfs: quick to start under ASan).
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 umount -l "$T/state"
 mount -t tmpfs -o size=8m,mode=0700 tmpfs "$T/state"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --metrics-max-bytes $((64 * 1024 * 1024))

@@ -47,7 +47,8 @@ told_running() { [ "$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "drain answ
 wait_for 10 "the head to tell drain twice that a job still runs on $node" told_running
 alive "$dp" || fail "drain returned while a job still runs: $(cat "$T/drain.json" "$T/drain.err")"
 touch "$T/go/$h"
-wait "$dp" || fail "drain: $(cat "$T/drain.err")"
+await_end 40 "troupe drain --max-wait 30 to return once job $h ended" "$dp"
+[ "$END_RC" = 0 ] || fail "drain exited $END_RC: $(cat "$T/drain.err")"
 jq -e --arg n "$node" '.name == $n and .draining and .drained and .running_jobs == 0' "$T/drain.json" >/dev/null ||
     fail "drain -o json: $(cat "$T/drain.json")"
 pass "drain waited for job $h, then: $(cat "$T/drain.json")"
