@@ -119,12 +119,18 @@ lines_at_least() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 # skip_part) says why, once more, at its end.
 cleanup() {
     local rc=$? p left="" end others
+    # No errexit here: the watchdog stops a hung test by SIGTERM and then
+    # SIGKILLs every process of the test at once, which can hit a command
+    # substitution of this cleanup (it carries the tag); under errexit that
+    # ended the shell with 137 before the logs were shown. What one killed
+    # listing missed, the loop below lists again.
+    set +e
     # Everything but the workers (and the watchdog, which still guards this
     # cleanup) first.
     others=$(own_pids -w "${WATCHDOG_PID:-}")
     kill_own 9 $others
-    end=$(( $(date +%s) + $(scaled 5) ))
-    while left=$(worker_pids) && [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
+    end=$((EPOCHSECONDS + 5 * TROUPE_TEST_SLOWDOWN))
+    while left=$(worker_pids) && [ -n "$left" ] && [ "$EPOCHSECONDS" -lt "$end" ]; do sleep 0.1; done
     if [ -n "$left" ]; then
         echo "FAIL: worker processes outlived their agents (leaked):" >&2
         for p in $left; do
@@ -138,9 +144,13 @@ cleanup() {
     fi
     # Then whatever of the test is left (leaked workers, anything started
     # meanwhile), until none is: bounded, a process in D state is named.
-    end=$(( $(date +%s) + $(scaled 5) ))
-    while left=$(own_pids "${WATCHDOG_PID:-}") && [ -n "$left" ]; do
-        if [ "$(date +%s)" -ge "$end" ]; then
+    end=$((EPOCHSECONDS + 5 * TROUPE_TEST_SLOWDOWN))
+    while :; do
+        # Twice when the first listing was killed midway (the watchdog's
+        # one pass of SIGKILLs): an empty answer must mean none is left.
+        left=$(own_pids "${WATCHDOG_PID:-}") || left=$(own_pids "${WATCHDOG_PID:-}")
+        [ -n "$left" ] || break
+        if [ "$EPOCHSECONDS" -ge "$end" ]; then
             echo "WARNING: processes of this test survive SIGKILL: $(ps -o pid=,stat=,args= -p "${left//$'\n'/,}" 2>/dev/null | tr '\n' ';')" >&2
             break
         fi
