@@ -48,6 +48,11 @@ scaled() { echo $(($1 * TROUPE_TEST_SLOWDOWN)); }
 T=$(mktemp -d "${TMPDIR:-/tmp}/troupe-it.XXXXXX")
 PIDS=() # kept for the tests' own use; cleanup goes by the tag, not by these
 SKIPPED=()
+AT_CLEANUP=()
+# at_cleanup CMD: cleanup evals CMD once every process of the test is gone,
+# before it removes $T: for what a test makes outside $T (a trap of the
+# test's own that ran first would race the processes still writing there).
+at_cleanup() { AT_CLEANUP+=("$1"); }
 
 # own_pids [-w] [EXCEPT...]: this test's live processes other than the
 # calling shell, the EXCEPT pids and (with -w) the workers' (a listing: a
@@ -158,6 +163,8 @@ cleanup() {
         sleep 0.05
     done
     wait 2>/dev/null || true
+    # What the test made outside $T, now that nothing of it can write there.
+    for p in "${AT_CLEANUP[@]}"; do eval "$p" || echo "WARNING: at_cleanup '$p' failed" >&2; done
     if [ $rc = 0 ] && [ ${#SKIPPED[@]} -gt 0 ]; then rc=77; fi
     if [ $rc = 77 ]; then
         for p in "${SKIPPED[@]}"; do echo "SKIP: $p"; done
