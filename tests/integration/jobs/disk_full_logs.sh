@@ -10,14 +10,14 @@
 #  - the worker's end waits with its last bytes: the job is not SUCCEEDED
 #    while its output is held back;
 #  - once space returns, `troupe logs` has every line exactly once, in order.
-# Needs root to mount the tmpfs; skips (exit 77) elsewhere.
+# Needs root to mount the tmpfs; skips (exit 77) elsewhere. The test runs in
+# a mount namespace of its own: the tmpfs goes away with it, even when it is
+# killed; lib.sh's cleanup kills its processes and unmounts.
 source "$(dirname "$0")/../lib.sh"
+private_mounts
 mkdir -p "$T/state"
-if ! mount -t tmpfs -o size=4m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err"; then
-    echo "SKIP: cannot mount a tmpfs here ($(cat "$T/mount.err"))"
-    trap - EXIT; rm -rf "$T"; exit 77
-fi
-trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; set +e; (exit $rc); cleanup' EXIT
+mount -t tmpfs -o size=4m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err" ||
+    skip_test "cannot mount a tmpfs here ($(cat "$T/mount.err"))"
 
 LINES=30001
 # The output comes in two parts, the second once the head has taken the
