@@ -255,7 +255,12 @@ watchdog() {
     kill_own 9 $(own_pids)
     end=$(( $(date +%s) + 30 ))
     while watchdog_parent_is "$shell" && [ "$(date +%s)" -lt "$end" ]; do read -rt 1 _ <> <(:); done
-    watchdog_parent_is "$shell" || return 0 # the shell's cleanup ran (and killed this watchdog)
+    if ! watchdog_parent_is "$shell"; then
+        # The shell ended, its cleanup run (which kills this watchdog last)
+        # or cut short: what it did not remove goes now.
+        [ ! -e "$T" ] || watchdog_reap "the test's shell ended without removing $T"
+        return 0
+    fi
     watchdog_reap "the test's shell did not end 30 s after the watchdog stopped it" kill
 }
 # watchdog_parent_is SHELL: the watchdog is still SHELL's child (SHELL lives).
