@@ -374,12 +374,13 @@ _tr_end_check() {
 
 # stop_pid [-SIG] [-t SECONDS] PID...: stop these processes of the test and
 # reap them: SIG (TERM unless given) to each, then await_end with a deadline
-# of SECONDS (10 unless given; times the slowdown). A process that does not
-# end on its signal fails the test, named (a daemon that ignores SIGTERM is a
-# bug; one that SIGKILL does not end is stuck in the kernel). STOP_RC: the
-# exit status of the last PID (see END_RC). Returns 0.
+# of SECONDS (20 unless given, above the head's default shutdown_timeout_ms
+# of 15 s; times the slowdown). A process that does not end on its signal
+# fails the test, named (a daemon that ignores SIGTERM is a bug; one that
+# SIGKILL does not end is stuck in the kernel). STOP_RC: the exit status of
+# the last PID (see END_RC). Returns 0.
 stop_pid() {
-    local sig=TERM secs=10 p names=""
+    local sig=TERM secs=20 p names=""
     while :; do
         case "${1:-}" in
             -t) secs=$2; shift 2 ;;
