@@ -4,7 +4,7 @@
 # troupe undrain lets it take work again.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --log-level debug # logs drain answers
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --log-level debug # logs drain answers
 start_node na 4xH100:80GB --stop-grace-ms 1000
 start_node nb 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "2 nodes ALIVE" nodes_alive 2
