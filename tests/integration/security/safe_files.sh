@@ -6,7 +6,7 @@
 source "$(dirname "$0")/../lib.sh"
 
 umask 022 # as a careless shell would have it: the daemons must not rely on it
-start_head --heartbeat-ms 100
+start_head --heartbeat-ms 100 --dead-after 50 # liveness is not under test: a 3.75 s lease, not 400 ms
 export XDG_STATE_HOME=$T/xdg
 NAME=sf-$$-$RANDOM
 if [ "$(id -u)" = 0 ]; then sd=/var/lib/troupe-node/$NAME; else sd=$XDG_STATE_HOME/troupe-node/$NAME; fi
