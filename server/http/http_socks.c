@@ -73,8 +73,16 @@ static int want_of(const nng_sockaddr *sa, want *w)
 
 /* ---- sock_diag ---------------------------------------------------------------- */
 
+/* The states of a connection the guard may still have to close: open both
+ * ways, or closed by the client only (CLOSE_WAIT). Once this end has shut
+ * down (FIN_WAIT1/2, CLOSING, LAST_ACK, TIME_WAIT, CLOSE) there is nothing
+ * left to close, though the socket keeps its inode until nng closes the
+ * descriptor - which under load takes seconds, and the guard, scanning
+ * every second, counted one connection as closed again at each scan. */
+#define SOCKS_OPEN_STATES ((1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV) | (1u << TCP_CLOSE_WAIT))
+
 /* diag_request asks for the TCP sockets of w's family whose local port is
- * w's, in any state but LISTEN, with their tcp_info. The port test runs in
+ * w's, in a state of SOCKS_OPEN_STATES, with their tcp_info. The port test runs in
  * the kernel (bytecode: sport >= P, then sport <= P), so the answer holds
  * the HTTP connections only, not the head's 10,000 RPC ones. */
 static int diag_request(int fd, const want *w)
@@ -93,7 +101,7 @@ static int diag_request(int fd, const want *w)
     msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
     msg.req.sdiag_family = (uint8_t)w->family;
     msg.req.sdiag_protocol = IPPROTO_TCP;
-    msg.req.idiag_states = 0xfffu & ~(1u << 10); /* every TCP state but TCP_LISTEN (10) */
+    msg.req.idiag_states = SOCKS_OPEN_STATES;
     msg.req.idiag_ext = 1u << (INET_DIAG_INFO - 1);
     msg.bc.nla_len = (uint16_t)(NLA_HDRLEN + sizeof(msg.ops));
     msg.bc.nla_type = INET_DIAG_REQ_BYTECODE;
@@ -176,8 +184,8 @@ out:
 
 /* ---- /proc/self/fd ---------------------------------------------------------------- */
 
-/* proc_match: fd is a connected TCP socket whose local end is w's; fills
- * its inode and idle time. */
+/* proc_match: fd is a connected TCP socket whose local end is w's, in a
+ * state of SOCKS_OPEN_STATES; fills its inode and idle time. */
 static int proc_match(int fd, const want *w, ino_t *ino, uint32_t *idle_ms)
 {
     struct stat st;
@@ -202,7 +210,7 @@ static int proc_match(int fd, const want *w, ino_t *ino, uint32_t *idle_ms)
     tlen = sizeof(ti);
     if (port != w->port || (!w->any && memcmp(a, w->addr, w->addr_len) != 0) ||
         getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) != 0 || acc ||
-        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) != 0) {
+        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) != 0 || !(SOCKS_OPEN_STATES & (1u << ti.tcpi_state))) {
         return 0;
     }
     *ino = st.st_ino;

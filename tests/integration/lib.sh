@@ -48,6 +48,11 @@ scaled() { echo $(($1 * TROUPE_TEST_SLOWDOWN)); }
 T=$(mktemp -d "${TMPDIR:-/tmp}/troupe-it.XXXXXX")
 PIDS=() # kept for the tests' own use; cleanup goes by the tag, not by these
 SKIPPED=()
+AT_CLEANUP=()
+# at_cleanup CMD: cleanup evals CMD once every process of the test is gone,
+# before it removes $T: for what a test makes outside $T (a trap of the
+# test's own that ran first would race the processes still writing there).
+at_cleanup() { AT_CLEANUP+=("$1"); }
 
 # own_pids [-w] [EXCEPT...]: this test's live processes other than the
 # calling shell, the EXCEPT pids and (with -w) the workers' (a listing: a
@@ -119,12 +124,18 @@ lines_at_least() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 # skip_part) says why, once more, at its end.
 cleanup() {
     local rc=$? p left="" end others
+    # No errexit here: the watchdog stops a hung test by SIGTERM and then
+    # SIGKILLs every process of the test at once, which can hit a command
+    # substitution of this cleanup (it carries the tag); under errexit that
+    # ended the shell with 137 before the logs were shown. What one killed
+    # listing missed, the loop below lists again.
+    set +e
     # Everything but the workers (and the watchdog, which still guards this
     # cleanup) first.
     others=$(own_pids -w "${WATCHDOG_PID:-}")
     kill_own 9 $others
-    end=$(( $(date +%s) + $(scaled 5) ))
-    while left=$(worker_pids) && [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
+    end=$((EPOCHSECONDS + 5 * TROUPE_TEST_SLOWDOWN))
+    while left=$(worker_pids) && [ -n "$left" ] && [ "$EPOCHSECONDS" -lt "$end" ]; do sleep 0.1; done
     if [ -n "$left" ]; then
         echo "FAIL: worker processes outlived their agents (leaked):" >&2
         for p in $left; do
@@ -138,9 +149,13 @@ cleanup() {
     fi
     # Then whatever of the test is left (leaked workers, anything started
     # meanwhile), until none is: bounded, a process in D state is named.
-    end=$(( $(date +%s) + $(scaled 5) ))
-    while left=$(own_pids "${WATCHDOG_PID:-}") && [ -n "$left" ]; do
-        if [ "$(date +%s)" -ge "$end" ]; then
+    end=$((EPOCHSECONDS + 5 * TROUPE_TEST_SLOWDOWN))
+    while :; do
+        # Twice when the first listing was killed midway (the watchdog's
+        # one pass of SIGKILLs): an empty answer must mean none is left.
+        left=$(own_pids "${WATCHDOG_PID:-}") || left=$(own_pids "${WATCHDOG_PID:-}")
+        [ -n "$left" ] || break
+        if [ "$EPOCHSECONDS" -ge "$end" ]; then
             echo "WARNING: processes of this test survive SIGKILL: $(ps -o pid=,stat=,args= -p "${left//$'\n'/,}" 2>/dev/null | tr '\n' ';')" >&2
             break
         fi
@@ -148,6 +163,8 @@ cleanup() {
         sleep 0.05
     done
     wait 2>/dev/null || true
+    # What the test made outside $T, now that nothing of it can write there.
+    for p in "${AT_CLEANUP[@]}"; do eval "$p" || echo "WARNING: at_cleanup '$p' failed" >&2; done
     if [ $rc = 0 ] && [ ${#SKIPPED[@]} -gt 0 ]; then rc=77; fi
     if [ $rc = 77 ]; then
         for p in "${SKIPPED[@]}"; do echo "SKIP: $p"; done
@@ -238,7 +255,12 @@ watchdog() {
     kill_own 9 $(own_pids)
     end=$(( $(date +%s) + 30 ))
     while watchdog_parent_is "$shell" && [ "$(date +%s)" -lt "$end" ]; do read -rt 1 _ <> <(:); done
-    watchdog_parent_is "$shell" || return 0 # the shell's cleanup ran (and killed this watchdog)
+    if ! watchdog_parent_is "$shell"; then
+        # The shell ended, its cleanup run (which kills this watchdog last)
+        # or cut short: what it did not remove goes now.
+        [ ! -e "$T" ] || watchdog_reap "the test's shell ended without removing $T"
+        return 0
+    fi
     watchdog_reap "the test's shell did not end 30 s after the watchdog stopped it" kill
 }
 # watchdog_parent_is SHELL: the watchdog is still SHELL's child (SHELL lives).
@@ -291,6 +313,86 @@ wait_for() {
         fi
         sleep 0.1
     done
+}
+
+# proc_start PID: PID's start time (in clock ticks since boot) while it is a
+# live process, not a zombie; fails once it has ended. A pid is only "the
+# same process" while this stays the same: once the shell has reaped a child,
+# its pid may be handed to any new process.
+proc_start() {
+    local st
+    { st=$(</proc/"$1"/stat); } 2>/dev/null || return 1
+    read -ra st <<<"${st##*) }"
+    [ "${st[0]}" != Z ] && [ "${st[0]}" != X ] && echo "${st[19]}"
+}
+
+# await_end SECONDS WHAT PID...: wait up to SECONDS (times the slowdown) for
+# each PID to end, then reap it. END_RC: the exit status of the last PID (127
+# where it was not this shell's child). One still running at the deadline is
+# named with its state and the kernel function it sleeps in, killed, and
+# fails the test, saying WHAT was awaited: a bare `wait` would hang until the
+# watchdog, which names no culprit.
+await_end() {
+    local secs=$1 what=$2
+    shift 2
+    # stderr aside: bash reports a child killed by a signal ("Killed") on it
+    # at whatever command runs when it reaps the child, not at `wait`.
+    { _tr_end "$secs" "$@"; } 2>/dev/null
+    _tr_end_check "$secs" "$what"
+}
+# _tr_end SECONDS PID...: the polling of await_end; TR_LEFT: the pids still
+# running at the deadline (none reaped then), else END_RC as await_end says.
+_tr_end() {
+    local secs=$1 p s end
+    shift
+    local -A start=()
+    for p in "$@"; do s=$(proc_start "$p") && start[$p]=$s; done
+    end=$(( $(date +%s%N) / 1000000 + secs * TROUPE_TEST_SLOWDOWN * 1000 ))
+    while :; do
+        TR_LEFT=""
+        for p in "${!start[@]}"; do [ "$(proc_start "$p")" != "${start[$p]}" ] || TR_LEFT+=" $p"; done
+        [ -n "$TR_LEFT" ] && [ $(( $(date +%s%N) / 1000000 )) -lt $end ] || break
+        sleep 0.05
+    done
+    [ -z "$TR_LEFT" ] || return 0
+    END_RC=0
+    for p in "$@"; do END_RC=0; wait "$p" || END_RC=$?; done
+    return 0
+}
+# _tr_end_check SECONDS WHAT: after _tr_end, name, kill and fail on what is
+# left.
+_tr_end_check() {
+    local p
+    [ -n "$TR_LEFT" ] || return 0
+    for p in $TR_LEFT; do
+        echo "  still running: pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-200)" >&2
+        echo "    $(grep -E '^(State|PPid|SigPnd|ShdPnd|SigBlk|SigIgn):' /proc/$p/status 2>/dev/null | tr -s '\t\n' '  ') wchan $(cat /proc/$p/wchan 2>/dev/null)" >&2
+    done
+    kill_own 9 $TR_LEFT
+    fail "timed out after $(($1 * TROUPE_TEST_SLOWDOWN))s waiting for: $2 (pids$TR_LEFT still running; killed)"
+}
+
+# stop_pid [-SIG] [-t SECONDS] PID...: stop these processes of the test and
+# reap them: SIG (TERM unless given) to each, then await_end with a deadline
+# of SECONDS (20 unless given, above the head's default shutdown_timeout_ms
+# of 15 s; times the slowdown). A process that does not end on its signal
+# fails the test, named (a daemon that ignores SIGTERM is a bug; one that
+# SIGKILL does not end is stuck in the kernel). STOP_RC: the exit status of
+# the last PID (see END_RC). Returns 0.
+stop_pid() {
+    local sig=TERM secs=20 p names=""
+    while :; do
+        case "${1:-}" in
+            -t) secs=$2; shift 2 ;;
+            -[A-Z0-9]*) sig=${1#-}; shift ;;
+            *) break ;;
+        esac
+    done
+    for p in "$@"; do names+="${names:+, }$p ($(cat "/proc/$p/comm" 2>/dev/null || echo ended))"; done
+    { kill_own "$sig" "$@"; _tr_end "$secs" "$@"; } 2>/dev/null
+    _tr_end_check "$secs" "$names to end after SIG$sig"
+    STOP_RC=$END_RC
+    return 0
 }
 
 # start_head [args...]: troupe-head on $HEAD with state in $T/state.

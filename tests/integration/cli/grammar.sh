@@ -127,8 +127,8 @@ for cmd in "logs $sl -f" "submit $T/sleep.yaml" "metrics $sl -f" "stop $st"; do
     "$CLI_BIN" $cmd >"$T/f.out" 2>"$T/f.err" &
     pid=$!
     wait_for 10 "'troupe $cmd' to catch SIGINT" catches_sigint $pid
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    stop_pid -INT "$pid"
+    rc=$STOP_RC
     [ $rc = 130 ] || fail "'troupe $cmd' after Ctrl-C exited $rc, want 130: $(cat "$T/f.err")"
     grep -q "detached" "$T/f.err" || fail "'troupe $cmd' did not say it detached: $(cat "$T/f.err")"
 done

@@ -26,7 +26,7 @@ pass "wrong and missing tokens refused with UNAUTHENTICATED; right token works"
 
 # An agent with the wrong token exits non-zero with a clear message.
 set +e
-out=$(timeout 10 "$NODE_BIN" --head "$HEAD" --name bad --fake-gpus 2 --token nope 2>&1); rc=$?
+out=$(timeout 10 "$NODE_BIN" --head "$HEAD" --name bad --fake-gpus 2 --token nope --state-dir "$T/node-bad" 2>&1); rc=$?
 set -e
 [ $rc -eq 1 ] && grep -q UNAUTHENTICATED <<<"$out" || fail "agent with wrong token: rc=$rc out=$out"
 TROUPE_TOKEN=$SECRET start_node good 2

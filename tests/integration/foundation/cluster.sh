@@ -27,8 +27,7 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 cli nodes | grep_all -E "node-b.*DEAD.*(no heartbeat|connection to its agent closed)" || fail "DEAD reason not shown: $(cli nodes)"
 pass "kill -9 of an agent: DEAD after ${ms} ms (window 1000 ms)"
 
-kill -9 "$HEAD_PID"
-wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 mark=$(head_log_mark)
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
 wait_for 10 "node-a and node-c to register again with the new head (ALIVE, logged)" reregistered "$mark" node-a node-c

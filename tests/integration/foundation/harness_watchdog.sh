@@ -41,8 +41,8 @@ EOF2
 TROUPE_TEST_DEADLINE_S=600 TROUPE_TEST_SLOWDOWN=1 bash "$T/killed.sh" >"$T/killed.out" 2>&1 &
 shell=$!
 wait_for 10 "the test to start its daemon" test -s "$T/killed.pid"
-kill -9 "$shell"
-wait "$shell" 2>/dev/null || true
+kill -9 "$shell" # not by stop_pid: the test's shell has a tag of its own
+await_end 10 "the killed test's shell to end" "$shell"
 wait_for 10 "the watchdog to kill the daemon of a test whose shell was killed" gone "$(cat "$T/killed.pid")"
 wait_for 5 "the watchdog to remove the killed test's dir" test ! -e "$(cat "$T/killed.T")"
 grep -q "the test's shell died without its cleanup" "$T/killed.out" || fail "the watchdog did not say why: $(cat "$T/killed.out")"

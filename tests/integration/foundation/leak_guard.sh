@@ -13,7 +13,7 @@ groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sleep, '300']}]
 YAML
 cat >"$T/leaky.sh" <<EOF2
 source "$(cd "$(dirname "$0")/.." && pwd)/lib.sh"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 start_node lk 1
 wait_for 10 "lk ALIVE" nodes_alive 1
 submit "$T/j.yaml" >/dev/null

@@ -20,8 +20,10 @@ cli -o json job "$id" >"$T/j.json"
 jq -e '.health.stragglers[0] | .by_compute and .ratio > 3 and .ratio < 4.5 and .step_ms > 140 and .step_ms < 160
        and .group_step_ms > 35 and .group_step_ms < 45' "$T/j.json" >/dev/null \
     || fail "straggler: $(jq -c .health.stragglers "$T/j.json")"
-jq -e '[.events[] | select(.kind == "STRAGGLER") | .message][0]
-       | test("^rank 1 \\(job'"$id"'-dp-1 on na, GPU [0-9]+\\): median compute \\(forward\\+backward\\+optimizer\\) 150 ms over the last 5 steps, [0-9.]+x the group.s 40 ms$")' \
+# Rank 1's event, among any others: under load another rank, starved for a
+# moment, can be named first (health.straggler saw it happen).
+jq -e '[.events[] | select(.kind == "STRAGGLER") | .message]
+       | any(test("^rank 1 \\(job'"$id"'-dp-1 on na, GPU [0-9]+\\): median compute \\(forward\\+backward\\+optimizer\\) 150 ms over the last 5 steps, [0-9.]+x the group.s 40 ms$"))' \
     "$T/j.json" >/dev/null || fail "event: $(jq -c '[.events[] | select(.kind == "STRAGGLER")]' "$T/j.json")"
 cli job "$id" | grep_all -E "^straggler rank 1 job$id-dp-1 on na GPU [0-9]+: 150 ms of compute per step, [0-9.]+x the group's 40 ms" \
     || fail "troupe job: $(cli job "$id")"

@@ -21,8 +21,7 @@ wait_for 60 "job $id judged OK" is_health OK
 sup=$(cli -o json job "$id" | jqr '.workers[] | select(.rank==1) | .pid')
 pid=$(pgrep -P "$sup") || fail "no process for rank 1"
 kill -STOP "$pid"
-kill -9 "$HEAD_PID"
-wait_for 10 "the killed head to be gone" eval '! alive '"$HEAD_PID"
+stop_pid -9 "$HEAD_PID"
 start_head "${args[@]}"
 back=$(date +%s%N)
 # Rank 1's last stored step, as the new head finds it in metrics.db (what

@@ -35,7 +35,7 @@ done
 pass "5 restarts, gaps ${gaps[*]} ms (back-off 400, 800, 1600 capped)"
 
 # A pending restart and its level survive a head restart.
-kill -TERM "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -TERM "$HEAD_PID"
 start_head --restart-backoff-ms 3000 --restart-backoff-max-ms 60000
 wait_for 10 "node ALIVE" is_state n1 ALIVE
 sed -e 's/name: crash/name: slowcrash/' -e 's/max_restarts: 5/max_restarts: 2/' "$T/crash.yaml" >"$T/slow.yaml"
@@ -44,7 +44,7 @@ wait_for 10 "the first back-off" bash -c "'$CLI_BIN' -o json job $id2 | jq -e '.
 next=$(cli -o json job "$id2" | jqr .next_restart_ms)
 cli job "$id2" | grep_all "^next      restart at .* (in [0-9.]* s, crash-loop back-off)" || fail "troupe job should show the next attempt: $(cli job "$id2")"
 pass "troupe job shows: $(cli job "$id2" | grep '^next')"
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 start_head --restart-backoff-ms 3000 --restart-backoff-max-ms 60000
 # The new head shows the same pending time - unless its start took past that
 # time (seen at load 31: the restart had already fired and failed again, and

@@ -17,7 +17,7 @@ wait_for 10 "workers RUNNING" bash -c "'$CLI_BIN' -o json job $id | jq -e '[.wor
 before=$(cli -o json job "$id" | jq -c '[.workers[] | {name, node, gpus, pid}]')
 pids=$(cat "$T"/go/*.pid)
 
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 for p in $pids; do alive "$p" || fail "worker $p died with the head"; done
 pass "head killed; workers still running"
 mark=$(head_log_mark)

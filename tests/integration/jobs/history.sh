@@ -5,7 +5,7 @@
 # `troupe delete`, their records, events and logs removed together.
 source "$(dirname "$0")/../lib.sh"
 # A small frame, so that a page of big specs must be cut to fit.
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --max-frame-bytes 65536 --keep-jobs 5 --keep-days 0
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --max-frame-bytes 65536 --keep-jobs 5 --keep-days 0
 start_node na 1xH100:80GB --stop-grace-ms 1000
 wait_for 10 "1 node ALIVE" nodes_alive 1
 pad=$(head -c 3000 /dev/zero | tr '\0' x)
@@ -83,8 +83,8 @@ wait_for 10 "log of job $last removed" bash -c "[ ! -e '$T/state/logs/job-$last.
 pass "troupe delete: gone from listings, get and disk; deleting again is NOT_FOUND"
 
 # The store forgot them too: a restarted head shows the same 4 jobs.
-kill -TERM "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --keep-jobs 5 --keep-days 0
+stop_pid -TERM "$HEAD_PID"
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --keep-jobs 5 --keep-days 0
 [ "$(cli -o json jobs --all --oldest-first | jqr '[.jobs[].id] | map(tostring) | join(",")')" = "$(seq $((last - 4)) $((last - 1)) | paste -sd,)" ] ||
     fail "after restart: $(cli -o json jobs --all | jqr '[.jobs[].id]')"
 pass "after a head restart: the same 4 jobs (records deleted from the store)"

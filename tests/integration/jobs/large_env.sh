@@ -95,7 +95,7 @@ cli stop "${ids[@]}" >/dev/null
 # submit, with the numbers, instead of being placed and never sent. With the
 # default 4 MiB frame a spec file (1 MiB at most) always fits; with a 256 KiB
 # frame a 244 KB env still passes the submit frame but fits no reply.
-kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid "$HEAD_PID"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --http off --max-frame-bytes 262144
 spec huge 1 61 4000 >"$T/huge.yaml"
 if out=$(cli submit --no-wait "$T/huge.yaml" 2>&1); then

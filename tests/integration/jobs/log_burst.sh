@@ -3,7 +3,7 @@
 # line to the head, in order, before the job is reported ended (issue 8: of
 # 20,001 lines 5,085 arrived and the final Traceback was missing).
 source "$(dirname "$0")/../lib.sh"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 start_node na 2xH100:80GB --stop-grace-ms 1000
 wait_for 10 "1 node ALIVE" nodes_alive 1
 cat >"$T/burst.yaml" <<YAML

@@ -3,7 +3,7 @@
 # never blocks the head (issue 9: the job log was opened and written inside
 # the RPC callback under the head's lock, so a stuck file stalled every call).
 source "$(dirname "$0")/../lib.sh"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --max-job-log-bytes 8192
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --max-job-log-bytes 8192
 start_node na 2xH100:80GB --stop-grace-ms 1000
 wait_for 10 "1 node ALIVE" nodes_alive 1
 

@@ -32,7 +32,10 @@ pass "its workers and their children died with the agent: $(echo $pids)"
 start_node nd 16xH200:141GB --stop-grace-ms 1000
 wait_for 10 "nd ALIVE" nodes_alive 3
 rm -f "$T"/pids/*
-sed -e 's/name: on-nc/name: moves/' -e 's/sleep 300/sleep 2/' "$T/j.yaml" >"$T/k.yaml"
+# Attempt 0 runs until its node is killed; the moved attempt 1 ends at once.
+# (With 'sleep 2' for both, a loaded machine took longer than 2 s to start
+# ne, and the job SUCCEEDED on nd before nd was killed.)
+sed -e 's/name: on-nc/name: moves/' -e 's/sleep 300/sleep $((TROUPE_ATTEMPT == 0 ? 300 : 1))/' "$T/j.yaml" >"$T/k.yaml"
 echo "restart: {max_restarts: 1}" >>"$T/k.yaml"
 id2=$(submit "$T/k.yaml")
 wait_for 10 "workers started" bash -c "[ \$(ls $T/pids | wc -l) = 2 ]"

@@ -4,7 +4,7 @@
 # one host cannot, so the second waits PENDING (saying why) and starts when
 # the first one's port frees.
 source "$(dirname "$0")/../lib.sh"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --master-port-count 1
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --master-port-count 1
 start_node pa 1xH100:80GB --address 127.0.0.1 --labels role=a --stop-grace-ms 500
 start_node pb 1xH100:80GB --address 127.0.0.2 --labels role=a --stop-grace-ms 500
 start_node pc 2xH100:80GB --address 127.0.0.3 --labels role=c --stop-grace-ms 500

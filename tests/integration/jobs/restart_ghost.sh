@@ -36,8 +36,8 @@ big=$(submit "$T/two.yaml")
 judged_pending "$big" || fail "second 2-GPU job should wait: $(cli -o json job "$big" | jqr '.state + ": " + .reason')"
 
 # The agent of node 'gone' dies, then the head restarts.
-kill -9 "$NODE_PID_gone"; wait "$NODE_PID_gone" 2>/dev/null || true
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$NODE_PID_gone"
+stop_pid -9 "$HEAD_PID"
 t0=$(date +%s%N)
 start_head "${HB[@]}" ${GRACE_MS:+--restart-grace-ms "$GRACE_MS"}
 wait_for 10 "agent 'stay' registers again" is_state stay ALIVE

@@ -36,7 +36,7 @@ judged_pending() {
     [ "$(jqr .state <<<"$j")" = PENDING ] && [ -n "$(jqr .reason <<<"$j")" ] && [ "$(jqr .reason <<<"$j")" != "waiting to be placed" ]
 }
 restart_head() { # SIGNAL
-    kill "-$1" "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+    stop_pid "-$1" "$HEAD_PID"
     local mark; mark=$(head_log_mark)
     start_head "${HB[@]}"
     # Scheduling passes run at start and when the agent registers again; the

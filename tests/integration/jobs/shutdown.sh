@@ -13,11 +13,9 @@ YAML
 # stop_head SECS WANT_RC: SIGTERM, the head exits within SECS with WANT_RC;
 # sets EL to the milliseconds it took.
 stop_head() {
-    local t0 rc=0; t0=$(date +%s%N)
-    kill -TERM "$HEAD_PID"
-    for _ in $(seq 1 $(($1 * 10))); do alive "$HEAD_PID" || break; sleep 0.1; done
-    alive "$HEAD_PID" && fail "head still running $1 s after SIGTERM"
-    wait "$HEAD_PID" || rc=$?
+    local t0 rc; t0=$(date +%s%N)
+    stop_pid -t "$1" "$HEAD_PID"
+    rc=$STOP_RC
     EL=$(( ($(date +%s%N) - t0) / 1000000 ))
     [ "$rc" = "$2" ] || fail "head exited $rc after SIGTERM, want $2"
 }
@@ -35,7 +33,7 @@ for i in 1 2 3; do
 done
 
 # A stop that never returns ends at the deadline.
-kill -TERM "$HEAD_PID"; wait "$HEAD_PID" || true
+stop_pid -TERM "$HEAD_PID"
 TROUPE_TEST_SHUTDOWN_STALL_MS=60000 start_head --shutdown-timeout-ms 1000
 wait_for 10 "node ALIVE again" is_state n1 ALIVE
 id2=$(submit "$T/j.yaml") || fail "submit: $id2"
@@ -54,11 +52,9 @@ n0=$(grep -c "stopping on signal" "$T/head.log" || true)
 kill -TERM "$HEAD_PID"
 wait_for 10 "the head to log the first SIGTERM" \
     bash -c '[ "$(grep -c "stopping on signal" "$1")" -gt "$2" ]' _ "$T/head.log" "$n0"
-t0=$(date +%s%N); rc=0
-kill -TERM "$HEAD_PID"
-for _ in $(seq 1 30); do alive "$HEAD_PID" || break; sleep 0.1; done
-alive "$HEAD_PID" && fail "a second SIGTERM did not end the stuck stop"
-wait "$HEAD_PID" || rc=$?
+t0=$(date +%s%N)
+stop_pid -t 3 "$HEAD_PID" # fails the test, naming the head, when the second SIGTERM does not end the stuck stop
+rc=$STOP_RC
 [ "$rc" = 1 ] || fail "exit $rc after the second SIGTERM, want 1"
 grep -q "second stop signal during shutdown" "$T/head.log" || fail "no log line for the second signal"
 pass "second SIGTERM: exit 1 in $(( ($(date +%s%N) - t0) / 1000000 )) ms"

@@ -50,7 +50,7 @@ say() { # WORDS: submit, wait, print the id
 old1=$(say OLDSECRET1)
 old2=$(say OLDSECRET2)
 # The head is killed; its lock dies with it.
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 : >"$T/state/head.db"; rm -f "$T/state/head.db-wal" "$T/state/head.db-shm"
 start_head
 wait_for 10 "node n1 registers again (ALIVE)" is_state n1 ALIVE
@@ -62,7 +62,7 @@ grep -q "found in an old log file" "$T/head.log" || fail "the head should say wh
 pass "0-byte head.db: new job id $new (old $old1, $old2), its log is its own"
 
 # The same with head.db gone altogether, after a clean SIGTERM.
-kill -TERM "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -TERM "$HEAD_PID"
 rm -f "$T/state/head.db" "$T/state/head.db-wal" "$T/state/head.db-shm"
 start_head
 wait_for 10 "node n1 registers again (ALIVE)" is_state n1 ALIVE
@@ -74,7 +74,7 @@ pass "deleted head.db: new job id $new2, its log is its own"
 # The counter row behind the stored records (an old backup of it, a hand
 # edit): new ids still start past the largest stored job and node.
 if command -v sqlite3 >/dev/null; then
-    kill -TERM "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+    stop_pid -TERM "$HEAD_PID"
     rm -rf "$T/state/logs" # only the table may tell now
     sqlite3 "$T/state/head.db" "UPDATE ids SET next = 1;"
     start_head

@@ -30,7 +30,7 @@ pass "another job's worker: PERMISSION_DENIED, unknown job: NOT_FOUND; points dr
 cli stop "$a" "$b" >/dev/null
 
 # The store cannot write: nothing is lost, the worker waits with its points.
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 HTTPM=127.0.0.1:$(free_port)
 TROUPE_TEST_STORE_FULL_IF="$T/full" start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --http "$HTTPM"
 cat >"$T/a.yaml" <<YAML

@@ -41,12 +41,11 @@ pass "retention (keep_jobs 2): job $b's metrics deleted with it, jobs $c and $d 
 
 # A stop that leaves metrics of a job the head no longer has (here: written
 # into the file while the head is down) is cleaned up at the next start.
-kill -TERM "$HEAD_PID"
-wait_for 20 "the head to stop" eval '! alive '"$HEAD_PID"
+stop_pid -t 20 "$HEAD_PID"
 sqlite3 "$db" "INSERT INTO metric_points(job, worker, attempt, seq, step, name, value, ts_ms) VALUES (4242, 'w', 0, 1, 1, 'loss', 1.0, 0);
                INSERT INTO metric_streams VALUES (4242, 'w', 0, 1, 1, 0, 1, 0);"
 [ "$(rows 4242)" = 2 ] || fail "could not plant the orphan rows"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --keep-jobs 2 --keep-days 0
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --keep-jobs 2 --keep-days 0
 [ "$(rows 4242)" = 0 ] || fail "orphan rows still there after the start: $(rows 4242)"
 [ "$(rows "$c")" = 301 ] && [ "$(rows "$d")" = 201 ] || fail "after restart: c $(rows "$c") d $(rows "$d")"
 grep -q "metrics of 1 job the head no longer has (deleted before a restart): deleting them" "$T/head.log" \

@@ -6,15 +6,15 @@
 #  2. with a bound larger than the disk, the flood fills the disk, and then
 #     `troupe submit` fails at once (not after its deadline) with
 #     RESOURCE_EXHAUSTED naming the disk, metrics.db and what to do.
-# Needs root to mount the tmpfs; skips (exit 77) elsewhere.
+# Needs root to mount the tmpfs; skips (exit 77) elsewhere. The test runs in
+# a mount namespace of its own: the tmpfs goes away with it, even when it is
+# killed; lib.sh's cleanup kills its processes and unmounts.
 source "$(dirname "$0")/../lib.sh"
 : "${MX_WORKER:?}"
+private_mounts
 mkdir -p "$T/state"
-if ! mount -t tmpfs -o size=8m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err"; then
-    echo "SKIP: cannot mount a tmpfs here ($(cat "$T/mount.err"))"
-    trap - EXIT; rm -rf "$T"; exit 77
-fi
-trap 'rc=$?; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; umount -l "$T/state" || true; set +e; (exit $rc); cleanup' EXIT
+mount -t tmpfs -o size=8m,mode=0700 tmpfs "$T/state" 2>"$T/mount.err" ||
+    skip_test "cannot mount a tmpfs here ($(cat "$T/mount.err"))"
 
 free_b() { df --output=avail -B1 "$T/state" | tail -1 | tr -d ' '; }
 db_size() { stat -c %s "$T/state/metrics.db" 2>/dev/null || echo 0; }
@@ -47,7 +47,7 @@ wait_for 30 "job $a ended" bash -c "[ \"\$('$CLI_BIN' -o json job $a | jq -r .st
 
 # ---- 2: a bound larger than the disk: the flood fills it -------------------
 # A new head on an empty 8 MiB disk (a fresh tmpfs: quick to start under ASan).
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 umount -l "$T/state"
 mount -t tmpfs -o size=8m,mode=0700 tmpfs "$T/state"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --metrics-max-bytes $((64 * 1024 * 1024))

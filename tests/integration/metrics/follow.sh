@@ -19,10 +19,8 @@ PIDS+=("$fpid")
 grew() { [ "$(wc -l <"$T/follow.jsonl")" -gt 10 ] && ! is_job_state "$id" SUCCEEDED; }
 wait_for 30 "points printed while the job runs" grew
 wait_for 60 "job $id to succeed" is_job_state "$id" SUCCEEDED
-end=$(( $(date +%s) + 20 ))
-while alive "$fpid" && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
-alive "$fpid" && fail "troupe metrics -f still running 20 s after the job ended"
-wait "$fpid" || fail "troupe metrics -f exited $?: $(cat "$T/follow.err")"
+await_end 20 "troupe metrics -f to end after the job ended" "$fpid"
+[ "$END_RC" = 0 ] || fail "troupe metrics -f exited $END_RC: $(cat "$T/follow.err")"
 for r in 0 1; do
     jq -s -e --arg w "job$id-policy-$r" '[.[] | select(.worker==$w) | .seq] == [range(1; 1501)]' "$T/follow.jsonl" \
         >/dev/null || fail "job$id-policy-$r: $(jq -s --arg w "job$id-policy-$r" '[.[] | select(.worker==$w)] | length' "$T/follow.jsonl") points followed"

@@ -19,7 +19,7 @@ id=$(submit "$T/a.yaml")
 w="job$id-policy-0"
 some() { [ "$(cli -o json metrics "$id" --last 1 | jq '.streams[0].stored // 0')" -gt 200 ]; }
 wait_for 30 "the worker's first points at the head" some
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 # Away until the worker's buffer is full and it drops points (it says so).
 dropping() { grep -q "mx: buffer full" "$T"/node-*/logs/job"$id"-policy-0.0.log; }
 wait_for 30 "the worker to drop points while the head is away" dropping

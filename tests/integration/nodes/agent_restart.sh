@@ -42,8 +42,7 @@ restart_agent() {
         kill -CONT "$pid"
         ;;
     *)
-        kill "-$how" "$pid"
-        wait "$pid" 2>/dev/null || true
+        stop_pid "-$how" "$pid"
         start_node "$name" 1 --stop-grace-ms 500
         ;;
     esac

@@ -4,7 +4,7 @@
 # troupe undrain lets it take work again.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --log-level debug # logs drain answers
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --log-level debug # logs drain answers
 start_node na 4xH100:80GB --stop-grace-ms 1000
 start_node nb 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "2 nodes ALIVE" nodes_alive 2
@@ -47,7 +47,8 @@ told_running() { [ "$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "drain answ
 wait_for 10 "the head to tell drain twice that a job still runs on $node" told_running
 alive "$dp" || fail "drain returned while a job still runs: $(cat "$T/drain.json" "$T/drain.err")"
 touch "$T/go/$h"
-wait "$dp" || fail "drain: $(cat "$T/drain.err")"
+await_end 40 "troupe drain --max-wait 30 to return once job $h ended" "$dp"
+[ "$END_RC" = 0 ] || fail "drain exited $END_RC: $(cat "$T/drain.err")"
 jq -e --arg n "$node" '.name == $n and .draining and .drained and .running_jobs == 0' "$T/drain.json" >/dev/null ||
     fail "drain -o json: $(cat "$T/drain.json")"
 pass "drain waited for job $h, then: $(cat "$T/drain.json")"

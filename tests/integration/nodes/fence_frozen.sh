@@ -26,7 +26,8 @@ kill -STOP "$NODE_PID_na"
 # that is true.
 cli stop "$a" >"$T/stop.out" 2>&1 &
 stop_pid=$!
-wait "$stop_pid" || fail "troupe stop: $(cat "$T/stop.out")"
+await_end 20 "troupe stop $a to return (once na's lease has run out)" "$stop_pid"
+[ "$END_RC" = 0 ] || fail "troupe stop exited $END_RC: $(cat "$T/stop.out")"
 t_stop=$(ms_now)
 pids_gone "$T"/pids/* || fail "troupe stop returned at +$((t_stop - t0)) ms while workers still ran: $(cat "$T/stop.out")"
 grep -q "STOPPED" "$T/stop.out" || fail "troupe stop said: $(cat "$T/stop.out")"

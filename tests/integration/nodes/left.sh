@@ -22,7 +22,8 @@ t0=$(ms_now)
 kill -TERM "$NODE_PID_na"
 wait_for 10 "na LEFT" is_state na LEFT
 t1=$(ms_now)
-wait "$NODE_PID_na" || fail "agent exited with status $?"
+await_end 10 "agent na to exit after SIGTERM" "$NODE_PID_na"
+[ "$END_RC" = 0 ] || fail "agent exited with status $END_RC"
 [ $((t1 - t0)) -lt 5000 ] || fail "LEFT only after $((t1 - t0)) ms"
 reason=$(node_field na reason)
 [[ "$reason" == "agent stopped"* ]] || fail "reason: $reason"

@@ -42,17 +42,28 @@ told() { local n; for n in na nb nc; do grep -qE "heartbeat period now 200 ms|re
 wait_for 10 "na, nb and nc to log the 200 ms period" told
 mark=$(head_log_mark)
 b0=$(beats); t0=$(ms_now)
-sleep 4
-b1=$(beats); t1=$(ms_now)
-[ -n "$b0" ] && [ -n "$b1" ] || fail "no Heartbeat count on /metrics"
+[ -n "$b0" ] || fail "no Heartbeat count on /metrics"
+# The window ends at a count, not a time: 60 more heartbeats (4 s at the
+# bound of 15/s, 2 s at the old 30/s). A loaded machine that delays beats
+# stretches the window instead of cutting it short; the rate is what the
+# head counted over the time it took.
+counted() { b1=$(beats) && [ -n "$b1" ] && [ $((b1 - b0)) -ge 60 ] && t1=$(ms_now); }
+wait_for 20 "60 more heartbeats counted on /metrics (from $b0)" counted
 rate=$(( (b1 - b0) * 1000 * 10 / (t1 - t0) )) # tenths of a heartbeat per second
 # 3 agents x 5/s = 15/s; at the old 100 ms it would be 30/s.
 [ "$rate" -le 190 ] || fail "3 agents sent $((rate / 10)).$((rate % 10)) heartbeats/s; told 200 ms they send 15/s (30/s at 100 ms)"
 [ "$rate" -ge 90 ] || fail "3 agents sent only $((rate / 10)).$((rate % 10)) heartbeats/s (want about 15)"
-if tail -c +$((mark + 1)) "$T/head.log" | grep_all "to=SUSPECT"; then
-    fail "a node beating at its told period was suspected: $(grep to=SUSPECT "$T/head.log")"
-fi
-pass "3 agents: told 200 ms, they sent $((rate / 10)).$((rate % 10)) heartbeats/s (bound 15), none suspected"
+# Judged by the period it was told: a SUSPECT since then says period 200 ms
+# and at least 2 periods (suspect_after 2) of silence. (Under load an agent
+# is late now and then, and honestly suspected: "no heartbeat for 414 ms
+# (period 200 ms)"; judged by the old period it would read "(period 100 ms)"
+# after some 200 ms.)
+wrong=$(tail -c +$((mark + 1)) "$T/head.log" | grep "to=SUSPECT" |
+    sed -n 's/.*reason="no heartbeat for \([0-9]*\) ms (period \([0-9]*\) ms)".*/\1 \2/p' |
+    awk '$2 != 200 || $1 < 400' || true)
+[ -z "$wrong" ] || fail "a node beating at its told period (200 ms) was suspected by another measure ('silence period': $wrong): $(tail -c +$((mark + 1)) "$T/head.log" | grep to=SUSPECT)"
+suspected=$(tail -c +$((mark + 1)) "$T/head.log" | grep -c "to=SUSPECT" || true)
+pass "3 agents: told 200 ms, they sent $((rate / 10)).$((rate % 10)) heartbeats/s (bound 15), none suspected by another period ($suspected late ones, judged at 200 ms)"
 
 # A silent agent (frozen): DEAD after 2 s of silence, as at 100 ms, not 20 x 200 ms.
 t0=$(ms_now)
@@ -75,7 +86,7 @@ wait_for 5 "the period back at 200 ms" has_period 200
 # their ids, are told 200 ms again, and none is declared DEAD.
 for sig in KILL TERM; do
     mark=$(head_log_mark)
-    kill -"$sig" "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+    stop_pid -"$sig" "$HEAD_PID"
     start_head "${HEAD_FLAGS[@]}"
     wait_for 10 "na, nb, nc registered again after SIG$sig" reregistered "$mark" na nb nc
     wait_for 5 "the period at 200 ms after SIG$sig" has_period 200

@@ -52,7 +52,7 @@ submit_started "on the new node after the cut"
 for sig in TERM KILL; do
     id=$(node_id na)
     wait_for 10 "the idle agent's poll parked at the head" parked 0 "$id"
-    kill "-$sig" "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+    stop_pid "-$sig" "$HEAD_PID"
     mark=$(head_log_mark)
     start_head "${head_args[@]}"
     wait_for 15 "na ALIVE after the head's SIG$sig" bash -c \

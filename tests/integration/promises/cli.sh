@@ -42,10 +42,8 @@ fpid=$!
 wait_for 10 "logs -f to show both first lines" bash -c "[ \$(grep -c '^\\[job$id-g-[01]\\] first [01]\$' $T/follow.out) = 2 ]"
 alive "$fpid" || fail "logs -f ended while the job runs"
 touch "$T/go/talk"
-end=$(( $(date +%s) + 15 ))
-while alive "$fpid" && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
-alive "$fpid" && fail "logs -f did not end within 15 s of the job's end"
-wait "$fpid" || fail "logs -f exited non-zero: $(cat "$T/follow.err")"
+await_end 15 "logs -f to end after the job's end" "$fpid"
+[ "$END_RC" = 0 ] || fail "logs -f exited $END_RC: $(cat "$T/follow.err")"
 [ "$(sort "$T/follow.out")" = "$(printf '[job%s-g-0] first 0\n[job%s-g-0] second 0\n[job%s-g-1] first 1\n[job%s-g-1] second 1' "$id" "$id" "$id" "$id")" ] ||
     fail "logs -f output: $(cat "$T/follow.out")"
 pass "logs -f followed both workers' lines and ended with the job"
@@ -59,17 +57,15 @@ sed -i 's/name: talk/name: survive/; s|go/talk|go/survive|' "$T/talk.yaml"
 "$CLI_BIN" submit "$T/talk.yaml" >"$T/sub.out" 2>"$T/sub.err" &
 spid=$!
 wait_for 10 "the followed job to print its first lines" bash -c "[ \$(grep -c ' first ' $T/sub.out) = 2 ]"
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 wait_for 15 "the CLI to say it lost contact" grep -q "^troupe: lost contact with the head (.*); retrying for 60 s$" "$T/sub.err"
 alive "$spid" || fail "the CLI gave up at once: $(cat "$T/sub.err")"
 mark=$(head_log_mark)
 start_head --heartbeat-ms 500 --suspect-after 3 --dead-after 60
 wait_for 10 "ca to register again" reregistered "$mark" ca
 touch "$T/go/survive"
-end=$(( $(date +%s) + 20 ))
-while alive "$spid" && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
-alive "$spid" && fail "the CLI did not finish within 20 s of the job's end: $(cat "$T/sub.err")"
-wait "$spid" || fail "submit exited non-zero after the head came back: $(cat "$T/sub.err")"
+await_end 20 "troupe submit to finish after the job's end" "$spid"
+[ "$END_RC" = 0 ] || fail "submit exited $END_RC after the head came back: $(cat "$T/sub.err")"
 [ "$(grep -c ' second ' "$T/sub.out")" = 2 ] || fail "lines after the restart missing: $(cat "$T/sub.out")"
 [ "$(grep -c "lost contact" "$T/sub.err")" = 1 ] || fail "lost contact said more than once: $(cat "$T/sub.err")"
 pass "lost contact with the head said once, the CLI carried on after the restart: $(grep 'lost contact' "$T/sub.err")"

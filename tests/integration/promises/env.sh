@@ -4,7 +4,7 @@
 # TROUPE_JOB_NAME, TROUPE_HEAD, troupe's variables override the job's own,
 # NCCL_NVLS_ENABLE=0 unless the job sets it.
 source "$(dirname "$0")/../lib.sh"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 # --address differs from the hostname, so MASTER_ADDR must come from it.
 start_node ea 4xH100:80GB --address 127.0.0.7 --stop-grace-ms 1000
 start_node eb 2xH100:80GB --address 127.0.0.8 --stop-grace-ms 1000

@@ -4,7 +4,7 @@
 # sanitizer build runs it under ASan/UBSan).
 source "$(dirname "$0")/../lib.sh"
 : "${LIBTROUPE_CHECK:?}"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 start_node lt 2xH100:80GB --stop-grace-ms 1000
 wait_for 10 "lt ALIVE" nodes_alive 1
 out=$("$LIBTROUPE_CHECK" "$HEAD" 2>&1) || fail "libtroupe_check: $out"

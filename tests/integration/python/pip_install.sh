@@ -21,7 +21,7 @@ echo "$out" | grep -q "^$T/venv/lib/python3.*/site-packages/troupe/__init__.py" 
 echo "$out" | grep -q "\['na', 'nb', 'nc'\]" || fail "nodes: $out"
 pass "the installed package lists the head's nodes: $(echo "$out" | tail -1)"
 err=$(pyrun env -u PYTHONPATH -u TROUPE_LIBRARY PKG_CONFIG_PATH=/nonexistent "$T/venv/bin/python" -c 'import troupe' 2>&1) &&
-    { ldconfig -p | grep -q libtroupe || fail "imported without a libtroupe: $err"; }
+    { ldconfig -p | grep_all libtroupe || fail "imported without a libtroupe: $err"; }
 echo "$err" | grep -q "ImportError: libtroupe not found (tried: .*): set TROUPE_LIBRARY to the path of libtroupe.so" ||
-    ldconfig -p | grep -q libtroupe || fail "no libtroupe: $err"
+    ldconfig -p | grep_all libtroupe || fail "no libtroupe: $err"
 pass "without TROUPE_LIBRARY and no installed libtroupe: $(echo "$err" | tail -1 | cut -c1-160)"

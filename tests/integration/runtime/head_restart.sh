@@ -9,7 +9,7 @@ source "$(dirname "$0")/../lib.sh"
 # is covered.
 start_cluster --dead-after 40
 restart_head() {
-    kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+    stop_pid -9 "$HEAD_PID"
     start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 40
 }
 # 1. Ranks 1 and 2 wait; the head dies and comes back; then rank 0 publishes.

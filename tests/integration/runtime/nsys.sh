@@ -27,7 +27,7 @@ echo "fake report" >"${out//%p/$$}.nsys-rep"   # written after the app ended, as
 exit $rc
 SH
 chmod +x "$T/bin/nsys"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 PATH="$T/bin:$PATH" start_node na 4xH100:80GB --labels gpu=H100 --stop-grace-ms 1000
 start_node nb 8xH200:141GB --labels gpu=H200 --stop-grace-ms 1000
 wait_for 10 "both nodes" bash -c "[ \"\$('$CLI_BIN' -o json nodes | jq '[.nodes[] | select(.state == \"ALIVE\")] | length')\" = 2 ]"

@@ -68,8 +68,8 @@ cli -o json job "$id2" | jq -e '.profile.version==0' >/dev/null || fail "a refus
 cli stop "$id2" >/dev/null 2>&1 || true
 
 # Durable: a restarted head still has job 1's setting.
-kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10
+stop_pid "$HEAD_PID"
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50
 cli -o json job "$id" | jq -e '.profile.version==2 and .profile.next==3 and .profile.align==10' >/dev/null \
     || fail "after a head restart: $(cli -o json job "$id" | jq -c .profile)"
 pass "the run-time setting survives a head restart"

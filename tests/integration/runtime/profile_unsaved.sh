@@ -47,7 +47,7 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
         accepted=1
         break
     fi
-    wait "$prof_pid" 2>/dev/null || true
+    await_end 10 "troupe profile to exit after RESOURCE_EXHAUSTED" "$prof_pid"
     rm -f "$T/full"
     wait_for 15 "the store to write again" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = true ]"
 done
@@ -71,7 +71,8 @@ pass "while the store cannot write: troupe profile waits, no worker profiles"
 
 rm -f "$T/full"
 wait_for 15 "the store to write again" bash -c "[ \"\$('$CLI_BIN' -o json status | jq -r .store.ok)\" = true ]"
-rc=0; wait "$prof_pid" || rc=$?
+await_end 15 "troupe profile to return once the store writes again" "$prof_pid"
+rc=$END_RC
 [ "$rc" = 0 ] && grep -q "profile setting version 1" "$T/profile.out" || fail "troupe profile after the store recovered: rc=$rc $(cat "$T/profile.out")"
 n_prof() { [ "$(cli logs "$id" | grep -c "rt: profile step")" -ge 6 ]; }
 wait_for 15 "both workers to profile 3 steps once saved" n_prof

@@ -48,7 +48,7 @@ pass "deleting job $b deleted its spans from traces.db"
 # jobs the head no longer has.
 [ "$(rows "$d")" -gt 0 ] || fail "job $d has no rows"
 cli delete "$d" >/dev/null || fail "delete $d"
-kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 echo "job $d's rows at the kill: $(rows "$d")"
 # and rows of a job 999 the head never had, as a crash could leave them
 python3 - "$T/state/traces.db" <<'PY'

@@ -9,7 +9,7 @@
 # in tr_js_globs_check (common/jobspec_rules.c).
 source "$(dirname "$0")/../lib.sh"
 RAW=${RAWCALL:?}
-start_head --heartbeat-ms 100
+start_head --heartbeat-ms 100 --dead-after 50 # liveness is not under test: a 3.75 s lease, not 400 ms
 start_node na 1xH100:80GB
 wait_for 10 "node ALIVE" nodes_alive 1
 cat >"$T/j.yaml" <<YAML

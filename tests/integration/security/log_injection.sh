@@ -6,7 +6,7 @@
 # one line. The agent refuses it before sending (exit 2).
 source "$(dirname "$0")/../lib.sh"
 RAW=${RAWCALL:?}
-start_head --heartbeat-ms 100
+start_head --heartbeat-ms 100 --dead-after 50 # liveness is not under test: a 3.75 s lease, not 400 ms
 EVIL=$'evil\n2026-01-01T00:00:00.000Z troupe-head[1] notice: FORGED'
 out=$("$RAW" "$HEAD" register-name "$EVIL")
 grep -q "(INVALID_ARGUMENT)" <<<"$out" || fail "a node name with a newline was not refused: $out"

@@ -11,7 +11,7 @@
 source "$(dirname "$0")/../lib.sh"
 RAW=${RAWCALL:?}
 HPORT=$(free_port)
-start_head --heartbeat-ms 100 --http "127.0.0.1:$HPORT"
+start_head --heartbeat-ms 100 --dead-after 50 --http "127.0.0.1:$HPORT" # liveness is not under test: a 3.75 s lease
 start_node na 1xH100:80GB
 wait_for 10 "node ALIVE" nodes_alive 1
 cat >"$T/j.yaml" <<YAML

@@ -50,8 +50,7 @@ expect_refused() {
 # Freeze both agents (so they cannot re-register first), crash the head, and
 # give "thieves" copies of their state dirs: same node ids, same instance ids.
 kill -STOP "$N1" "$N2"
-kill -9 "$HEAD_PID"
-wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 cp -a "$T/n1" "$T/steal-n1"
 cp -a "$T/n2" "$T/steal-n2"
 mark=$(head_log_mark)
@@ -86,8 +85,7 @@ pass "after the restart n1 and n2 re-registered with their own credentials and k
 # One more crash after those re-registrations: the binding written by them
 # (not only the first one) is what the next head reads.
 kill -STOP "$N1"
-kill -9 "$HEAD_PID"
-wait "$HEAD_PID" 2>/dev/null || true
+stop_pid -9 "$HEAD_PID"
 rm -rf "$T/steal-n1"
 cp -a "$T/n1" "$T/steal-n1"
 run_head

@@ -44,7 +44,7 @@ awk -v p="$p99" 'BEGIN { exit !(p < 1000) }' || fail "troupe status p99 $p99 ms 
 grep -q "rpc: frames over [0-9]* bytes now close their connection ([0-9]* unauthenticated connections share inflight_budget_bytes=67108864)" \
     "$T/head.log" || fail "no log line for the lowered frame limit"
 pass "400 unfinished 4 MiB frames: head RSS peak $((peak / 1024)) MB, status p99 $p99 ms, frame limit logged"
-kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid "$HEAD_PID"
 
 # 2. 1,100 idle connections against a head under ulimit -n 1024.
 start_limited_head 1024 --preauth-timeout-ms 3000

@@ -6,11 +6,14 @@
 source "$(dirname "$0")/../lib.sh"
 
 umask 022 # as a careless shell would have it: the daemons must not rely on it
-start_head --heartbeat-ms 100
+start_head --heartbeat-ms 100 --dead-after 50 # liveness is not under test: a 3.75 s lease, not 400 ms
 export XDG_STATE_HOME=$T/xdg
 NAME=sf-$$-$RANDOM
 if [ "$(id -u)" = 0 ]; then sd=/var/lib/troupe-node/$NAME; else sd=$XDG_STATE_HOME/troupe-node/$NAME; fi
-trap 'rc=$?; rm -rf "$sd"; set +e; (exit $rc); cleanup' EXIT
+# Removed by cleanup once the agent is gone: removed before (by a trap of
+# its own), the agent still wrote there, rm failed, and the test ended
+# without its cleanup.
+at_cleanup 'rm -rf "$sd"'
 "$NODE_BIN" --head "$HEAD" --name "$NAME" --fake-gpus 1 --stop-grace-ms 500 >>"$T/node-sf.log" 2>&1 &
 PIDS+=($!)
 wait_for 10 "sf ALIVE" nodes_alive 1

@@ -60,7 +60,7 @@ grep -q "inflight_budget_bytes=67108864 is held by connections that never authen
 [ "$sanitized" = 1 ] || [ "$((after - base))" -lt $((24 * 1024)) ] ||
     fail "head RSS still $(((after - base) / 1024)) MB above its start 3 s after the strangers closed"
 pass "3,000 strangers x 60 KiB: RSS +$(((peak - base) / 1024)) MB at peak, +$(((after - base) / 1024)) MB after they closed$([ "$sanitized" = 0 ] || echo " (sanitizer build: figures not held to the bound)")"
-kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid "$HEAD_PID"
 unset TROUPE_TOKEN_FILE
 
 # 2. No credential: 1,100 connections that each made one Ping, under ulimit -n 1024.

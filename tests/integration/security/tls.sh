@@ -88,8 +88,8 @@ done
 
 # An expired head certificate: clients say so. (n1 goes first: it would keep
 # redialing the new head and fail its handshakes too.)
-kill "$NODE_PID_n1"; wait "$NODE_PID_n1" 2>/dev/null || true
-kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid "$NODE_PID_n1"
+stop_pid "$HEAD_PID"
 start_expired() {
     "$HEAD_BIN" --listen "$HEAD" --state-dir "$T/state2" --tls-cert "$T/ca/head-expired.pem" \
         --tls-key "$T/ca/head-expired.key" --log-level debug >>"$T/head.log" 2>&1 &
@@ -112,7 +112,7 @@ wait_for 15 "the agent to say why it cannot reach the head" \
 pass "the waiting agent names the expired head certificate"
 
 # tls_client_auth all: every client needs a certificate from the head's CA.
-kill "$N2" "$HEAD_PID"; wait "$N2" "$HEAD_PID" 2>/dev/null || true
+stop_pid "$N2" "$HEAD_PID"
 export TROUPE_TLS_CERT=$T/ca/agent-n1.pem TROUPE_TLS_KEY=$T/ca/agent-n1.key # for start_head's wait
 start_head "${TLS_ARGS[@]/nodes/all}"
 unset TROUPE_TLS_CERT TROUPE_TLS_KEY

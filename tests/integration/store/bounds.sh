@@ -15,7 +15,7 @@ line=$(cli logs "$(head -1 "$T/out")" | grep "st: refused")
 echo "$line" | grep -q "st: refused at k5: ERR RESOURCE_EXHAUSTED the job's store holds 5 keys, its most (head store_max_keys=5)" ||
     fail "key bound: $line"
 pass "store_max_keys=5: the 6th key is refused: $line"
-kill "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null || true
+stop_pid "$HEAD_PID"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --store-max-bytes 1024
 wait_for 10 "3 nodes ALIVE" nodes_alive 3
 timeout 60 "$CLI_BIN" submit "$T/job.yaml" >"$T/out" 2>"$T/err" || fail "job failed: $(cat "$T/err"; cli logs "$(head -1 "$T/out")")"

@@ -8,7 +8,7 @@ umask 077
 printf '%s\n' "adm-$RANDOM$RANDOM" >"$T/admin.tok"
 unset TROUPE_TOKEN
 "$HEAD_BIN" --listen "$HEAD" --state-dir "$T/state" --token-file "$T/admin.tok" --heartbeat-ms 100 \
-    >>"$T/head.log" 2>&1 &
+    --dead-after 50 >>"$T/head.log" 2>&1 & # liveness is not under test: a 3.75 s lease, not 400 ms
 PIDS+=($!)
 wait_for 10 "head with a token file" "$CLI_BIN" --token-file "$T/admin.tok" status
 admin() { "$CLI_BIN" --token-file "$T/admin.tok" "$@"; }

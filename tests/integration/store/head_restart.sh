@@ -16,8 +16,8 @@ YAML
 id=$(submit "$T/job.yaml")
 wait_for 15 "rank 1 to wait for the key" logs_grep "$id" "st: rank 1 waiting for late"
 sleep 0.5
-kill -TERM "$HEAD_PID"
-rc=0; wait "$HEAD_PID" 2>/dev/null || rc=$?
+stop_pid "$HEAD_PID"
+rc=$STOP_RC
 # A clean stop with a store wait parked (under ASan: no leak, no bad access).
 [ $rc = 0 ] || fail "the head stopped with status $rc: $(tail -20 "$T/head.log")"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 40

@@ -10,21 +10,15 @@
 
 #include "ids.h"
 
-static char dir[64];
+static char dir[320];
 
+/* Under $TMPDIR (the test command's, where what is left is seen), removed at
+ * exit even after a failed assertion. */
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/troupe-ids.XXXXXX");
-    return mkdtemp(dir) != NULL ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    char cmd[128];
-    (void)state;
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    tr_test_tmpdir(dir, sizeof(dir), "ids");
+    return 0;
 }
 
 static tr_ids *open_ids(const char *range, const char *user, int shared)
@@ -110,8 +104,8 @@ static void modes(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(dynamic, setup, teardown),
-        cmocka_unit_test_setup_teardown(modes, setup, teardown),
+        cmocka_unit_test_setup(dynamic, setup),
+        cmocka_unit_test_setup(modes, setup),
     };
     return TR_TEST_MAIN("unit.node.ids", tests, argc, argv);
 }
