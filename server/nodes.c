@@ -16,6 +16,7 @@
 
 #include "head.h"
 #include "auth.h"
+#include "bound_names.h"
 #include "jobs.h"
 #include "log.h"
 #include "names.h"
@@ -168,6 +169,7 @@ static int nodes_append(tr_head *h, Troupe__V1__Node *n)
     h->nodes[h->n_nodes].version = (uint64_t)h->started_ms * 1000u;
     h->n_nodes++;
     nodes_count(h, n, 1);
+    tr_head_names_bound(h, n, 1); /* a record recovered with its owner */
     return 0;
 }
 
@@ -365,6 +367,8 @@ void tr_head_nodes_free(tr_head *h)
     free(h->nodes);
     h->nodes = NULL;
     h->n_nodes = h->cap_nodes = 0;
+    tr_bound_names_free(h->bound_names);
+    h->bound_names = NULL;
     memset(h->nodes_by_state, 0, sizeof(h->nodes_by_state));
     h->node_gpus_live = 0;
 }
@@ -581,6 +585,7 @@ static int do_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Register
     tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);
     if (old != NULL && tmpl.id == old->n->id) {
         nodes_count(h, old->n, -1);
+        tr_head_names_bound(h, old->n, -1);
         troupe__v1__node__free_unpacked(old->n, NULL);
         old->n = n;
         nodes_count(h, n, 1);
@@ -647,7 +652,7 @@ void tr_head_register_node(tr_rpc_call *call, void *user)
     }
     rv = do_register(h, call, r, &node_id, &err);
     if (rv == TROUPE_OK) {
-        tr_head_node_bind(call, tr_head_node_find(h, node_id));
+        tr_head_node_bind(call, h, tr_head_node_find(h, node_id));
         tr_head_after_commit(h, call, reply_registered, node_id);
     }
     pthread_mutex_unlock(&h->mu);
