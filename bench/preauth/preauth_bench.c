@@ -315,9 +315,10 @@ static int write_json(const opts *o, const result *r)
             "\"attack_s\":%.2f,\"rss_before_kb\":%ld,\"rss_peak_kb\":%ld,\"rss_after_kb\":%ld,"
             "\"status_ok\":%d,\"status_failed\":%d,\"status_p50_ms\":%.3f,\"status_p99_ms\":%.3f,"
             "\"status_max_ms\":%.3f,\"handshaken\":%d,\"replied\":%d}\n",
-            o->label, o->raw ? "raw" : o->mode, o->conns, o->frame, r->opened, r->connect_failed, r->closed_by_head,
-            r->still_open, r->bytes_sent, r->attack_s, r->rss_before_kb, r->rss_peak_kb, r->rss_after_kb,
-            r->status_ok, r->status_failed, r->p50, r->p99, r->max, r->handshaken, r->replied);
+            o->label, o->raw ? "raw" : o->mode, o->conns, o->frame, r->opened, r->connect_failed,
+            r->closed_by_head, r->still_open, r->bytes_sent, r->attack_s, r->rss_before_kb, r->rss_peak_kb,
+            r->rss_after_kb, r->status_ok, r->status_failed, r->p50, r->p99, r->max, r->handshaken,
+            r->replied);
     return fclose(f);
 }
 
@@ -467,10 +468,10 @@ static int run_burst(opts *o, const struct sockaddr_in *sa)
             close(cs[i].fd);
         }
     }
-    printf("%-8s %-6s %5s %8s %10s %8s %8s %8s\n", "label", "mode", "conns", "opened", "handshaken", "replied",
-           "closed", "time_s");
-    printf("%-8s %-6s %5d %8d %10d %8d %8d %8.2f\n", o->label, o->mode, o->conns, r.opened, r.handshaken, r.replied,
-           r.closed_by_head, r.attack_s);
+    printf("%-8s %-6s %5s %8s %10s %8s %8s %8s\n", "label", "mode", "conns", "opened", "handshaken",
+           "replied", "closed", "time_s");
+    printf("%-8s %-6s %5d %8d %10d %8d %8d %8.2f\n", o->label, o->mode, o->conns, r.opened, r.handshaken,
+           r.replied, r.closed_by_head, r.attack_s);
     free(cs);
     return o->json != NULL && write_json(o, &r) != 0 ? 1 : 0;
 }

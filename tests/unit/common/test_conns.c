@@ -138,8 +138,8 @@ static void burst_admitted_without_displacement(void **state)
     for (id = 1; id <= 516; id++) {
         assert_int_equal(tr_conns_add(&t, id, id, &gone, &why), TR_CONN_ADMITTED);
         if (gone != 0) {
-            fail_msg("connection %u displaced %u (why %d) with %zu strangers charged %zu bytes", id, gone, why,
-                     t.unauth, t.charged);
+            fail_msg("connection %u displaced %u (why %d) with %zu strangers charged %zu bytes", id, gone,
+                     why, t.unauth, t.charged);
         }
         assert_true(t.charged <= l.budget);
     }
