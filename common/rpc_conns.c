@@ -182,6 +182,19 @@ static int make_room(tr_conns *t, uint32_t *displaced, int *why)
     return 0;
 }
 
+/* above_floor_room is what a new stranger may be charged beyond the floor:
+ * charges above the floor may together take only half the budget, so the
+ * other half always admits a burst of strangers at the floor (512 of 64 KiB
+ * in 64 MiB) without displacing anyone. Charging the first strangers of a
+ * burst the largest frame until the budget was full made the ninth displace
+ * the first while its first call was still on the way. */
+static size_t above_floor_room(const tr_conns *t)
+{
+    size_t half = t->lim.budget / 2;
+
+    return t->charged < half ? half - t->charged : 0;
+}
+
 int tr_conns_add(tr_conns *t, uint32_t id, int64_t now, uint32_t *displaced, int *why)
 {
     tr_conn c = {.id = id, .opened_ms = now, .last_ms = now};
@@ -197,14 +210,15 @@ int tr_conns_add(tr_conns *t, uint32_t id, int64_t now, uint32_t *displaced, int
     if (make_room(t, displaced, why) != 0) {
         return TR_CONN_REFUSED;
     }
-    /* Its charge: the limit, no more than its fair share or what is left. */
-    room = t->lim.budget - t->charged;
+    /* Its charge: the limit, no more than its fair share or what is left of
+     * the half of the budget that charges above the floor may take. */
+    room = above_floor_room(t);
     c.charge = fair_share(&t->lim, t->unauth + 1);
     if (c.charge > t->limit) {
         c.charge = t->limit;
     }
-    if (c.charge > pow2_at_most(room)) {
-        c.charge = pow2_at_most(room);
+    if (c.charge > room) {
+        c.charge = room > 0 ? pow2_at_most(room) : 0;
     }
     /* A full budget halves the limit: under a flood it falls to the floor and
      * strangers grow toward budget / floor, instead of a few holding large
@@ -213,7 +227,7 @@ int tr_conns_add(tr_conns *t, uint32_t id, int64_t now, uint32_t *displaced, int
         c.charge = t->limit / 2;
     }
     if (c.charge < t->lim.frame_floor) {
-        c.charge = t->lim.frame_floor; /* room >= floor: it fits */
+        c.charge = t->lim.frame_floor; /* make_room left at least the floor: it fits */
     }
     t->limit = c.charge;
     insert(t, &c);
@@ -318,10 +332,12 @@ void tr_conns_relax(tr_conns *t)
 {
     size_t want = fair_share(&t->lim, t->unauth);
 
-    /* Halve from the fair share until every stranger's charge fits. */
+    /* Halve from the fair share until every stranger's charge fits in the
+     * half of the budget that charges above the floor may take (the other
+     * half stays for strangers arriving at the floor, above_floor_room). */
     for (; want > t->limit; want /= 2) {
         size_t sum = charged_at(t, want);
-        if (sum <= t->lim.budget) {
+        if (sum <= t->lim.budget / 2) {
             for (size_t i = 0; i <= t->mask; i++) {
                 tr_conn *c = &t->slot[i];
                 if (c->id != 0 && !c->authed && c->charge < want) {

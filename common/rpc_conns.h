@@ -19,12 +19,14 @@
  *    could last have started a frame (nng allocates a frame whole at its
  *    header, so a stranger that came while the limit was high keeps its
  *    large buffer after the limit drops). A new stranger is charged the
- *    limit, lowered to fit what is left of the budget; when less than the
- *    floor is left the oldest idle stranger is displaced (its buffer goes
- *    back) and the limit halves, or the new one is refused. The floor therefore also bounds how
- *    many strangers there are: budget / floor. The limit is raised again
- *    only by tr_conns_relax, once every stranger's charge at the new limit
- *    fits the budget;
+ *    limit while charges above the floor take at most half the budget, else
+ *    the floor (the other half admits a burst of fresh connections whose
+ *    first calls are on their way without displacing any); when less than
+ *    the floor is left the oldest idle stranger is displaced (its buffer
+ *    goes back) and the limit halves, or the new one is refused. The floor
+ *    therefore also bounds how many strangers there are: budget / floor.
+ *    The limit is raised again only by tr_conns_relax, once every
+ *    stranger's charge at the new limit fits half the budget;
  *  - with no credential configured (displace_idle) a call proves nothing, so
  *    at the cap the connection idle longest (last request or reply, or its
  *    opening) is displaced, whether it made a call or not: an idle flood that

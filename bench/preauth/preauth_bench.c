@@ -6,7 +6,11 @@
  * (--mode frames: the head allocates the frame and waits for the rest),
  * sends nothing more (--mode idle), or sends one whole Ping without a
  * credential and then nothing (--mode ping: against a head without
- * credentials that is a connection that has made a call). With --raw the SP handshake is skipped
+ * credentials that is a connection that has made a call). --mode burst is
+ * the legitimate side instead: all N connections complete the handshake
+ * first (ranks of a rendezvous opening at once), then each sends one Ping
+ * (with the credential of --token-file, if given) and waits for its reply; the head
+ * should answer every one and close none. With --raw the SP handshake is skipped
  * too (a bare TCP connection). While the connections are held it samples the
  * head's RSS (/proc/PID/status) and times `troupe status` the way the CLI
  * does it: a fresh connection, GetCluster, close.
@@ -37,6 +41,7 @@ typedef struct conn {
     int fd;
     size_t sent, total; /* bytes of handshake + frame to send */
     int closed;         /* the head closed it (or refused it) */
+    size_t got;         /* bytes received (--mode burst) */
 } conn;
 
 typedef struct opts {
@@ -54,6 +59,7 @@ static size_t ping_len;
 typedef struct result {
     long rss_before_kb, rss_peak_kb, rss_after_kb;
     int opened, connect_failed, closed_by_head, still_open;
+    int handshaken, replied; /* --mode burst: handshakes the head answered, Pings it answered */
     size_t bytes_sent;
     double p50, p99, max;
     int status_ok, status_failed;
@@ -308,10 +314,11 @@ static int write_json(const opts *o, const result *r)
             "\"connect_failed\":%d,\"closed_by_head\":%d,\"still_open\":%d,\"bytes_sent\":%zu,"
             "\"attack_s\":%.2f,\"rss_before_kb\":%ld,\"rss_peak_kb\":%ld,\"rss_after_kb\":%ld,"
             "\"status_ok\":%d,\"status_failed\":%d,\"status_p50_ms\":%.3f,\"status_p99_ms\":%.3f,"
-            "\"status_max_ms\":%.3f}\n",
-            o->label, o->raw ? "raw" : o->mode, o->conns, o->frame, r->opened, r->connect_failed, r->closed_by_head,
-            r->still_open, r->bytes_sent, r->attack_s, r->rss_before_kb, r->rss_peak_kb, r->rss_after_kb,
-            r->status_ok, r->status_failed, r->p50, r->p99, r->max);
+            "\"status_max_ms\":%.3f,\"handshaken\":%d,\"replied\":%d}\n",
+            o->label, o->raw ? "raw" : o->mode, o->conns, o->frame, r->opened, r->connect_failed,
+            r->closed_by_head, r->still_open, r->bytes_sent, r->attack_s, r->rss_before_kb, r->rss_peak_kb,
+            r->rss_after_kb, r->status_ok, r->status_failed, r->p50, r->p99, r->max, r->handshaken,
+            r->replied);
     return fclose(f);
 }
 
@@ -321,6 +328,8 @@ static void usage(void)
                     "       [--mode frames|idle] [--raw] [--conns N] [--frame-bytes B] [--samples K]\n"
                     "       [--hold-ms MS] [--after-ms MS] [--label L] [--json FILE]\n"
                     "  --mode ping: one Ping each, then idle; --after-ms: wait this long after closing\n"
+                    "  --mode burst: all connect, then each sends one Ping (with --token-file's credential)\n"
+                    "  and waits for its reply (legitimate clients arriving at once)\n"
                     "  before the after-close RSS (default 500)\n");
 }
 
@@ -354,7 +363,8 @@ static int parse(int argc, char **argv, opts *o)
         }
     }
     if (o->url == NULL || o->pid <= 0 || o->conns <= 0 || o->samples <= 0 || o->frame < 2 ||
-        (strcmp(o->mode, "frames") != 0 && strcmp(o->mode, "idle") != 0 && strcmp(o->mode, "ping") != 0)) {
+        (strcmp(o->mode, "frames") != 0 && strcmp(o->mode, "idle") != 0 && strcmp(o->mode, "ping") != 0 &&
+         strcmp(o->mode, "burst") != 0)) {
         usage();
         return -1;
     }
@@ -362,9 +372,9 @@ static int parse(int argc, char **argv, opts *o)
 }
 
 /* make_ping builds the one Ping frame every --mode ping connection sends. */
-static int make_ping(void)
+static int make_ping(const char *token)
 {
-    tr_envelope env = {.method = "troupe.v1.Head/Ping", .request_id = 1, .timeout_ms = 5000};
+    tr_envelope env = {.method = "troupe.v1.Head/Ping", .request_id = 1, .timeout_ms = 5000, .token = token};
     uint8_t *body = NULL;
     size_t len = 0;
     tr_err err = {0};
@@ -388,6 +398,82 @@ static int make_ping(void)
     memcpy(ping_frame + 12, body, len);
     free(body);
     return 0;
+}
+
+/* receive_until reads what the head sends each open connection until every
+ * one has received want bytes or was closed, or deadline; returns how many
+ * have want bytes. */
+static int receive_until(conn *cs, int n, size_t want, int64_t deadline)
+{
+    struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
+    int have = 0;
+
+    for (;;) {
+        int waiting = 0;
+        have = 0;
+        for (int i = 0; i < n; i++) {
+            pf[i].fd = (cs[i].closed || cs[i].fd < 0 || cs[i].got >= want) ? -1 : cs[i].fd;
+            pf[i].events = POLLIN;
+            waiting += pf[i].fd >= 0;
+            have += cs[i].fd >= 0 && cs[i].got >= want;
+        }
+        if (waiting == 0 || tr_now_ms() >= deadline || poll(pf, (nfds_t)n, 100) < 0) {
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            uint8_t b[512];
+            ssize_t k;
+            if (pf[i].fd < 0 || pf[i].revents == 0) {
+                continue;
+            }
+            k = recv(cs[i].fd, b, sizeof(b), MSG_DONTWAIT);
+            if (k > 0) {
+                cs[i].got += (size_t)k;
+            } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                cs[i].closed = 1;
+            }
+        }
+    }
+    free(pf);
+    return have;
+}
+
+/* run_burst: --mode burst. A reply is the head's 8-byte SP header, then a
+ * frame: its 8-byte length, the 4-byte request id and the envelope. */
+static int run_burst(opts *o, const struct sockaddr_in *sa)
+{
+    result r = {0};
+    conn *cs = calloc((size_t)o->conns, sizeof(*cs));
+    int64_t t0 = tr_now_ms();
+
+    if (cs == NULL || open_conns(o, sa, cs, &r) != 0) {
+        return 1;
+    }
+    for (int i = 0; i < o->conns; i++) {
+        cs[i].total = cs[i].fd >= 0 ? 8 : 0; /* the handshake alone, first */
+    }
+    pump(o, cs, o->conns, tr_now_ms() + 30000, &r);
+    r.handshaken = receive_until(cs, o->conns, 8, tr_now_ms() + 30000);
+    usleep((useconds_t)o->hold_ms * 1000u); /* all of them open, none has called yet */
+    for (int i = 0; i < o->conns; i++) {
+        cs[i].total = cs[i].fd >= 0 && !cs[i].closed ? 8 + ping_len : cs[i].sent;
+    }
+    pump(o, cs, o->conns, tr_now_ms() + 30000, &r);
+    r.replied = receive_until(cs, o->conns, 8 + 8 + 4 + 1, tr_now_ms() + 30000);
+    r.attack_s = (double)(tr_now_ms() - t0) / 1000.0;
+    for (int i = 0; i < o->conns; i++) {
+        r.closed_by_head += cs[i].fd >= 0 && cs[i].closed;
+        r.still_open += cs[i].fd >= 0 && !cs[i].closed;
+        if (cs[i].fd >= 0) {
+            close(cs[i].fd);
+        }
+    }
+    printf("%-8s %-6s %5s %8s %10s %8s %8s %8s\n", "label", "mode", "conns", "opened", "handshaken",
+           "replied", "closed", "time_s");
+    printf("%-8s %-6s %5d %8d %10d %8d %8d %8.2f\n", o->label, o->mode, o->conns, r.opened, r.handshaken,
+           r.replied, r.closed_by_head, r.attack_s);
+    free(cs);
+    return o->json != NULL && write_json(o, &r) != 0 ? 1 : 0;
 }
 
 static char *read_token(const char *path)
@@ -430,8 +516,15 @@ int main(int argc, char **argv)
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     token = read_token(o.token_file);
-    if (strcmp(o.mode, "ping") == 0 && make_ping() != 0) {
+    if (strcmp(o.mode, "ping") == 0 && make_ping(NULL) != 0) {
         return 1;
+    }
+    if (strcmp(o.mode, "burst") == 0) {
+        if ((o.token_file != NULL && token == NULL) || make_ping(token) != 0) {
+            fprintf(stderr, "preauth: cannot read --token-file %s\n", o.token_file);
+            return 2;
+        }
+        return run_burst(&o, &sa);
     }
     r.rss_before_kb = rss_kb(o.pid);
     pthread_t th;

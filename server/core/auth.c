@@ -22,6 +22,7 @@
 #include <mbedtls/md.h>
 #include <mbedtls/sha256.h>
 
+#include "bound_names.h"
 #include "head.h"
 #include "jobs.h"
 #include "log.h"
@@ -484,11 +485,14 @@ int tr_head_node_allowed(tr_rpc_call *call, const tr_head_node *hn)
 
 /* may_name: whether node credential p may register a node called name: a
  * name it registered before, or a new one within what it was minted for
- * (its --node, or --max-nodes names, 1 by default). Caller holds h->mu. */
+ * (its --node, or --max-nodes names, 1 by default). The names a credential
+ * bound are looked up in h->bound_names (walking the node table for them
+ * made 2,000 agents sharing one credential register in quadratic time).
+ * Caller holds h->mu. */
 static int may_name(tr_rpc_call *call, tr_head *h, const tr_rpc_principal *p, const char *name)
 {
     cred c = {0};
-    size_t names = 0;
+    size_t names;
     int found = 0;
 
     pthread_mutex_lock(&h->auth->mu);
@@ -505,21 +509,10 @@ static int may_name(tr_rpc_call *call, tr_head *h, const tr_rpc_principal *p, co
     if (c.node[0] != '\0' && strcmp(c.node, name) != 0) {
         goto deny;
     }
-    for (size_t i = 0; i < h->n_nodes; i++) {
-        const Troupe__V1__Node *n = h->nodes[i].n;
-        int seen = 0;
-        if (!n->owner_known || n->owner_credential != p->cred_id) {
-            continue;
-        }
-        if (strcmp(n->name, name) == 0) {
-            return 1; /* its own node, back again */
-        }
-        for (size_t k = 0; k < i && !seen; k++) { /* count each name once */
-            const Troupe__V1__Node *m = h->nodes[k].n;
-            seen = m->owner_known && m->owner_credential == p->cred_id && strcmp(m->name, n->name) == 0;
-        }
-        names += !seen;
+    if (h->bound_names != NULL && tr_bound_names_has(h->bound_names, p->cred_id, name)) {
+        return 1; /* its own node, back again */
     }
+    names = h->bound_names != NULL ? tr_bound_names_count(h->bound_names, p->cred_id) : 0;
     if (c.max_nodes == 0 || names < (c.node[0] ? 1u : c.max_nodes)) {
         return 1;
     }
@@ -576,10 +569,30 @@ int tr_head_node_may_register(tr_rpc_call *call, tr_head *h, const char *name, u
  * the same batch as the registration, and the agent hears of its node only
  * once that batch is on disk — no binding is acted on that a crash could
  * lose. */
-void tr_head_node_bind(tr_rpc_call *call, tr_head_node *hn)
+void tr_head_names_bound(tr_head *h, const Troupe__V1__Node *n, int delta)
 {
+    if (!n->owner_known) {
+        return;
+    }
+    if (delta < 0) {
+        if (h->bound_names != NULL) {
+            tr_bound_names_remove(h->bound_names, n->owner_credential, n->name);
+        }
+        return;
+    }
+    if ((h->bound_names == NULL && (h->bound_names = tr_bound_names_alloc()) == NULL) ||
+        tr_bound_names_add(h->bound_names, n->owner_credential, n->name) != 0) {
+        TR_LOG(TR_LOG_ERR, "out of memory for the index of bound node names");
+        abort();
+    }
+}
+
+void tr_head_node_bind(tr_rpc_call *call, tr_head *h, tr_head_node *hn)
+{
+    tr_head_names_bound(h, hn->n, -1);
     hn->n->owner_known = 1;
     hn->n->owner_credential = tr_rpc_call_principal(call)->cred_id;
+    tr_head_names_bound(h, hn->n, 1);
 }
 
 /* ---- job owners -------------------------------------------------------- */

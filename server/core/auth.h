@@ -61,9 +61,17 @@ int tr_head_node_allowed(tr_rpc_call *call, const struct tr_head_node *hn);
  * answers PERMISSION_DENIED and returns 0. Caller holds h->mu. */
 int tr_head_node_may_register(tr_rpc_call *call, struct tr_head *h, const char *name, uint64_t node_id);
 
+/* tr_head_names_bound counts n's owner and name in the index of bound names
+ * (delta 1: n joined the node table or gained its owner; -1: it is about to
+ * be replaced or freed); a record without an owner is not counted. Aborts
+ * when out of memory: a partial index would let a credential past --max-nodes.
+ * Caller holds h->mu. */
+struct Troupe__V1__Node;
+void tr_head_names_bound(struct tr_head *h, const struct Troupe__V1__Node *n, int delta);
+
 /* tr_head_node_bind records the caller's credential as hn's owner in its record
  * (persisted with it: the caller has marked hn dirty). Caller holds h->mu. */
-void tr_head_node_bind(tr_rpc_call *call, struct tr_head_node *hn);
+void tr_head_node_bind(tr_rpc_call *call, struct tr_head *h, struct tr_head_node *hn);
 
 struct tr_head_job;
 

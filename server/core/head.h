@@ -57,6 +57,7 @@ typedef struct tr_head {
     tr_rpc_server *srv;
     tr_head_node *nodes;
     size_t n_nodes, cap_nodes;
+    struct tr_bound_names *bound_names; /* owned node names per credential (auth.c), made on first use */
     /* Nodes by state (index: Troupe__V1__NodeState, 0..4) and the GPUs of
      * those not gone (DEAD, LEFT), kept as nodes are added and change state
      * (nodes.c: nodes_count): GetCluster answers without a walk over every

@@ -17,6 +17,7 @@
 
 #include "head.h"
 #include "auth.h"
+#include "bound_names.h"
 #include "jobs.h"
 #include "log.h"
 #include "names.h"
@@ -127,6 +128,7 @@ static int nodes_append(tr_head *h, Troupe__V1__Node *n)
     h->nodes[h->n_nodes].version = (uint64_t)h->started_ms * 1000u;
     h->n_nodes++;
     nodes_count(h, n, 1);
+    tr_head_names_bound(h, n, 1); /* a record recovered with its owner */
     return 0;
 }
 
@@ -324,6 +326,8 @@ void tr_head_nodes_free(tr_head *h)
     free(h->nodes);
     h->nodes = NULL;
     h->n_nodes = h->cap_nodes = 0;
+    tr_bound_names_free(h->bound_names);
+    h->bound_names = NULL;
     memset(h->nodes_by_state, 0, sizeof(h->nodes_by_state));
     h->node_gpus_live = 0;
 }
@@ -540,6 +544,7 @@ int tr_head_node_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__Regis
     tr_head_event(h, "REGISTERED", n->id, 0, tmpl.reason);
     if (old != NULL && tmpl.id == old->n->id) {
         nodes_count(h, old->n, -1);
+        tr_head_names_bound(h, old->n, -1);
         troupe__v1__node__free_unpacked(old->n, NULL);
         old->n = n;
         nodes_count(h, n, 1);

@@ -54,7 +54,7 @@ void tr_head_register_node(tr_rpc_call *call, void *user)
     }
     rv = tr_head_node_register(h, call, r, &node_id, &err);
     if (rv == TROUPE_OK) {
-        tr_head_node_bind(call, tr_head_node_find(h, node_id));
+        tr_head_node_bind(call, h, tr_head_node_find(h, node_id));
         tr_head_after_commit(h, call, reply_registered, node_id);
     }
     pthread_mutex_unlock(&h->mu);

@@ -67,11 +67,13 @@ static void cap_refuses_when_all_authenticated(void **state)
 
 /* The per-frame limit is budget / strangers, a power of two between the
  * floor and the maximum, and what strangers may hold together stays within
- * the budget whatever the order they came in: the first eight were charged
- * 8 MiB each (they may have started 8 MiB frames before the limit dropped),
- * so the ninth displaces the oldest; the count of strangers never passes
+ * the budget whatever the order they came in. Charges above the floor take
+ * at most half the budget: the first four strangers were charged 8 MiB each
+ * (they may have started 8 MiB frames before the limit dropped), the fifth
+ * gets the floor and the limit drops to it; 512 more fit at the floor before
+ * the first stranger is displaced; the count of strangers never passes
  * budget / floor. Authenticated connections do not lower the limit, and it
- * is raised again by tr_conns_relax. */
+ * is raised again by tr_conns_relax, within half the budget. */
 static void frame_limit_shares_budget(void **state)
 {
     tr_conns t;
@@ -82,17 +84,22 @@ static void frame_limit_shares_budget(void **state)
     (void)state;
     assert_int_equal(tr_conns_init(&t, &l), 0);
     assert_int_equal(tr_conns_frame_limit(&t), 8u << 20);
-    for (id = 1; id <= 8; id++) {
+    for (id = 1; id <= 4; id++) {
         assert_int_equal(tr_conns_add(&t, id, id, &gone, &why), TR_CONN_ADMITTED);
         assert_int_equal(gone, 0);
     }
-    assert_int_equal(tr_conns_frame_limit(&t), 8u << 20); /* 8 x 8 MiB = the budget */
+    assert_int_equal(tr_conns_frame_limit(&t), 8u << 20); /* 4 x 8 MiB = half the budget */
+    assert_int_equal(t.charged, 32u << 20);
+    for (id = 5; id <= 4 + 512; id++) {
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, &why), TR_CONN_ADMITTED);
+        assert_int_equal(gone, 0);
+        assert_int_equal(tr_conns_frame_limit(&t), 64u << 10); /* the floor, from the fifth on */
+    }
     assert_int_equal(t.charged, 64u << 20);
-    assert_int_equal(tr_conns_add(&t, 9, 9, &gone, &why), TR_CONN_ADMITTED);
+    assert_int_equal(tr_conns_add(&t, id, id, &gone, &why), TR_CONN_ADMITTED);
     assert_int_equal(gone, 1); /* the oldest 8 MiB holder makes room */
     assert_int_equal(why, TR_CONN_WHY_BUDGET);
-    assert_int_equal(tr_conns_frame_limit(&t), 4u << 20); /* 64 MiB / 9 = 7.1 MiB -> 4 MiB */
-    for (id = 10; id <= 12000; id++) {
+    for (id++; id <= 12000; id++) {
         assert_int_equal(tr_conns_add(&t, id, id, &gone, NULL), TR_CONN_ADMITTED);
         assert_true(t.charged <= l.budget);
         assert_true(t.unauth <= l.budget / l.frame_floor);
@@ -107,8 +114,43 @@ static void frame_limit_shares_budget(void **state)
     assert_int_equal(t.charged, 5u * (64u << 10));
     assert_int_equal(tr_conns_frame_limit(&t), 64u << 10); /* raised only by relax */
     tr_conns_relax(&t);
+    assert_int_equal(tr_conns_frame_limit(&t), 4u << 20); /* 5 x 8 MiB would pass half the budget */
+    assert_int_equal(t.charged, 5u * (4u << 20));
+    tr_conns_free(&t);
+}
+
+/* A burst of legitimate clients on a quiet head: 516 connections open
+ * before any first call arrives (ranks of a rendezvous; 4 at the largest
+ * frame and 512 at the floor fill the budget), then each makes its call.
+ * None is displaced and the budget holds; once they have all authenticated
+ * the limit is the largest frame again. The old charges (the largest frame
+ * until the budget was full) displaced the first connection at the ninth.
+ * Re-plant: let above_floor_room return budget - charged. */
+static void burst_admitted_without_displacement(void **state)
+{
+    tr_conns t;
+    tr_conns_limits l = lim(16384);
+    uint32_t gone, id;
+    int why;
+
+    (void)state;
+    assert_int_equal(tr_conns_init(&t, &l), 0);
+    for (id = 1; id <= 516; id++) {
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, &why), TR_CONN_ADMITTED);
+        if (gone != 0) {
+            fail_msg("connection %u displaced %u (why %d) with %zu strangers charged %zu bytes", id, gone,
+                     why, t.unauth, t.charged);
+        }
+        assert_true(t.charged <= l.budget);
+    }
+    assert_int_equal(t.charged, l.budget);
+    for (id = 1; id <= 516; id++) {
+        tr_conns_begin(&t, id, 1, 2000);
+        tr_conns_end(&t, id, 2001);
+    }
+    assert_int_equal(t.unauth, 0);
+    assert_int_equal(t.charged, 0);
     assert_int_equal(tr_conns_frame_limit(&t), 8u << 20);
-    assert_int_equal(t.charged, 5u * (8u << 20));
     tr_conns_free(&t);
 }
 
@@ -123,18 +165,19 @@ static void charge_follows_frames(void **state)
 
     (void)state;
     assert_int_equal(tr_conns_init(&t, &l), 0);
-    tr_conns_add(&t, 1, 1, &gone, NULL); /* 8 MiB */
-    for (uint32_t id = 2; id <= 9; id++) {
+    for (uint32_t id = 1; id <= 9; id++) { /* 4 x 8 MiB, 5 x the floor */
         tr_conns_add(&t, id, id, &gone, NULL);
+        assert_int_equal(gone, 0);
     }
-    assert_int_equal(gone, 1);
-    assert_int_equal(tr_conns_frame_limit(&t), 4u << 20);
-    tr_conns_begin(&t, 2, 0, 1); /* a frame without credential: 8 MiB -> 4 MiB */
+    assert_int_equal(tr_conns_frame_limit(&t), 64u << 10);
+    tr_conns_begin(&t, 2, 0, 1); /* a frame without credential: 8 MiB -> 64 KiB */
     tr_conns_end(&t, 2, 2);
-    assert_int_equal(t.charged, 6u * (8u << 20) + 2u * (4u << 20));
-    assert_int_equal(tr_conns_released(&t), 8u << 20); /* 1, displaced */
+    assert_int_equal(t.charged, 3u * (8u << 20) + 6u * (64u << 10));
+    assert_int_equal(tr_conns_released(&t), 0);
+    tr_conns_remove(&t, 1);
+    assert_int_equal(tr_conns_released(&t), 8u << 20);
     tr_conns_remove(&t, 2);
-    assert_int_equal(tr_conns_released(&t), 4u << 20);
+    assert_int_equal(tr_conns_released(&t), 64u << 10);
     assert_int_equal(tr_conns_released(&t), 0);
     tr_conns_free(&t);
 }
@@ -275,6 +318,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(cap_displaces_oldest_stranger),
         cmocka_unit_test(cap_refuses_when_all_authenticated),
         cmocka_unit_test(frame_limit_shares_budget),
+        cmocka_unit_test(burst_admitted_without_displacement),
         cmocka_unit_test(charge_follows_frames),
         cmocka_unit_test(budget_refuses_when_strangers_busy),
         cmocka_unit_test(no_auth_displaces_idle_longest),
