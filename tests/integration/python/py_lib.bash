@@ -22,3 +22,9 @@ pyrun() {
         "$@"
     fi
 }
+# need_torch_gloo: skip the test (77) unless $PY has torch.distributed with
+# gloo, the CPU backend these tests run on.
+need_torch_gloo() {
+    pyrun "$PY" -c "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null ||
+        skip_test "$PY has no torch with gloo (scripts/setup.sh installs Debian's python3-torch)"
+}

@@ -11,10 +11,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/py_lib.bash"
 EX=$(cd "$(dirname "$0")/../../../examples/torch" && pwd)
-if ! pyrun "$PY" -c "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null; then
-    echo "SKIP: $PY has no torch with gloo (scripts/setup.sh installs Debian's python3-torch)"
-    exit 77
-fi
+need_torch_gloo
 start_cluster
 mkdir "$T/ex" && cp "$EX/rl.py" "$EX/rl.yaml" "$T/ex/"
 sed -e "s|command: \[python3, rl.py, --steps, \"40\", --refit-every, \"10\"\]|command: [$PY_CMD, rl.py, --steps, \"20\", --refit-every, \"5\"]|" \

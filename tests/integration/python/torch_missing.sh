@@ -7,10 +7,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/py_lib.bash"
 D=$(cd "$(dirname "$0")" && pwd)
-if ! pyrun "$PY" -c "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null; then
-    echo "SKIP: $PY has no torch with gloo (scripts/setup.sh installs Debian's python3-torch)"
-    exit 77
-fi
+need_torch_gloo
 start_cluster
 # Worker names are job<ID>-policy-<rank>; the first job is 1.
 cat >"$T/job.yaml" <<YAML
