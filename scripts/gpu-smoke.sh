@@ -8,7 +8,9 @@
 set -u
 BIN=${1:?usage: gpu-smoke.sh BIN_DIR}
 OUTDIR=${OUT:-/tmp}
-export PATH=$BIN:$PATH NCCL_NVLS_ENABLE=0
+# A folder of the four programs, or a build tree (or tests/gpu/runtime/stage.sh's
+# .device/bin), where each lives in its own subfolder.
+export PATH=$BIN:$BIN/client:$BIN/server:$BIN/worker/node:$BIN/worker/train:$PATH NCCL_NVLS_ENABLE=0
 T=$(mktemp -d /tmp/troupe-gpu.XXXXXX)
 export TROUPE_HEAD=tcp://127.0.0.1:7770
 nvidia-smi -L || true
