@@ -517,14 +517,20 @@ int main(int argc, char **argv)
     }
     token = read_token(o.token_file);
     if (strcmp(o.mode, "ping") == 0 && make_ping(NULL) != 0) {
+        free(token);
         return 1;
     }
     if (strcmp(o.mode, "burst") == 0) {
+        int rv;
+
         if ((o.token_file != NULL && token == NULL) || make_ping(token) != 0) {
             fprintf(stderr, "preauth: cannot read --token-file %s\n", o.token_file);
+            free(token);
             return 2;
         }
-        return run_burst(&o, &sa);
+        rv = run_burst(&o, &sa); /* the pinged frame holds its own copy of the token */
+        free(token);
+        return rv;
     }
     r.rss_before_kb = rss_kb(o.pid);
     pthread_t th;
