@@ -27,7 +27,12 @@ jq -e '[.events[] | select(.kind == "STRAGGLER") | .message]
     "$T/j.json" >/dev/null || fail "event: $(jq -c '[.events[] | select(.kind == "STRAGGLER")]' "$T/j.json")"
 cli job "$id" | grep_all -E "^straggler rank 1 job$id-dp-1 on na GPU [0-9]+: 150 ms of compute per step, [0-9.]+x the group's 40 ms" \
     || fail "troupe job: $(cli job "$id")"
-step=$(cli -o json metrics "$id" --name step_ms --last 8 | jq '[.points[].value] | (max - min) < 60')
-[ "$step" = true ] || fail "whole steps differ more than expected: $(cli -o json metrics "$id" --name step_ms --last 8 | jq -c '[.points[].value]')"
+# Whole steps are equal: at least 6 of the last 8 lie within 60 ms of their
+# median (a loaded machine may stretch one or two steps of every rank alike;
+# an unsynchronised group would spread its steps between 40 and 150 ms).
+cli -o json metrics "$id" --name step_ms --last 8 >"$T/steps.json"
+jq -e --argjson tol "$(scaled 60)" '[.points[].value] as $v | ($v | sort | .[length / 2 | floor]) as $m
+       | ($v | length) == 8 and ([$v[] | select(. - $m | fabs < $tol)] | length) >= 6' "$T/steps.json" >/dev/null ||
+    fail "whole steps differ more than expected: $(jq -c '[.points[].value]' "$T/steps.json")"
 cli stop "$id" >/dev/null
 pass "synchronous DP: equal whole steps, rank 1 named a straggler by its compute (150 ms vs the group's 40 ms)"
