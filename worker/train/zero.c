@@ -20,12 +20,18 @@ int tr_zero_map_init(tr_zero_map *m, const tr_zero_range *ranges, int n, int ran
     }
     memcpy(m->ranges, ranges, (size_t)n * sizeof(*ranges));
     m->nranges = n;
+    /* pieces first, then tails: a norm over the shard's first `pieces`
+     * elements is this rank's share without the tails every rank holds */
     for (int i = 0; i < n; i++) {
-        size_t per = ranges[i].len / (size_t)size, even = per * (size_t)size;
+        size_t per = ranges[i].len / (size_t)size;
         if (per > 0) {
             m->runs[m->nruns++] = (tr_zero_run){ranges[i].off + (size_t)rank * per, per, m->shard, i};
             m->shard += per;
         }
+    }
+    m->pieces = m->shard;
+    for (int i = 0; i < n; i++) {
+        size_t even = tr_zero_even(m, i);
         if (ranges[i].len > even) {
             m->runs[m->nruns++] = (tr_zero_run){ranges[i].off + even, ranges[i].len - even, m->shard, i};
             m->shard += ranges[i].len - even;
@@ -101,9 +107,8 @@ double tr_zero_sumsq(const tr_zero_map *m, const float *g)
 
     for (int k = 0; k < m->nruns; k++) {
         const tr_zero_run *u = &m->runs[k];
-        int tail = u->off >= m->ranges[u->range].off + tr_zero_even(m, u->range);
-        if (tail && m->rank != 0) {
-            continue;
+        if (u->soff >= m->pieces && m->rank != 0) {
+            continue; /* a tail */
         }
         for (size_t j = u->off; j < u->off + u->len; j++) {
             sum += (double)g[j] * g[j];

@@ -15,8 +15,9 @@
  *                                   identical bits)
  *
  * A rank's runs are its piece and the tail of every range; its AdamW m and v
- * hold exactly those elements, packed in run order (shard elements in all),
- * about num_params / size plus fewer than size per range. After the update
+ * hold exactly those elements, packed in run order (shard elements in all:
+ * every piece, then every tail), about num_params / size plus fewer than
+ * size per range. After the update
  * the pieces of the weights are all-gathered, so every rank again holds the
  * whole model for the next forward. */
 #ifndef TR_TRAIN_ZERO_H
@@ -42,8 +43,9 @@ typedef struct tr_zero_map {
     int nranges;
     tr_zero_range *ranges;
     int nruns;
-    tr_zero_run *runs; /* piece then tail of each range, empty ones left out */
+    tr_zero_run *runs; /* every range's piece, then every tail; empty ones left out */
     size_t shard;      /* elements this rank's m (and v) hold */
+    size_t pieces;     /* of which the pieces: the shard's first elements */
 } tr_zero_map;
 
 /* tr_zero_map_init builds rank's map of n ranges for size ranks into *m
