@@ -159,6 +159,13 @@ typedef struct tr_backend_ops {
      * accepts opts.dp_zero) fills m and v (host, num_params each, canonical
      * layout) with the whole AdamW state on every rank, for a checkpoint. */
     int (*gather_opt_state)(tr_backend *b, tr_comm *c, float *m, float *v, tr_err *err);
+    /* gather_params (optional, collective over c; NULL: every rank always
+     * holds its whole fp32 master): with dp.zero 1 a backend may all-gather
+     * only the copy the passes compute with (bf16) after each step, leaving
+     * the fp32 master current on the rank's shard only; this makes the
+     * whole master current again, for get_params and the refit (which
+     * refuse a stale master with FAILED_PRECONDITION). */
+    int (*gather_params)(tr_backend *b, tr_comm *c, tr_err *err);
 } tr_backend_ops;
 
 /* Every backend struct starts with this header. */

@@ -280,6 +280,16 @@ static int save_model(run *r, const float *m, const float *v, tr_err *err)
     return rv;
 }
 
+/* gather_params makes a ZeRO-1 rank's whole fp32 master current (see
+ * backend.h), before anything reads it whole: the checkpoint, the refit. */
+static int gather_params(run *r, tr_err *err)
+{
+    if (r->comm == NULL || !r->b->opts.dp_zero || r->b->ops->gather_params == NULL) {
+        return TROUPE_OK;
+    }
+    return r->b->ops->gather_params(r->b, r->comm, err);
+}
+
 /* save_sharded: with dp.zero 1 every rank holds a shard of AdamW's m and v;
  * the ranks gather the whole state (the file is the one dp.zero 0 writes,
  * so a run may resume on either setting and any world size), then rank 0
@@ -293,6 +303,9 @@ static int save_sharded(run *r, tr_err *err)
                         : TROUPE_OK;
 
     rv = tr_dp_agree(r->comm, rv, "allocate the optimiser state", err);
+    if (rv == TROUPE_OK) {
+        rv = gather_params(r, err);
+    }
     if (rv == TROUPE_OK) {
         rv = r->b->ops->gather_opt_state(r->b, r->comm, mv, mv + n, err);
     }
@@ -716,6 +729,9 @@ static int refit(run *r, int final, tr_err *err)
     size_t nb;
 
     val_shape(r, &Bg, &nb);
+    if ((rv = gather_params(r, err)) != TROUPE_OK) {
+        return rv;
+    }
     rv = tr_refit_send(r->cfg->refit, r->cfg->refit_gather, r->b, &r->refit_plan, r->size, r->step, final, Bg,
                        (int)nb, &st, err);
     if (rv == TROUPE_OK) {

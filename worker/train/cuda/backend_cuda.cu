@@ -270,6 +270,7 @@ static int cuda_set_params(tr_backend *b, const float *params, tr_err *err)
     if (cb->bf16) {
         TR_CU_TRY(tr_cu_convert((bf16 *)cb->params, cb->master, n, cb->s));
     }
+    cb->master_stale = 0;
     TR_CU_TRY(cudaStreamSynchronize(cb->s)); /* the caller may free params on return */
 out:
     return rv;
@@ -288,7 +289,13 @@ out:
 static int cuda_get_params(tr_backend *b, float *params, tr_err *err)
 {
     cu_backend *cb = (cu_backend *)b;
-    return copy_out(cb, params, cb->master, b->num_params, err);
+    int rv = tr_cu_master_current(cb, "get_params", err);
+    return rv != TROUPE_OK ? rv : copy_out(cb, params, cb->master, b->num_params, err);
+}
+
+static int cuda_gather_params(tr_backend *b, tr_comm *c, tr_err *err)
+{
+    return tr_cu_zero_gather_master((cu_backend *)b, c, err);
 }
 
 /* zero_tensors queues a memset of the gradients of the tensors with
@@ -558,7 +565,7 @@ extern const tr_backend_ops tr_cu_ops = {
     cuda_get_grads,  cuda_adamw_update,     cuda_get_opt_state, cuda_set_opt_state,
     cuda_mem_stats,  cuda_phase_times,      cuda_sync,          cuda_allreduce_grads,
     cuda_allreduce_start, tr_cu_refit_params,  tr_cu_refit_taken,  tr_cu_refit_hash,
-    cuda_gather_opt_state,
+    cuda_gather_opt_state, cuda_gather_params,
 };
 
 /* ---- train_cuda.h extras ---------------------------------------------------- */

@@ -94,6 +94,10 @@ typedef struct cu_backend {
     tr_zero_map zmap;
     void *zruns_dev;
     tr_comm *zcomm;
+    /* in bf16 precision only the bf16 copy is all-gathered after a step:
+     * the master is then current on this rank's shard only, until
+     * tr_cu_zero_gather_master (get_params and the refit refuse it) */
+    int master_stale;
     cudaEvent_t ev_updated, ev_gathered;
     int have_fb, have_opt;
     unsigned long long *refit_hash_dev; /* refit_cuda.cu's hash, allocated on first use */
@@ -138,6 +142,10 @@ int tr_cu_zero_adamw(cu_backend *cb, const tr_cu_adamw_args *a, tr_err *err);
 int tr_cu_zero_get_opt(cu_backend *cb, float *m, float *v, tr_err *err);
 int tr_cu_zero_set_opt(cu_backend *cb, const float *m, const float *v, tr_err *err);
 int tr_cu_zero_gather_opt(cu_backend *cb, tr_comm *c, float *m, float *v, tr_err *err);
+int tr_cu_zero_gather_master(cu_backend *cb, tr_comm *c, tr_err *err);
+/* tr_cu_master_current: FAILED_PRECONDITION naming what when the master is
+ * stale (master_stale). */
+int tr_cu_master_current(const cu_backend *cb, const char *what, tr_err *err);
 
 /* tr_cu_dw_tensor: parameter tensor i's gradient is written whole by a
  * weight-gradient matmul, the first thing of a backward to touch it. */

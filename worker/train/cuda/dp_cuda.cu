@@ -34,9 +34,14 @@
  * The norm sums the squares of the shard's gradients (read in place
  * through the runs table, which maps each shard element to its place in the
  * flat vector), added over the ranks on the host; AdamW runs over the shard
- * only (m and v are shard-sized, the gradient and weights read in place); then the fp32 master's pieces are all-gathered on the
- * communication stream and the compute stream, waiting for that, rounds the
- * whole master into the bf16 copy the next forward reads. */
+ * only (m and v are shard-sized, the gradient and weights read in place) and
+ * writes the shard's master and its bf16 copy; then the pieces of the bf16
+ * copy the next forward reads are all-gathered on the communication stream
+ * (half the bytes of the fp32 master; in fp32 precision the master itself),
+ * and the compute stream waits for that. The master outside the shard is
+ * then stale (master_stale) until gather_params all-gathers it too, which
+ * the checkpoint and the refit ask for; get_params and the refit refuse a
+ * stale master rather than hand out old weights. */
 #include <stdlib.h>
 
 #include "cu_backend.h"
@@ -481,11 +486,12 @@ out:
     return rv;
 }
 
-/* zero_gather queues the all-gather of x's pieces (every slice's even part)
- * on the communication stream, behind the compute stream's work so far;
- * the compute stream then waits for it. */
-static int zero_gather(cu_backend *cb, tr_comm *c, float *x, tr_err *err)
+/* zero_gather queues the all-gather of x's pieces (every slice's even part;
+ * x of dtype) on the communication stream, behind the compute stream's work
+ * so far; the compute stream then waits for it. */
+static int zero_gather(cu_backend *cb, tr_comm *c, void *x, tr_comm_dtype dtype, tr_err *err)
 {
+    const size_t esz = dtype == TR_COMM_BF16 ? sizeof(bf16) : sizeof(float);
     int rv = TROUPE_OK;
 
     TR_CU_TRY(cudaEventRecord(cb->ev_updated, cb->s));
@@ -496,7 +502,8 @@ static int zero_gather(cu_backend *cb, tr_comm *c, float *x, tr_err *err)
     for (int i = 0; i < cb->zmap.nranges; i++) {
         size_t even = tr_zero_even(&cb->zmap, i);
         if (even > 0) {
-            TR_TRY(c->ops->allgather_device(c, x + cb->zmap.ranges[i].off, even, TR_COMM_F32, cb->comm_s, err));
+            TR_TRY(c->ops->allgather_device(c, (char *)x + cb->zmap.ranges[i].off * esz, even, dtype, cb->comm_s,
+                                            err));
         }
     }
     if (c->ops->group != NULL) {
@@ -524,9 +531,11 @@ int tr_cu_zero_adamw(cu_backend *cb, const tr_cu_adamw_args *a, tr_err *err)
             (float *)nullptr, cb->master, cb->grads, cb->m, cb->v, runs, zm->nruns, zm->shard, *a);
     }
     TR_CU_TRY(cudaGetLastError());
-    TR_TRY(zero_gather(cb, c, cb->master, err));
-    if (cb->bf16) { /* every rank's pieces, now in the master, into the forward's copy */
-        TR_CU_TRY(tr_cu_convert<bf16>((bf16 *)cb->params, cb->master, cb->base.num_params, cb->s));
+    if (cb->bf16) {
+        TR_TRY(zero_gather(cb, c, cb->params, TR_COMM_BF16, err));
+        cb->master_stale = c->size > 1;
+    } else {
+        TR_TRY(zero_gather(cb, c, cb->master, TR_COMM_F32, err));
     }
     cb->zcomm = NULL;
     rv = c->ops->wait_device(c, cb->comm_s, err);
@@ -603,7 +612,7 @@ int tr_cu_zero_gather_opt(cu_backend *cb, tr_comm *c, float *m, float *v, tr_err
     TR_TRY(dp_setup(cb, cb->base.opts.dp_grad_bf16, err));
     for (int i = 0; i < 2; i++) {
         TR_CU_TRY(zero_move(cb, cb->grads, src[i], 0, cb->s));
-        TR_TRY(zero_gather(cb, c, cb->grads, err));
+        TR_TRY(zero_gather(cb, c, cb->grads, TR_COMM_F32, err));
         TR_TRY(c->ops->wait_device(c, cb->comm_s, err));
         TR_CU_TRY(cudaMemcpyAsync(dst[i], cb->grads, n * sizeof(float), cudaMemcpyDeviceToHost, cb->s));
         TR_CU_TRY(cudaStreamSynchronize(cb->s));
@@ -612,4 +621,31 @@ int tr_cu_zero_gather_opt(cu_backend *cb, tr_comm *c, float *m, float *v, tr_err
     TR_CU_TRY(cudaStreamSynchronize(cb->s));
 out:
     return rv;
+}
+
+int tr_cu_zero_gather_master(cu_backend *cb, tr_comm *c, tr_err *err)
+{
+    int rv = TROUPE_OK;
+
+    if (!cb->master_stale) {
+        return TROUPE_OK;
+    }
+    TR_TRY(zero_check_comm(cb, c, err));
+    TR_CU_TRY(cudaSetDevice(cb->dev));
+    TR_TRY(zero_gather(cb, c, cb->master, TR_COMM_F32, err));
+    TR_TRY(c->ops->wait_device(c, cb->comm_s, err));
+    cb->master_stale = 0;
+out:
+    return rv;
+}
+
+int tr_cu_master_current(const cu_backend *cb, const char *what, tr_err *err)
+{
+    if (cb->master_stale) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                          "cuda backend: %s needs the whole fp32 master, which dp.zero 1 keeps current on this "
+                          "rank's shard only: call gather_params on every rank first",
+                          what);
+    }
+    return TROUPE_OK;
 }
