@@ -16,7 +16,10 @@
 #      at least 8 x params x (1 - 1/N) x 0.99 bytes;
 #   3. checkpoints: a dp.zero 1 run's checkpoint at step 20 resumed with
 #      dp.zero 0 to step 40 follows the run that was dp.zero 0 both times
-#      (steps 21..40, same tolerance), and the other way round.
+#      (steps 21..40, same tolerance), and the other way round; in bf16
+#      precision too (the master gathered before the checkpoint; the step
+#      gathers only the bf16 copy, behind the next forward; ZERO_TOL_BF16P,
+#      default 5e-2, with two dp.zero 0 runs' difference printed beside).
 # Exits 77 without 2 GPUs (a failure under TROUPE_REQUIRE_GPU=1). Logs and
 # metrics go to $GPU_OUT when set, the figures to $GPU_OUT/zero.json.
 source "$(dirname "$0")/../../integration/lib.sh"
@@ -86,6 +89,16 @@ run_job z1_bf16 "$T/small.yaml" dp.zero=1 dp.grad_dtype=bf16
 out=$(python3 "$COMPARE" "$OUTDIR/z0_bf16.0" $(ranks z1_bf16) --tol "$TOLB") || fail "bf16 gradients, dp.zero 1 vs 0: $out"
 pass "N=$N bf16 gradients, dp.zero 1 vs 0: $out"
 
+# bf16 precision: the step all-gathers the bf16 copy (not the master) and
+# the next forward waits for it bucket by bucket; bf16 runs differ from one
+# another far more than fp32 ones (printed beside), hence ZERO_TOL_BF16P
+run_job zb0 "$T/small.yaml" dp.zero=0 train.precision=bf16 train.lr=1e-3
+run_job zb0_again "$T/small.yaml" dp.zero=0 train.precision=bf16 train.lr=1e-3
+noise=$(python3 "$COMPARE" "$OUTDIR/zb0.0" "$OUTDIR/zb0_again.0" --tol 1 --independent) || fail "$noise"
+run_job zb1 "$T/small.yaml" dp.zero=1 train.precision=bf16 train.lr=1e-3
+out=$(python3 "$COMPARE" "$OUTDIR/zb0.0" $(ranks zb1) --tol "${ZERO_TOL_BF16P:-5e-2}") || fail "bf16 precision, dp.zero 1 vs 0: $out (two dp.zero 0 runs: $noise)"
+pass "N=$N bf16 precision (bf16 copy all-gathered behind the next forward), dp.zero 1 vs 0: $out (two dp.zero 0 runs: $noise)"
+
 # ---- 2. memory -------------------------------------------------------------
 python3 - "$OUTDIR" "$N" <<'PY' || fail "dp.zero 1 did not shrink the optimiser state"
 import json, sys
@@ -113,11 +126,12 @@ pass "N=$N: dp.zero 1 keeps 1/$N of AdamW's state per GPU"
 # Each case trains 20 steps (train.steps 20, checkpoint at 20), then resumes
 # to 40 (the schedule of 40 from there); the reference does the same with
 # dp.zero 0 both times.
-ck_run() { # ck_run NAME FIRST_ZERO SECOND_ZERO
-    local name=$1
+ck_run() { # ck_run NAME FIRST_ZERO SECOND_ZERO [SETS...]
+    local name=$1 z1st=$2 z2nd=$3
+    shift 3
     rm -rf "$T/ck-$name"
-    run_job "${name}_a" "$T/small.yaml" dp.zero="$2" train.steps=20 checkpoint.dir="$T/ck-$name" checkpoint.every=10
-    run_job "${name}_b" "$T/small.yaml" dp.zero="$3" checkpoint.dir="$T/ck-$name" checkpoint.every=10
+    run_job "${name}_a" "$T/small.yaml" dp.zero="$z1st" train.steps=20 checkpoint.dir="$T/ck-$name" checkpoint.every=10 "$@"
+    run_job "${name}_b" "$T/small.yaml" dp.zero="$z2nd" checkpoint.dir="$T/ck-$name" checkpoint.every=10 "$@"
     grep -q "resumed checkpoint=.* step=20" "$OUTDIR/${name}_b.log" ||
         fail "$name: no resume at step 20: $(grep -v step= "$OUTDIR/${name}_b.log" | tail -5)"
 }
@@ -128,3 +142,9 @@ for c in ck10:1:0 ck01:0:1; do
     out=$(python3 "$COMPARE" "$OUTDIR/ck00_b.0" $(ranks "${name}_b") --tol "$TOL" --from 21) || fail "$name: $out"
     pass "N=$N: a checkpoint of dp.zero $z1st at step 20 resumed with dp.zero $z2nd: steps 21..40 $out"
 done
+# bf16 precision: the checkpoint first all-gathers the master each rank
+# keeps current on its shard only (gather_params)
+ck_run ckb00 0 0 train.precision=bf16 train.lr=1e-3
+ck_run ckb10 1 0 train.precision=bf16 train.lr=1e-3
+out=$(python3 "$COMPARE" "$OUTDIR/ckb00_b.0" $(ranks ckb10_b) --tol "${ZERO_TOL_BF16P:-5e-2}" --from 21) || fail "ckb10: $out"
+pass "N=$N bf16 precision: a checkpoint of dp.zero 1 at step 20 resumed with dp.zero 0: steps 21..40 $out"
