@@ -423,9 +423,6 @@ static int run_pass(tr_backend *b, const int32_t *inputs, const int32_t *targets
     cu_backend *cb = (cu_backend *)b;
     TR_TRY(stage_batch(cb, inputs, targets, B, Tn, err));
     TR_TRY(tr_cu_pass(cb, B, Tn, loss_scale / (float)(B * Tn), backward, err));
-    /* the pass is queued behind the last step's all-gathers (ZeRO-1): wait
-     * for them under the deadline while it runs */
-    TR_TRY(tr_cu_zero_wait_ag(cb, err));
     TR_CU_TRY(cudaMemcpyAsync(cb->h_scalar, cb->loss_dev, sizeof(float), cudaMemcpyDeviceToHost, cb->s));
     TR_CU_TRY(cudaStreamSynchronize(cb->s));
     *loss = *cb->h_scalar;

@@ -98,16 +98,6 @@ typedef struct cu_backend {
      * the master is then current on this rank's shard only, until
      * tr_cu_zero_gather_master (get_params and the refit refuse it) */
     int master_stale;
-    /* the bf16 copy's all-gather overlaps the next forward: bucket k's
-     * pieces are gathered on comm_s in forward order (the embeddings'
-     * bucket first) and ev_ag[k] recorded after them; the forward waits for
-     * ev_ag of a bucket before the first layer that reads it (ag_layer[l]:
-     * the bucket whose lowest layer is l, else -1). ag_pending: gathers
-     * queued that no deadline-checked wait has seen yet (ag_comm's). */
-    cudaEvent_t *ev_ag;
-    int *ag_layer;
-    tr_comm *ag_comm;
-    int ag_pending;
     cudaEvent_t ev_updated, ev_gathered;
     int have_fb, have_opt;
     unsigned long long *refit_hash_dev; /* refit_cuda.cu's hash, allocated on first use */
@@ -153,13 +143,6 @@ int tr_cu_zero_get_opt(cu_backend *cb, float *m, float *v, tr_err *err);
 int tr_cu_zero_set_opt(cu_backend *cb, const float *m, const float *v, tr_err *err);
 int tr_cu_zero_gather_opt(cu_backend *cb, tr_comm *c, float *m, float *v, tr_err *err);
 int tr_cu_zero_gather_master(cu_backend *cb, tr_comm *c, tr_err *err);
-/* tr_cu_zero_fwd_wait queues, before layer l's forward (-1: the embeddings,
- * before anything), the wait for the all-gather of the bucket it reads
- * first (a no-op without ZeRO-1); tr_cu_zero_wait_ag waits on the host,
- * under the communicator's deadline, for gathers still queued (before
- * anything reads the weights outside the compute stream's order). */
-cudaError_t tr_cu_zero_fwd_wait(cu_backend *cb, int l);
-int tr_cu_zero_wait_ag(cu_backend *cb, tr_err *err);
 /* tr_cu_master_current: FAILED_PRECONDITION naming what when the master is
  * stale (master_stale). */
 int tr_cu_master_current(const cu_backend *cb, const char *what, tr_err *err);

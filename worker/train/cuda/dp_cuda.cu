@@ -41,7 +41,10 @@
  * and the compute stream waits for that. The master outside the shard is
  * then stale (master_stale) until gather_params all-gathers it too, which
  * the checkpoint and the refit ask for; get_params and the refit refuse a
- * stale master rather than hand out old weights. */
+ * stale master rather than hand out old weights. The gather is not run
+ * behind the next forward: bucket by bucket with the forward waiting per
+ * layer it cost more than it hid on 2 H200s (the gather's kernels slow the
+ * forward's GEMMs; bench/RESULTS.md, ZeRO-1). */
 #include <stdlib.h>
 
 #include "cu_backend.h"
@@ -260,7 +263,6 @@ int tr_cu_allreduce_grads(cu_backend *cb, tr_comm *c, tr_err *err)
     if (cb->base.opts.dp_zero) {
         TR_TRY(zero_check_comm(cb, c, err));
         cb->zcomm = c;
-        cb->ag_pending = 0; /* the wait below covers the gathers queued on comm_s before */
     }
     if (cb->dp_issued && cb->dp_comm == c) { /* queued during backward (overlap): only the end is left */
         cb->dp_issued = 0;
@@ -319,13 +321,6 @@ void tr_cu_dp_destroy(cu_backend *cb)
     if (cb->ev_gathered != NULL) {
         cudaEventDestroy(cb->ev_gathered);
     }
-    for (int k = 0; cb->ev_ag != NULL && k < cb->plan_nb; k++) {
-        if (cb->ev_ag[k] != NULL) {
-            cudaEventDestroy(cb->ev_ag[k]);
-        }
-    }
-    free(cb->ev_ag);
-    free(cb->ag_layer);
     free(cb->plan_sl);
     free(cb->plan_first);
     free(cb->plan_ev);
@@ -450,21 +445,6 @@ int tr_cu_zero_alloc(cu_backend *cb, tr_err *err)
     TR_CU_TRY(cudaMemcpy(cb->zruns_dev, h, ((size_t)zm->nruns + 1) * sizeof(zrun), cudaMemcpyHostToDevice));
     TR_CU_TRY(cudaEventCreateWithFlags(&cb->ev_updated, cudaEventDisableTiming));
     TR_CU_TRY(cudaEventCreateWithFlags(&cb->ev_gathered, cudaEventDisableTiming));
-    cb->ev_ag = (cudaEvent_t *)calloc((size_t)cb->plan_nb, sizeof(cudaEvent_t));
-    cb->ag_layer = (int *)malloc((size_t)cb->base.cfg.layers * sizeof(int));
-    if (cb->ev_ag == NULL || cb->ag_layer == NULL) {
-        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of host memory");
-        goto out;
-    }
-    for (int k = 0; k < cb->plan_nb; k++) {
-        TR_CU_TRY(cudaEventCreateWithFlags(&cb->ev_ag[k], cudaEventDisableTiming));
-    }
-    for (int l = 0; l < cb->base.cfg.layers; l++) {
-        cb->ag_layer[l] = -1;
-    }
-    for (int k = 0; k + 1 < cb->plan_nb; k++) { /* every bucket but the last is a run of layers from plan_ev[k] */
-        cb->ag_layer[cb->plan_ev[k]] = k;
-    }
 out:
     free(h);
     return rv;
@@ -538,70 +518,6 @@ out:
     return rv;
 }
 
-/* zero_gather_forward queues the all-gather of the bf16 copy's pieces bucket
- * by bucket in the order the forward reads them (the plan's last bucket,
- * wte/wpe/lnf, first; then from layer 0 up), each followed by its ev_ag;
- * the compute stream does not wait here: the next forward waits per bucket
- * (tr_cu_zero_fwd_wait), so the gathers of the upper layers run behind the
- * forward of the lower ones. */
-static int zero_gather_forward(cu_backend *cb, tr_comm *c, tr_err *err)
-{
-    int rv = TROUPE_OK;
-
-    TR_CU_TRY(cudaEventRecord(cb->ev_updated, cb->s));
-    TR_CU_TRY(cudaStreamWaitEvent(cb->comm_s, cb->ev_updated, 0));
-    for (int j = 0; j < cb->plan_nb; j++) {
-        int k = j == 0 ? cb->plan_nb - 1 : cb->plan_nb - 1 - j;
-        if (c->ops->group != NULL) {
-            TR_TRY(c->ops->group(c, 1, err));
-        }
-        for (int i = cb->plan_first[k]; i < cb->plan_first[k + 1]; i++) {
-            size_t even = tr_zero_even(&cb->zmap, i);
-            if (even > 0) {
-                TR_TRY(c->ops->allgather_device(c, (bf16 *)cb->params + cb->zmap.ranges[i].off, even, TR_COMM_BF16,
-                                                cb->comm_s, err));
-            }
-        }
-        if (c->ops->group != NULL) {
-            TR_TRY(c->ops->group(c, 0, err));
-        }
-        TR_CU_TRY(cudaEventRecord(cb->ev_ag[k], cb->comm_s));
-    }
-    cb->ag_comm = c;
-    cb->ag_pending = 1;
-out:
-    return rv;
-}
-
-cudaError_t tr_cu_zero_fwd_wait(cu_backend *cb, int l)
-{
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    int k = l < 0 ? cb->plan_nb - 1 : cb->ag_layer != NULL ? cb->ag_layer[l] : -1;
-    cudaError_t e;
-
-    if (cb->ev_ag == NULL || k < 0) {
-        return cudaSuccess;
-    }
-    /* inside a graph capture the wait must be an external event node, or
-     * it would only order work inside the capture (see tr_cu_record) */
-    if ((e = cudaStreamIsCapturing(cb->s, &st)) != cudaSuccess) {
-        return e;
-    }
-    return cudaStreamWaitEvent(cb->s, cb->ev_ag[k],
-                               st == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0);
-}
-
-int tr_cu_zero_wait_ag(cu_backend *cb, tr_err *err)
-{
-    int rv = TROUPE_OK;
-
-    if (cb->ag_pending) {
-        cb->ag_pending = 0;
-        rv = cb->ag_comm->ops->wait_device(cb->ag_comm, cb->comm_s, err);
-    }
-    return rv;
-}
-
 int tr_cu_zero_adamw(cu_backend *cb, const tr_cu_adamw_args *a, tr_err *err)
 {
     const tr_zero_map *zm = &cb->zmap;
@@ -619,13 +535,13 @@ int tr_cu_zero_adamw(cu_backend *cb, const tr_cu_adamw_args *a, tr_err *err)
     }
     TR_CU_TRY(cudaGetLastError());
     if (cb->bf16) {
-        TR_TRY(zero_gather_forward(cb, c, err));
+        TR_TRY(zero_gather(cb, c, cb->params, TR_COMM_BF16, err));
         cb->master_stale = c->size > 1;
     } else {
         TR_TRY(zero_gather(cb, c, cb->master, TR_COMM_F32, err));
-        rv = c->ops->wait_device(c, cb->comm_s, err);
     }
     cb->zcomm = NULL;
+    rv = c->ops->wait_device(c, cb->comm_s, err);
 out:
     return rv;
 }
@@ -695,7 +611,6 @@ int tr_cu_zero_gather_opt(cu_backend *cb, tr_comm *c, float *m, float *v, tr_err
     int rv = TROUPE_OK;
 
     TR_TRY(zero_check_comm(cb, c, err));
-    TR_TRY(tr_cu_zero_wait_ag(cb, err));
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_TRY(dp_setup(cb, cb->base.opts.dp_grad_bf16, err));
     for (int i = 0; i < 2; i++) {
@@ -715,7 +630,6 @@ int tr_cu_zero_gather_master(cu_backend *cb, tr_comm *c, tr_err *err)
 {
     int rv = TROUPE_OK;
 
-    TR_TRY(tr_cu_zero_wait_ag(cb, err));
     if (!cb->master_stale) {
         return TROUPE_OK;
     }

@@ -161,13 +161,11 @@ template <typename T> static int forward(cu_backend *cb, int B, int Tn, float dl
     int rv = TROUPE_OK, C = cb->base.cfg.width, BT = B * Tn;
     cu_layer *l0 = &cb->layers[0];
     nvtxRangePushA("forward");
-    TR_CU(tr_cu_zero_fwd_wait(cb, -1)); /* ZeRO-1: the step's gathered weights, bucket by bucket */
     TR_CU(tr_cu_encoder_fwd((T *)cb->encoded, cb->d_inputs, P<T>(cb, TR_P_WTE), P<T>(cb, TR_P_WPE), B, Tn, C,
                             cb->s));
     TR_CU(tr_cu_residual_ln_fwd((T *)NULL, (T *)l0->ln1, l0->ln1_mean, l0->ln1_rstd, (const T *)cb->encoded,
                                 (const T *)NULL, P<T>(cb, TR_P_LN1W), P<T>(cb, TR_P_LN1B), BT, C, cb->s));
     for (int l = 0; l < cb->base.cfg.layers; l++) {
-        TR_CU(tr_cu_zero_fwd_wait(cb, l));
         TR_TRY(block_fwd<T>(cb, l, B, Tn, err));
     }
     TR_TRY(linear_fwd<T>(cb, (T *)cb->logits, (T *)cb->lnf, P<T>(cb, TR_P_WTE), (const T *)NULL, BT, C,

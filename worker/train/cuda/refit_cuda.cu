@@ -66,11 +66,7 @@ int tr_cu_refit_params(tr_backend *b, tr_comm_dtype dtype, void **dev, tr_err *e
 {
     cu_backend *cb = (cu_backend *)b;
     int rv = vec(cb, dtype, dev, err);
-    if (rv == TROUPE_OK) {
-        rv = tr_cu_zero_wait_ag(cb, err);
-    }
     if (rv != TROUPE_OK) {
-        *dev = NULL;
         return rv;
     }
     TR_CU_TRY(cudaSetDevice(cb->dev));
@@ -111,9 +107,6 @@ int tr_cu_refit_hash(tr_backend *b, tr_comm_dtype dtype, uint64_t *hash, tr_err 
     int rv = vec(cb, dtype, &dev, err);
 
     *hash = 0;
-    if (rv == TROUPE_OK) {
-        rv = tr_cu_zero_wait_ag(cb, err);
-    }
     if (rv != TROUPE_OK) {
         return rv;
     }
