@@ -47,11 +47,11 @@
  *   dp.overlap             CUDA: start each bucket's all-reduce as soon as the last
  *                          micro-batch's backward has made it final (default true;
  *                          false: every bucket after backward)
- *   dp.zero                0 | 1: ZeRO-1, each rank holds and updates only its shard of
- *                          AdamW's state (and the fp32 master weights on CUDA); the
- *                          gradients are reduce-scattered and the weights all-gathered
- *                          after the update. Checkpoints hold the whole state either way
- *                          (default 0)
+ *   dp.zero                0 | 1: ZeRO-1, each rank keeps only its shard of AdamW's m and
+ *                          v and updates only that shard of the weights; the gradients
+ *                          are reduce-scattered and the weights (CUDA: the bf16 copy)
+ *                          all-gathered after the update. Checkpoints hold the whole
+ *                          state either way (default 0)
  *   dp.fail_grace_ms       after a collective fails because of a peer, wait this long
  *                          before exiting so the peer's own end reaches the head first
  *                          and the job names it (default 2000)

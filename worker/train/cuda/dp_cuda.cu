@@ -43,8 +43,8 @@
  * the checkpoint and the refit ask for; get_params and the refit refuse a
  * stale master rather than hand out old weights. The gather is not run
  * behind the next forward: bucket by bucket with the forward waiting per
- * layer it cost more than it hid on 2 H200s (the gather's kernels slow the
- * forward's GEMMs; bench/RESULTS.md, ZeRO-1). */
+ * layer it cost more than it hid on 2 H200s (bench/RESULTS.md, ZeRO-1;
+ * likely the gather's kernels slowing the forward's GEMMs). */
 #include <stdlib.h>
 
 #include "cu_backend.h"
