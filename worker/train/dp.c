@@ -105,38 +105,6 @@ int tr_dp_check_same_params(tr_comm *c, uint64_t hash, const char *what, tr_err 
     return tr_dp_agree(c, rv, "hold rank 0's weights", err);
 }
 
-int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err)
-{
-    size_t n = b->num_params;
-    float *p = malloc(n * sizeof(float) * (with_opt ? 3 : 1));
-    int rv = TROUPE_OK;
-
-    if (p == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters to share", n);
-    }
-    if (c->rank == 0) {
-        rv = b->ops->get_params(b, p, err);
-        if (rv == TROUPE_OK && with_opt) {
-            rv = b->ops->get_opt_state(b, p + n, p + 2 * n, err);
-        }
-    }
-    /* Every rank takes part even when rank 0 failed to read its state: a
-     * rank that leaves the collective early would fail the others with a
-     * confusing "went away". Rank 0 then reports its own error. */
-    rv = tr_dp_agree(c, rv, "read its model state", err);
-    if (rv == TROUPE_OK) {
-        rv = c->ops->broadcast(c, p, n * sizeof(float) * (with_opt ? 3 : 1), 0, err);
-    }
-    if (rv == TROUPE_OK && c->rank != 0) {
-        rv = b->ops->set_params(b, p, err);
-        if (rv == TROUPE_OK && with_opt) {
-            rv = b->ops->set_opt_state(b, p + n, p + 2 * n, err);
-        }
-    }
-    free(p);
-    return rv;
-}
-
 static int pos_read(const char *dir, int rank, int size, int micro_batch, int global, int64_t step,
                     uint64_t *rng, tr_err *err);
 

@@ -44,10 +44,6 @@ int tr_dp_check_same(tr_comm *c, const tr_dp_setting *s, int n, tr_err *err);
  * colon (needs: "the refit needs the same settings on ..."). */
 int tr_dp_check_same_for(tr_comm *c, const tr_dp_setting *s, int n, const char *needs, tr_err *err);
 
-/* tr_dp_share_state broadcasts rank 0's parameters (and AdamW m and v when
- * with_opt) to every other rank's backend. */
-int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err);
-
 /* tr_dp_share_buffer broadcasts rank 0's buf (params, m, v: num_params
  * floats each, as tr_ckpt_read gives them; every other rank passes a buffer
  * of that size) and sets every rank's backend from it (set_opt_state keeps
