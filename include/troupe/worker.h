@@ -456,8 +456,8 @@ TROUPE_API troupe_status troupe_coll_allreduce(troupe_coll *c, void *buf, size_t
  * op over all ranks' buffers; the rest of buf is scratch (unspecified).
  * Each segment's sum is added in one ring order, so each is reproducible
  * (not necessarily the bits troupe_coll_allreduce gives). count may be 0. */
-TROUPE_API troupe_status troupe_coll_reduce_scatter(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype,
-                                                    troupe_redop op, troupe_error *err);
+TROUPE_API troupe_status troupe_coll_reduce_scatter(troupe_coll *c, void *buf, size_t count,
+                                                    troupe_dtype dtype, troupe_redop op, troupe_error *err);
 
 /* troupe_coll_allgather is the second half: each rank's segment of buf (cut
  * as above) is copied into the same segment of buf on every other rank. */

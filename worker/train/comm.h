@@ -81,7 +81,8 @@ typedef struct tr_comm_ops {
     int (*allgather)(tr_comm *c, float *buf, size_t count, tr_err *err);
     int (*reduce_scatter_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, tr_comm_op op,
                                  void *stream, tr_err *err);
-    int (*allgather_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, void *stream, tr_err *err);
+    int (*allgather_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, void *stream,
+                            tr_err *err);
 } tr_comm_ops;
 
 /* Every communicator struct starts with this header. */

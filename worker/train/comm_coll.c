@@ -40,7 +40,8 @@ static int coll_allreduce(tr_comm *c, float *buf, size_t count, tr_comm_op op, t
 static int coll_reduce_scatter(tr_comm *c, float *buf, size_t count, tr_comm_op op, tr_err *err)
 {
     troupe_error e = {0};
-    troupe_status st = troupe_coll_reduce_scatter(((coll_comm *)c)->c, buf, count, TROUPE_F32, TROUPE_SUM, &e);
+    troupe_status st =
+        troupe_coll_reduce_scatter(((coll_comm *)c)->c, buf, count, TROUPE_F32, TROUPE_SUM, &e);
     size_t per = count / (size_t)c->size;
 
     if (st != TROUPE_OK) {

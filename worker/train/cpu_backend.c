@@ -316,7 +316,8 @@ static int zero_comm(cpu_backend *cb, const char *what, tr_err *err)
 {
     if (cb->zcomm == NULL && cb->zmap.size > 1) {
         return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                          "cpu backend: %s with dp.zero 1 needs allreduce_grads first (it names the ranks)", what);
+                          "cpu backend: %s with dp.zero 1 needs allreduce_grads first (it names the ranks)",
+                          what);
     }
     return TROUPE_OK;
 }
@@ -334,7 +335,8 @@ static int cpu_grad_norm(tr_backend *b, float *norm, tr_err *err)
             return rv;
         }
         part = (float)tr_zero_sumsq(&cb->zmap, cb->grads);
-        if (cb->zcomm != NULL && (rv = cb->zcomm->ops->allreduce(cb->zcomm, &part, 1, TR_COMM_SUM, err)) != TROUPE_OK) {
+        if (cb->zcomm != NULL &&
+            (rv = cb->zcomm->ops->allreduce(cb->zcomm, &part, 1, TR_COMM_SUM, err)) != TROUPE_OK) {
             return rv;
         }
         *norm = sqrtf(part);
@@ -380,8 +382,8 @@ static int zero_adamw(cpu_backend *cb, const tr_adamw *opt, float bc1, float bc2
     for (int k = 0; rv == TROUPE_OK && k < zm->nruns; k++) {
         const tr_zero_run *u = &zm->runs[k];
         float wd = tr_model_param_is_matrix(u->range) ? opt->weight_decay : 0.0f;
-        adamw_run(opt, wd, bc1, bc2, cb->params + u->off, cb->grads + u->off, cb->m + u->soff, cb->v + u->soff,
-                  u->len);
+        adamw_run(opt, wd, bc1, bc2, cb->params + u->off, cb->grads + u->off, cb->m + u->soff,
+                  cb->v + u->soff, u->len);
     }
     if (rv == TROUPE_OK && cb->zcomm != NULL) {
         rv = tr_zero_gather_host(zm, cb->zcomm, cb->params, err);

@@ -203,9 +203,10 @@ static int pos_read(const char *dir, int rank, int size, int micro_batch, int gl
                           path, rank);
     }
     if (global && (n == size || (int64_t)n * b != (int64_t)size * micro_batch)) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                          "data position %s: world size %d, micro-batch %d; no other layout of global batch %d",
-                          path, n, b, size * micro_batch);
+        return tr_err_set(
+            err, TROUPE_FAILED_PRECONDITION,
+            "data position %s: world size %d, micro-batch %d; no other layout of global batch %d", path, n, b,
+            size * micro_batch);
     }
     if (!global && (n != size || b != micro_batch)) {
         return tr_err_set(err, TROUPE_FAILED_PRECONDITION,

@@ -214,8 +214,8 @@ static int resume_dp(run *r, tr_err *err)
     r->step = hdr[1];
     r->tokens_seen = (uint64_t)hdr[3];
     if (r->rank != 0 && (buf = malloc(3 * r->b->num_params * sizeof(float))) == NULL) {
-        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters to take rank 0's model",
-                        r->b->num_params);
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED,
+                        "cannot allocate %zu parameters to take rank 0's model", r->b->num_params);
     }
     rv = tr_dp_agree(r->comm, rv, "allocate the model state", err);
     if (rv == TROUPE_OK) {
@@ -333,9 +333,10 @@ static int save_checkpoint(run *r, tr_err *err)
     if (rv == TROUPE_OK) {
         r->pos_step = r->step;
         r->pos_rng = r->rng;
-        rv = r->b->opts.dp_zero ? save_sharded(r, err)
-                                : tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, NULL, NULL, err) : TROUPE_OK,
-                                              "write the model checkpoint", err);
+        rv = r->b->opts.dp_zero
+                 ? save_sharded(r, err)
+                 : tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, NULL, NULL, err) : TROUPE_OK,
+                               "write the model checkpoint", err);
     }
     return rv;
 }

@@ -8,7 +8,8 @@ int tr_zero_map_init(tr_zero_map *m, const tr_zero_range *ranges, int n, int ran
 {
     memset(m, 0, sizeof(*m));
     if (size < 1 || rank < 0 || rank >= size || n < 0) {
-        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "zero: rank %d of %d ranks, %d ranges", rank, size, n);
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "zero: rank %d of %d ranks, %d ranges", rank, size,
+                          n);
     }
     m->rank = rank;
     m->size = size;
@@ -16,7 +17,8 @@ int tr_zero_map_init(tr_zero_map *m, const tr_zero_range *ranges, int n, int ran
     m->runs = malloc(2 * ((size_t)n + 1) * sizeof(*m->runs));
     if (m->ranges == NULL || m->runs == NULL) {
         tr_zero_map_fini(m);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "zero: cannot allocate the shard map of %d ranges", n);
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "zero: cannot allocate the shard map of %d ranges",
+                          n);
     }
     memcpy(m->ranges, ranges, (size_t)n * sizeof(*ranges));
     m->nranges = n;

@@ -77,7 +77,8 @@ static int reduce_check(troupe_coll *c, size_t count, troupe_dtype dt, troupe_er
 static int scatter_gather_check(troupe_coll *c, size_t count, troupe_error *err)
 {
     unsigned r = troupe_coll_rank(c), n = troupe_coll_size(c);
-    size_t lo = (size_t)((unsigned __int128)count * r / n), hi = (size_t)((unsigned __int128)count * (r + 1) / n);
+    size_t lo = (size_t)((unsigned __int128)count * r / n),
+           hi = (size_t)((unsigned __int128)count * (r + 1) / n);
     float *buf = malloc(count * sizeof(float) + 1);
     int rv;
 
@@ -87,7 +88,8 @@ static int scatter_gather_check(troupe_coll *c, size_t count, troupe_error *err)
     rv = troupe_coll_reduce_scatter(c, buf, count, TROUPE_F32, TROUPE_SUM, err);
     for (size_t i = lo; rv == TROUPE_OK && i < hi; i++) {
         if (buf[i] != expected(n, i)) {
-            printf("cw: rank %u: reduce-scatter element %zu is %.1f, expected %.1f\n", r, i, buf[i], expected(n, i));
+            printf("cw: rank %u: reduce-scatter element %zu is %.1f, expected %.1f\n", r, i, buf[i],
+                   expected(n, i));
             rv = TROUPE_DATA_LOSS;
         }
     }
@@ -101,13 +103,14 @@ static int scatter_gather_check(troupe_coll *c, size_t count, troupe_error *err)
     }
     for (size_t i = 0; rv == TROUPE_OK && i < count; i++) {
         if (buf[i] != expected(n, i)) {
-            printf("cw: rank %u: all-gather element %zu is %.1f, expected %.1f\n", r, i, buf[i], expected(n, i));
+            printf("cw: rank %u: all-gather element %zu is %.1f, expected %.1f\n", r, i, buf[i],
+                   expected(n, i));
             rv = TROUPE_DATA_LOSS;
         }
     }
     if (rv == TROUPE_OK) {
-        printf("cw: rank %u/%u reduce-scatter+all-gather f32 %zu exact, own segment [%zu, %zu)\n", r, n, count, lo,
-               hi);
+        printf("cw: rank %u/%u reduce-scatter+all-gather f32 %zu exact, own segment [%zu, %zu)\n", r, n,
+               count, lo, hi);
     }
     free(buf);
     return rv;

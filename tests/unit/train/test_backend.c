@@ -319,8 +319,8 @@ static void zero_map_covers(void **state)
             }
         }
     }
-    TR_ASSERT_FAILS(tr_zero_map_init(&(tr_zero_map){0}, ranges, nr, 2, 2, &err), TROUPE_INVALID_ARGUMENT, &err,
-                    "rank 2 of 2");
+    TR_ASSERT_FAILS(tr_zero_map_init(&(tr_zero_map){0}, ranges, nr, 2, 2, &err), TROUPE_INVALID_ARGUMENT,
+                    &err, "rank 2 of 2");
 }
 
 /* ZeRO-1's point: AdamW's m and v per rank fall to about 1/N. The CPU
@@ -329,7 +329,8 @@ static void zero_map_covers(void **state)
  * num_params / N plus fewer than N elements per tensor. */
 static void zero_optimizer_memory(void **state)
 {
-    const tr_model_config m = {.layers = 4, .width = 64, .heads = 4, .seq_len = 32, .vocab = 500, .padded_vocab = 512};
+    const tr_model_config m = {
+        .layers = 4, .width = 64, .heads = 4, .seq_len = 32, .vocab = 500, .padded_vocab = 512};
     tr_backend_opts o = {.micro_batch = 2, .dp_size = 1};
     tr_backend *b = NULL;
     tr_mem_stats plain, sharded;
@@ -352,9 +353,10 @@ static void zero_optimizer_memory(void **state)
             assert_true(opt >= 2 * (n / (size_t)size) * sizeof(float));
             assert_true(opt <= 2 * (n / (size_t)size + (size_t)size * TR_NUM_PARAM_TENSORS) * sizeof(float));
             opt_total += opt;
-            print_message("N=%d rank %d: optimiser state %.1f%% of the unsharded one (in use %llu of %llu bytes)\n",
-                          size, r, 100.0 * (double)opt / (double)(2 * n * sizeof(float)),
-                          (unsigned long long)sharded.in_use_bytes, (unsigned long long)plain.in_use_bytes);
+            print_message(
+                "N=%d rank %d: optimiser state %.1f%% of the unsharded one (in use %llu of %llu bytes)\n",
+                size, r, 100.0 * (double)opt / (double)(2 * n * sizeof(float)),
+                (unsigned long long)sharded.in_use_bytes, (unsigned long long)plain.in_use_bytes);
         }
         /* over the ranks: the whole state once, plus the tails each rank repeats */
         assert_true(opt_total >= 2 * n * sizeof(float));

@@ -119,9 +119,9 @@ static int t_allgather(tr_comm *c, float *buf, size_t count, tr_err *err)
     return TROUPE_OK;
 }
 
-static const tr_comm_ops t_ops = {"test", t_allreduce, t_broadcast, t_barrier, NULL,
-                                  NULL,   t_close,     NULL,        NULL,      NULL,
-                                  t_reduce_scatter, t_allgather, NULL, NULL};
+static const tr_comm_ops t_ops = {
+    "test", t_allreduce, t_broadcast, t_barrier,        NULL,        NULL, t_close,
+    NULL,   NULL,        NULL,        t_reduce_scatter, t_allgather, NULL, NULL};
 
 /* The same with broadcast_device: "device memory" is host memory here, so
  * the refit's device path runs through refit.c exactly as on NCCL. */
@@ -431,7 +431,8 @@ static void dp_zero_matches_dp(void **state)
     }
     {
         /* the model of this fixture does have tensors with tails at 3 ranks */
-        tr_model_config m = {.layers = 2, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64, .padded_vocab = 128};
+        tr_model_config m = {
+            .layers = 2, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64, .padded_vocab = 128};
         size_t sizes[TR_NUM_PARAM_TENSORS];
         tr_model_param_sizes(&m, sizes);
         for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {

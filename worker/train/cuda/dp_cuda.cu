@@ -167,8 +167,8 @@ static int reduce_slices(cu_backend *cb, tr_comm *c, const slice *sl, int n, tr_
             TR_TRY(c->ops->reduce_scatter_device(c, buf, even, dt, TR_COMM_MEAN, cb->comm_s, err));
         }
         if (sl[i].len > even) {
-            TR_TRY(c->ops->allreduce_device(c, buf + even * esz, sl[i].len - even, dt, TR_COMM_MEAN, cb->comm_s,
-                                            err));
+            TR_TRY(c->ops->allreduce_device(c, buf + even * esz, sl[i].len - even, dt, TR_COMM_MEAN,
+                                            cb->comm_s, err));
         }
     }
     if (c->ops->group != NULL) {
@@ -209,20 +209,22 @@ int tr_cu_dp_plan(cu_backend *cb, tr_err *err)
         cb->plan_ev[nb++] = lo;
         for (int i = TR_P_LN1W; i <= TR_P_FCPROJB; i++) {
             size_t each = cb->base.param_sizes[i] / (size_t)L;
-            cb->plan_sl[nsl++] = (tr_zero_range){cb->offs[i] + (size_t)lo * each, (size_t)(hi - lo + 1) * each};
+            cb->plan_sl[nsl++] =
+                (tr_zero_range){cb->offs[i] + (size_t)lo * each, (size_t)(hi - lo + 1) * each};
         }
     }
     cb->plan_first[nb] = nsl;
     cb->plan_ev[nb++] = L;
-    cb->plan_sl[nsl++] = (tr_zero_range){cb->offs[TR_P_WTE], cb->offs[TR_P_LN1W] - cb->offs[TR_P_WTE]}; /* wte, wpe */
+    cb->plan_sl[nsl++] =
+        (tr_zero_range){cb->offs[TR_P_WTE], cb->offs[TR_P_LN1W] - cb->offs[TR_P_WTE]}; /* wte, wpe */
     cb->plan_sl[nsl++] =
         (tr_zero_range){cb->offs[TR_P_LNFW], cb->offs[TR_NUM_PARAM_TENSORS] - cb->offs[TR_P_LNFW]};
     cb->plan_first[nb] = nsl;
     cb->plan_nsl = nsl;
     cb->plan_nb = nb;
     /* without dp.zero the map is one rank holding all: m and v whole */
-    return tr_zero_map_init(&cb->zmap, cb->plan_sl, nsl, o->dp_zero ? o->dp_rank : 0, o->dp_zero ? o->dp_size : 1,
-                            err);
+    return tr_zero_map_init(&cb->zmap, cb->plan_sl, nsl, o->dp_zero ? o->dp_rank : 0,
+                            o->dp_zero ? o->dp_size : 1, err);
 }
 
 /* plan_bucket queues bucket k of the plan (its slices as one group). */
@@ -350,10 +352,11 @@ __device__ static int find_run(const zrun *r, int n, size_t k)
 }
 
 /* pack: shard[k] = flat[its place]; unpack the other way */
-__global__ static void zero_move_kernel(float *dst, const float *src, const zrun *runs, int nruns, size_t shard,
-                                        int pack)
+__global__ static void zero_move_kernel(float *dst, const float *src, const zrun *runs, int nruns,
+                                        size_t shard, int pack)
 {
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < shard; k += (size_t)gridDim.x * blockDim.x) {
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < shard;
+         k += (size_t)gridDim.x * blockDim.x) {
         const zrun r = runs[find_run(runs, nruns, k)];
         size_t j = r.off + (k - r.soff);
         if (pack) {
@@ -366,11 +369,13 @@ __global__ static void zero_move_kernel(float *dst, const float *src, const zrun
 
 /* Squares of g over the shard's first n elements, one partial per block
  * (then summed by zero_partials_kernel, in a fixed order). */
-__global__ static void zero_sumsq_kernel(float *partial, const float *g, const zrun *runs, int nruns, size_t n)
+__global__ static void zero_sumsq_kernel(float *partial, const float *g, const zrun *runs, int nruns,
+                                         size_t n)
 {
     __shared__ float sh[32];
     float acc = 0.0f;
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
         const zrun r = runs[find_run(runs, nruns, k)];
         float x = g[r.off + (k - r.soff)];
         acc += x * x;
@@ -401,7 +406,8 @@ template <typename T>
 __global__ static void zero_adamw_kernel(T *param, float *master, const float *grad, float *m, float *v,
                                          const zrun *runs, int nruns, size_t shard, tr_cu_adamw_args a)
 {
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < shard; k += (size_t)gridDim.x * blockDim.x) {
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < shard;
+         k += (size_t)gridDim.x * blockDim.x) {
         const zrun r = runs[find_run(runs, nruns, k)];
         size_t j = r.off + (k - r.soff);
         int t = 0;
@@ -463,7 +469,8 @@ static int zero_need_comm(cu_backend *cb, const char *what, tr_err *err)
 {
     if (cb->zcomm == NULL) {
         return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                          "cuda backend: %s with dp.zero 1 needs allreduce_grads first (it names the ranks)", what);
+                          "cuda backend: %s with dp.zero 1 needs allreduce_grads first (it names the ranks)",
+                          what);
     }
     return TROUPE_OK;
 }
@@ -476,8 +483,9 @@ int tr_cu_zero_norm(cu_backend *cb, float *norm, tr_err *err)
 
     TR_TRY(zero_need_comm(cb, "the gradient norm", err));
     /* the pieces, and on rank 0 also the tails every rank holds */
-    zero_sumsq_kernel<<<TR_CU_SUMSQ_BLOCKS, 256, 0, cb->s>>>(cb->norm_partial, cb->grads, (const zrun *)cb->zruns_dev,
-                                                           zm->nruns, zm->rank == 0 ? zm->shard : zm->pieces);
+    zero_sumsq_kernel<<<TR_CU_SUMSQ_BLOCKS, 256, 0, cb->s>>>(cb->norm_partial, cb->grads,
+                                                             (const zrun *)cb->zruns_dev, zm->nruns,
+                                                             zm->rank == 0 ? zm->shard : zm->pieces);
     zero_partials_kernel<<<1, 1024, 0, cb->s>>>(cb->norm_dev, cb->norm_partial, TR_CU_SUMSQ_BLOCKS);
     TR_CU_TRY(cudaGetLastError());
     TR_CU_TRY(cudaMemcpyAsync(cb->h_scalar, cb->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, cb->s));
@@ -505,8 +513,8 @@ static int zero_gather(cu_backend *cb, tr_comm *c, void *x, tr_comm_dtype dtype,
     for (int i = 0; i < cb->zmap.nranges; i++) {
         size_t even = tr_zero_even(&cb->zmap, i);
         if (even > 0) {
-            TR_TRY(c->ops->allgather_device(c, (char *)x + cb->zmap.ranges[i].off * esz, even, dtype, cb->comm_s,
-                                            err));
+            TR_TRY(c->ops->allgather_device(c, (char *)x + cb->zmap.ranges[i].off * esz, even, dtype,
+                                            cb->comm_s, err));
         }
     }
     if (c->ops->group != NULL) {
@@ -645,10 +653,11 @@ out:
 int tr_cu_master_current(const cu_backend *cb, const char *what, tr_err *err)
 {
     if (cb->master_stale) {
-        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
-                          "cuda backend: %s needs the whole fp32 master, which dp.zero 1 keeps current on this "
-                          "rank's shard only: call gather_params on every rank first",
-                          what);
+        return tr_err_set(
+            err, TROUPE_FAILED_PRECONDITION,
+            "cuda backend: %s needs the whole fp32 master, which dp.zero 1 keeps current on this "
+            "rank's shard only: call gather_params on every rank first",
+            what);
     }
     return TROUPE_OK;
 }
