@@ -5,7 +5,8 @@
 # all the machine's GPUs (WEAK_SIZES), then one table of step time and
 # efficiency per variant (summarize.py's weak table, one per variant).
 # A variant is NAME=SETTINGS, SETTINGS a comma-separated list of
-# dp_bucket_mb=N, grad=fp32|bf16, overlap=true|false and any NCCL_*=V (put
+# dp_bucket_mb=N, grad=fp32|bf16, overlap=true|false, zero=0|1 (dp.zero) and
+# any NCCL_*=V (put
 # into the agent's environment, which the workers inherit). Default variants:
 #   base       fp32 gradients, 25 MB buckets, overlap on (troupe-train's defaults)
 #   no-overlap the same with dp.overlap false (all-reduce after the backward)
@@ -13,6 +14,7 @@
 #   ctas8      fp32 with NCCL_MAX_CTAS=8 (fewer SMs taken from the backward)
 #   ctas4      fp32 with NCCL_MAX_CTAS=4
 #   bucket100  fp32 with 100 MB buckets
+# (ZeRO-1 beside plain DP: dp_sweep.sh base= zero1=zero=1 zero1-bf16=zero=1,grad=bf16)
 # Output: $OUT/sweep.txt (or ./bench-out-sweep), sweep.json, raw folders per
 # variant. Run from the repository root with binaries in .device (see
 # bench/mgpu/run_device.sh); TROUPE_GPU_DRYRUN=1 works as there.
@@ -43,6 +45,7 @@ for v in "${variants[@]}"; do
         dp_bucket_mb=*) envs+=(DP_BUCKET_MB="${s#*=}") ;;
         grad=*) envs+=(DP_GRAD_DTYPE="${s#*=}") ;;
         overlap=*) envs+=(DP_OVERLAP="${s#*=}") ;;
+        zero=*) envs+=(DP_ZERO="${s#*=}") ;;
         NCCL_*=*) envs+=("$s") ;;
         *) echo "dp_sweep: unknown setting '$s' in variant $name" >&2; exit 2 ;;
         esac

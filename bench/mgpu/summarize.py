@@ -5,7 +5,8 @@ with all of them plus the machine and the commit (WORK/machine.json).
 
   weak scaling  tokens/s per GPU of troupe-train at N GPUs (median step_ms of
                 steps 6.. of the slowest rank; per-GPU rate = B x T / step),
-                efficiency = per-GPU rate at N / at 1
+                efficiency = per-GPU rate at N / at 1; GiB/GPU = the largest rank's
+                peak of the backend's device allocations (mem_peak_bytes)
   all-reduce    troupe-train's gradient buckets vs plain NCCL, bus bandwidth
   DDP           troupe vs PyTorch DDP (torchrun, same model, bf16, same global
                 batch), global tokens/s and the ratio
@@ -49,7 +50,7 @@ for job in sorted(glob.glob(os.path.join(raw, "weak-*.job.json"))):
     name = os.path.basename(job)[: -len(".job.json")]
     _, model, n = name.split("-")
     n = int(n)
-    per_rank, B, tok_reported = [], None, []
+    per_rank, B, tok_reported, mem = [], None, [], []
     for path in sorted(glob.glob(os.path.join(raw, f"{name}.[0-9]*"))):
         lines = load_lines(path)
         if not lines:
@@ -57,21 +58,24 @@ for job in sorted(glob.glob(os.path.join(raw, "weak-*.job.json"))):
         per_rank.append(statistics.median(skip_first([m["step_ms"] for m in lines])))
         tok_reported.append(statistics.median(skip_first([m["tokens_per_s"] for m in lines])))
         B = lines[-1]["tokens"]  # tokens of the step, this rank's
+        mem.append(lines[-1].get("mem_peak_bytes", 0))  # the backend's device allocations, peak
     if len(per_rank) != n:
         print(f"weak: {name}: {len(per_rank)} rank metrics files, want {n}", file=sys.stderr)
         continue
     step = max(per_rank)
     result["weak"].append({"model": model, "gpus": n, "step_ms": step, "step_ms_ranks": per_rank,
                            "tokens_per_step_per_gpu": B, "tok_s_per_gpu": B / (step / 1e3),
-                           "tok_s_total": n * B / (step / 1e3), "tok_s_reported_median": statistics.median(tok_reported)})
+                           "tok_s_total": n * B / (step / 1e3), "tok_s_reported_median": statistics.median(tok_reported),
+                           "mem_peak_gib_max_rank": max(mem) / 2**30})
 if result["weak"]:
     print("weak scaling: troupe-train data-parallel under troupe, fixed micro-batch per GPU")
-    print(f"{'model':>5} {'GPUs':>4} {'step ms':>9} {'tok/s/GPU':>10} {'tok/s total':>12} {'efficiency':>10}")
+    print(f"{'model':>5} {'GPUs':>4} {'step ms':>9} {'tok/s/GPU':>10} {'tok/s total':>12} {'efficiency':>10} {'GiB/GPU':>8}")
     for w in sorted(result["weak"], key=lambda w: (w["model"], w["gpus"])):
         base = [b for b in result["weak"] if b["model"] == w["model"] and b["gpus"] == 1]
         w["efficiency"] = w["tok_s_per_gpu"] / base[0]["tok_s_per_gpu"] if base else None
         eff = f"{100 * w['efficiency']:9.1f}%" if w["efficiency"] else f"{'n/a':>10}"
-        print(f"{w['model']:>5} {w['gpus']:>4} {w['step_ms']:>9.2f} {w['tok_s_per_gpu']:>10.0f} {w['tok_s_total']:>12.0f} {eff}")
+        print(f"{w['model']:>5} {w['gpus']:>4} {w['step_ms']:>9.2f} {w['tok_s_per_gpu']:>10.0f} {w['tok_s_total']:>12.0f} {eff} "
+              f"{w['mem_peak_gib_max_rank']:>8.2f}")
     print("goal: >= 95% efficiency at 8 GPUs\n")
 
 # ---- all-reduce -----------------------------------------------------------------

@@ -7,7 +7,8 @@
 #             WEAK_B per rank, default 16; WEAK_STEPS steps, default 25) at
 #             N = 1, 2, 4, 8 GPUs (those the machine has; WEAK_SIZES): each rank's
 #             metrics (weak-MODEL-N.RANK), logs and job record; dp settings
-#             from DP_BUCKET_MB (25), DP_GRAD_DTYPE (fp32), DP_OVERLAP (true)
+#             from DP_BUCKET_MB (25), DP_GRAD_DTYPE (fp32), DP_OVERLAP (true),
+#             DP_ZERO (0; 1 = ZeRO-1)
 #   allreduce troupe-bench-allreduce at N = 2, 4, 8: troupe-train's gradient
 #             buckets beside plain NCCL all-reduces of the same bytes
 #             (allreduce-N.json, written by rank 0)
@@ -83,7 +84,7 @@ model: $(model "$2")
 train: {steps: $3, micro_batch: $B, warmup_steps: 5, precision: bf16}
 data: {path: $T/data.tok, val_fraction: 0}
 eval: {every: 0}
-dp: {bucket_mb: ${DP_BUCKET_MB:-25}, grad_dtype: ${DP_GRAD_DTYPE:-fp32}, overlap: ${DP_OVERLAP:-true}}
+dp: {bucket_mb: ${DP_BUCKET_MB:-25}, grad_dtype: ${DP_GRAD_DTYPE:-fp32}, overlap: ${DP_OVERLAP:-true}, zero: ${DP_ZERO:-0}}
 YAML
 }
 

@@ -13,7 +13,11 @@
  * and receive in flight together (a blocking send before the receive would
  * deadlock a ring once messages outgrow the socket buffers). Broadcast runs
  * the buffer around the ring from the root, chunk by chunk, so the chunks
- * pipeline. Barrier is an all-reduce of size elements (one per segment, so
+ * pipeline. Reduce-scatter and all-gather are the two halves of the
+ * all-reduce on their own, with the segments renumbered so that rank r ends
+ * owning segment r (the all-reduce leaves rank r with segment r+1 complete
+ * after its first half; its sums run in another ring order, so its bits may
+ * differ from reduce-scatter's by rounding). Barrier is an all-reduce of size elements (one per segment, so
  * every step moves a message and every rank hears from every other).
  *
  * Failure. Sends and receives are aios with the operation's remaining time
@@ -48,7 +52,7 @@
 #define SIGNAL_SEND_MS 1000
 
 enum { MSG_DATA = 1, MSG_ABORT = 2, MSG_BYE = 3, MSG_ACK = 4 };
-enum { OP_ALLREDUCE = 1, OP_BROADCAST = 2, OP_BARRIER = 3 };
+enum { OP_ALLREDUCE = 1, OP_BROADCAST = 2, OP_BARRIER = 3, OP_REDUCE_SCATTER = 4, OP_ALLGATHER = 5 };
 
 typedef struct hdr {
     uint8_t type, op, dtype, code;
@@ -89,7 +93,11 @@ typedef struct opctx {
 
 static const char *op_name(int op)
 {
-    return op == OP_ALLREDUCE ? "all-reduce" : op == OP_BROADCAST ? "broadcast" : "barrier";
+    return op == OP_ALLREDUCE        ? "all-reduce"
+           : op == OP_BROADCAST      ? "broadcast"
+           : op == OP_REDUCE_SCATTER ? "reduce-scatter"
+           : op == OP_ALLGATHER      ? "all-gather"
+                                     : "barrier";
 }
 
 static uint32_t left_of(const troupe_coll *c)
@@ -549,6 +557,85 @@ static int ring_allreduce(opctx *o, char *buf, size_t count, size_t esize, tr_er
                       seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 0, e);
     }
     return rv;
+}
+
+/* ring_reduce_scatter: after step t, segment r-t-2 holds t+2 ranks' sum, so
+ * after size-1 steps rank r holds the whole sum of segment r. */
+static int ring_reduce_scatter(opctx *o, char *buf, size_t count, size_t esize, tr_err *e)
+{
+    troupe_coll *c = o->c;
+    uint32_t n = c->size, r = c->rank;
+    int rv = TROUPE_OK;
+
+    for (uint32_t t = 0; t + 1 < n && rv == TROUPE_OK; t++) {
+        uint32_t s = (r + 2 * n - t - 1) % n, q = (r + 2 * n - t - 2) % n;
+        rv = exchange(o, buf, seg_off(count, n, s) * esize, seg_len(count, n, s) * esize,
+                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 1, e);
+    }
+    return rv;
+}
+
+/* ring_allgather: rank r passes on segment r, then each segment it received. */
+static int ring_allgather(opctx *o, char *buf, size_t count, size_t esize, tr_err *e)
+{
+    troupe_coll *c = o->c;
+    uint32_t n = c->size, r = c->rank;
+    int rv = TROUPE_OK;
+
+    for (uint32_t t = 0; t + 1 < n && rv == TROUPE_OK; t++) {
+        uint32_t s = (r + n - t) % n, q = (r + 2 * n - t - 1) % n;
+        rv = exchange(o, buf, seg_off(count, n, s) * esize, seg_len(count, n, s) * esize,
+                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 0, e);
+    }
+    return rv;
+}
+
+/* check_args: what every reducing operation refuses. */
+static int check_args(const char *what, const void *buf, size_t count, troupe_dtype dtype, troupe_redop op,
+                      tr_err *e)
+{
+    if (dtype != TROUPE_F32 && dtype != TROUPE_F64) {
+        return tr_err_set(e, TROUPE_INVALID_ARGUMENT, "%s: unknown type %d (TROUPE_F32 or TROUPE_F64)", what,
+                          (int)dtype);
+    }
+    if (op != TROUPE_SUM) {
+        return tr_err_set(e, TROUPE_INVALID_ARGUMENT, "%s: unknown operation %d (TROUPE_SUM)", what, (int)op);
+    }
+    if (buf == NULL && count > 0) {
+        return tr_err_set(e, TROUPE_INVALID_ARGUMENT, "%s: buf is NULL", what);
+    }
+    return TROUPE_OK;
+}
+
+int tr_coll_reduce_scatter(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype, troupe_redop op,
+                           tr_err *e)
+{
+    opctx o;
+    int rv = check_args("reduce-scatter", buf, count, dtype, op, e);
+
+    if (rv != TROUPE_OK || (rv = begin(c, &o, OP_REDUCE_SCATTER, (uint8_t)dtype, count, e)) != TROUPE_OK) {
+        return rv;
+    }
+    rv = c->size == 1 ? TROUPE_OK : ring_reduce_scatter(&o, buf, count, dtype == TROUPE_F32 ? 4 : 8, e);
+    return finish_op(c, rv, e);
+}
+
+int tr_coll_allgather(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype, tr_err *e)
+{
+    opctx o;
+    int rv = check_args("all-gather", buf, count, dtype, TROUPE_SUM, e);
+
+    if (rv != TROUPE_OK || (rv = begin(c, &o, OP_ALLGATHER, (uint8_t)dtype, count, e)) != TROUPE_OK) {
+        return rv;
+    }
+    rv = c->size == 1 ? TROUPE_OK : ring_allgather(&o, buf, count, dtype == TROUPE_F32 ? 4 : 8, e);
+    return finish_op(c, rv, e);
+}
+
+size_t tr_coll_segment(size_t count, uint32_t size, uint32_t i, size_t *len)
+{
+    *len = seg_len(count, size, i);
+    return seg_off(count, size, i);
 }
 
 int tr_coll_allreduce(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype, troupe_redop op, tr_err *e)

@@ -26,6 +26,13 @@ int tr_coll_listen(troupe_coll **out, uint32_t rank, uint32_t size, const char *
 int tr_coll_connect(troupe_coll *c, const char *const *urls, const char *const *names, tr_err *e);
 
 int tr_coll_allreduce(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype, troupe_redop op, tr_err *e);
+/* tr_coll_reduce_scatter / tr_coll_allgather: see troupe_coll_reduce_scatter
+ * and troupe_coll_allgather (worker.h); tr_coll_segment gives segment i's
+ * offset (and *len) of count elements cut in size parts. */
+int tr_coll_reduce_scatter(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype, troupe_redop op,
+                           tr_err *e);
+int tr_coll_allgather(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype, tr_err *e);
+size_t tr_coll_segment(size_t count, uint32_t size, uint32_t i, size_t *len);
 int tr_coll_broadcast(troupe_coll *c, void *buf, size_t bytes, uint32_t root, tr_err *e);
 int tr_coll_barrier(troupe_coll *c, tr_err *e);
 

@@ -174,6 +174,38 @@ troupe_status troupe_coll_allreduce(troupe_coll *c, void *buf, size_t count, tro
     return finish(err, &e, rv);
 }
 
+troupe_status troupe_coll_reduce_scatter(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype,
+                                         troupe_redop op, troupe_error *err)
+{
+    tr_err e = {0};
+    int64_t t0 = c && tr_coll_owner(c) ? tr_wk_trace_now(tr_coll_owner(c)) : 0;
+    int rv = c ? tr_coll_reduce_scatter(c, buf, count, dtype, op, &e)
+               : tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "c is NULL");
+    if (c != NULL) {
+        if (t0 != 0) {
+            tr_wk_trace_span(tr_coll_owner(c), "reduce-scatter", "coll", t0); /* in a profiled step */
+        }
+        report(tr_coll_quiet(c) ? NULL : tr_coll_owner(c), "", rv, &e); /* e names the operation */
+    }
+    return finish(err, &e, rv);
+}
+
+troupe_status troupe_coll_allgather(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype,
+                                    troupe_error *err)
+{
+    tr_err e = {0};
+    int64_t t0 = c && tr_coll_owner(c) ? tr_wk_trace_now(tr_coll_owner(c)) : 0;
+    int rv = c ? tr_coll_allgather(c, buf, count, dtype, &e)
+               : tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "c is NULL");
+    if (c != NULL) {
+        if (t0 != 0) {
+            tr_wk_trace_span(tr_coll_owner(c), "all-gather", "coll", t0); /* in a profiled step */
+        }
+        report(tr_coll_quiet(c) ? NULL : tr_coll_owner(c), "", rv, &e); /* e names the operation */
+    }
+    return finish(err, &e, rv);
+}
+
 troupe_status troupe_coll_broadcast(troupe_coll *c, void *buf, size_t bytes, uint32_t root, troupe_error *err)
 {
     tr_err e = {0};

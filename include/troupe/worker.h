@@ -449,6 +449,21 @@ TROUPE_API troupe_status troupe_worker_coll_open(troupe_worker_ctx *w, const cha
 TROUPE_API troupe_status troupe_coll_allreduce(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype,
                                                troupe_redop op, troupe_error *err);
 
+/* troupe_coll_reduce_scatter is the first half of troupe_coll_allreduce:
+ * buf (count elements of dtype, the same count on every rank) is cut in
+ * size segments, segment i being elements [count*i/size, count*(i+1)/size),
+ * and on return this rank's segment (i = its rank) holds the element-wise
+ * op over all ranks' buffers; the rest of buf is scratch (unspecified).
+ * Each segment's sum is added in one ring order, so each is reproducible
+ * (not necessarily the bits troupe_coll_allreduce gives). count may be 0. */
+TROUPE_API troupe_status troupe_coll_reduce_scatter(troupe_coll *c, void *buf, size_t count,
+                                                    troupe_dtype dtype, troupe_redop op, troupe_error *err);
+
+/* troupe_coll_allgather is the second half: each rank's segment of buf (cut
+ * as above) is copied into the same segment of buf on every other rank. */
+TROUPE_API troupe_status troupe_coll_allgather(troupe_coll *c, void *buf, size_t count, troupe_dtype dtype,
+                                               troupe_error *err);
+
 /* troupe_coll_broadcast copies root's bytes of buf into buf on every other
  * rank. */
 TROUPE_API troupe_status troupe_coll_broadcast(troupe_coll *c, void *buf, size_t bytes, uint32_t root,

@@ -54,6 +54,16 @@ typedef struct tr_backend_opts {
     size_t dp_bucket_bytes; /* all-reduce bucket size (dp.bucket_mb) */
     int dp_grad_bf16;       /* reduce the gradients as bf16 (dp.grad_dtype) */
     int dp_overlap;         /* start buckets during the last backward (dp.overlap; allreduce_start) */
+    /* ZeRO-1 (dp.zero): with dp_zero 1 the backend is rank dp_rank of
+     * dp_size and holds AdamW's m and v only for its shard (zero.h);
+     * allreduce_grads then reduce-scatters, grad_norm and adamw_update become
+     * collective over the communicator allreduce_grads was given (the norm
+     * summed over the shards, the update of the shard followed by the
+     * all-gather of the weights), get_opt_state/set_opt_state copy only this
+     * rank's runs of the canonical vectors (other entries are left as they
+     * are / ignored) and gather_opt_state assembles the whole state. */
+    int dp_zero;
+    int dp_rank, dp_size;
 } tr_backend_opts;
 
 typedef struct tr_adamw {
@@ -145,6 +155,17 @@ typedef struct tr_backend_ops {
     int (*refit_params)(tr_backend *b, tr_comm_dtype dtype, void **dev, tr_err *err);
     int (*refit_taken)(tr_backend *b, tr_comm_dtype dtype, tr_err *err);
     int (*refit_hash)(tr_backend *b, tr_comm_dtype dtype, uint64_t *hash, tr_err *err);
+    /* gather_opt_state (collective over c; required when the backend
+     * accepts opts.dp_zero) fills m and v (host, num_params each, canonical
+     * layout) with the whole AdamW state on every rank, for a checkpoint. */
+    int (*gather_opt_state)(tr_backend *b, tr_comm *c, float *m, float *v, tr_err *err);
+    /* gather_params (optional, collective over c; NULL: every rank always
+     * holds its whole fp32 master): with dp.zero 1 a backend may all-gather
+     * only the copy the passes compute with (bf16) after each step, leaving
+     * the fp32 master current on the rank's shard only; this makes the
+     * whole master current again, for get_params and the refit (which
+     * refuse a stale master with FAILED_PRECONDITION). */
+    int (*gather_params)(tr_backend *b, tr_comm *c, tr_err *err);
 } tr_backend_ops;
 
 /* Every backend struct starts with this header. */

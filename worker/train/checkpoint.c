@@ -104,6 +104,12 @@ static void sync_dir(const char *path)
 
 int tr_ckpt_save(const char *path, tr_backend *b, const tr_ckpt_state *st, tr_err *err)
 {
+    return tr_ckpt_save_opt(path, b, st, NULL, NULL, err);
+}
+
+int tr_ckpt_save_opt(const char *path, tr_backend *b, const tr_ckpt_state *st, const float *m, const float *v,
+                     tr_err *err)
+{
     unsigned char hdr[CKPT_HEADER];
     char tmp[4096];
     size_t n = b->num_params;
@@ -114,7 +120,10 @@ int tr_ckpt_save(const char *path, tr_backend *b, const tr_ckpt_state *st, tr_er
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "%s: cannot allocate checkpoint buffer", path);
     }
     rv = b->ops->get_params(b, buf, err);
-    if (rv == TROUPE_OK) {
+    if (rv == TROUPE_OK && m != NULL) {
+        memcpy(buf + n, m, n * sizeof(float));
+        memcpy(buf + 2 * n, v, n * sizeof(float));
+    } else if (rv == TROUPE_OK) {
         rv = b->ops->get_opt_state(b, buf + n, buf + 2 * n, err);
     }
     if (rv != TROUPE_OK) {
@@ -183,6 +192,22 @@ static int check_header(const char *path, const unsigned char *h, const tr_backe
 
 int tr_ckpt_load(const char *path, tr_backend *b, tr_ckpt_state *st, tr_err *err)
 {
+    size_t n = b->num_params;
+    float *buf = NULL;
+    int rv = tr_ckpt_read(path, b, st, &buf, err);
+
+    if (rv == TROUPE_OK) {
+        rv = b->ops->set_params(b, buf, err);
+    }
+    if (rv == TROUPE_OK) {
+        rv = b->ops->set_opt_state(b, buf + n, buf + 2 * n, err);
+    }
+    free(buf);
+    return rv;
+}
+
+int tr_ckpt_read(const char *path, const tr_backend *b, tr_ckpt_state *st, float **out, tr_err *err)
+{
     unsigned char hdr[CKPT_HEADER];
     size_t n = b->num_params;
     float *buf = NULL;
@@ -190,6 +215,7 @@ int tr_ckpt_load(const char *path, tr_backend *b, tr_ckpt_state *st, tr_err *err
     int rv;
 
     memset(st, 0, sizeof(*st));
+    *out = NULL;
     if (f == NULL) {
         return tr_err_set(err, errno == ENOENT ? TROUPE_NOT_FOUND : TROUPE_PERMISSION_DENIED,
                           "%s: cannot open checkpoint: %s", path, strerror(errno));
@@ -216,14 +242,12 @@ int tr_ckpt_load(const char *path, tr_backend *b, tr_ckpt_state *st, tr_err *err
         rv = tr_err_set(err, TROUPE_DATA_LOSS, "%s: checkpoint checksum mismatch (corrupt file)", path);
         goto out;
     }
-    rv = b->ops->set_params(b, buf, err);
-    if (rv == TROUPE_OK) {
-        rv = b->ops->set_opt_state(b, buf + n, buf + 2 * n, err);
-    }
     st->step = (int64_t)get_u64(hdr + 48);
     st->data_rng = get_u64(hdr + 56);
     st->seed = get_u64(hdr + 64);
     st->tokens_seen = get_u64(hdr + 72);
+    *out = buf;
+    buf = NULL;
 out:
     free(buf);
     fclose(f);

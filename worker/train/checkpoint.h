@@ -32,6 +32,18 @@ typedef struct tr_ckpt_state {
 /* tr_ckpt_save writes b's parameters and optimiser state with st to path. */
 int tr_ckpt_save(const char *path, tr_backend *b, const tr_ckpt_state *st, tr_err *err);
 
+/* tr_ckpt_save_opt is tr_ckpt_save with AdamW's m and v (num_params each,
+ * canonical layout) given by the caller instead of read from b: with
+ * dp.zero 1 b holds only its shard, and the ranks gather the whole state
+ * first (gather_opt_state). NULL m: read from b. */
+int tr_ckpt_save_opt(const char *path, tr_backend *b, const tr_ckpt_state *st, const float *m, const float *v,
+                     tr_err *err);
+
+/* tr_ckpt_read reads and checks path like tr_ckpt_load, without touching b
+ * (its config only): on OK *buf (free it) holds params, m and v, num_params
+ * floats each, and *st the rest. Same errors as tr_ckpt_load. */
+int tr_ckpt_read(const char *path, const tr_backend *b, tr_ckpt_state *st, float **buf, tr_err *err);
+
 /* tr_ckpt_load reads path into b and *st. Returns NOT_FOUND when path does
  * not exist, FAILED_PRECONDITION when it was written for another model config
  * (the message lists both), DATA_LOSS when it is truncated or corrupt. */

@@ -67,6 +67,22 @@ typedef struct tr_comm_ops {
      * every write to buf on the root before the call (the transport runs it
      * on a stream of its own). */
     int (*broadcast_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, int root, tr_err *err);
+    /* The two halves of an all-reduce, for ZeRO-1 (dp.zero 1; all optional,
+     * NULL: not offered). buf holds count elements, count a multiple of the
+     * rank count, cut in size equal segments; segment r (elements
+     * [r*count/size, (r+1)*count/size)) belongs to rank r. reduce_scatter
+     * leaves this rank's segment holding the op over every rank's buffer
+     * (the other segments are scratch); allgather copies each rank's own
+     * segment into the same segment everywhere. Host memory, returning when
+     * done; the _device forms take device memory of dtype and queue on a
+     * CUDA stream like allreduce_device (in place; inside group brackets
+     * too). */
+    int (*reduce_scatter)(tr_comm *c, float *buf, size_t count, tr_comm_op op, tr_err *err);
+    int (*allgather)(tr_comm *c, float *buf, size_t count, tr_err *err);
+    int (*reduce_scatter_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, tr_comm_op op,
+                                 void *stream, tr_err *err);
+    int (*allgather_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, void *stream,
+                            tr_err *err);
 } tr_comm_ops;
 
 /* Every communicator struct starts with this header. */

@@ -37,6 +37,31 @@ static int coll_allreduce(tr_comm *c, float *buf, size_t count, tr_comm_op op, t
     return TROUPE_OK;
 }
 
+static int coll_reduce_scatter(tr_comm *c, float *buf, size_t count, tr_comm_op op, tr_err *err)
+{
+    troupe_error e = {0};
+    troupe_status st =
+        troupe_coll_reduce_scatter(((coll_comm *)c)->c, buf, count, TROUPE_F32, TROUPE_SUM, &e);
+    size_t per = count / (size_t)c->size;
+
+    if (st != TROUPE_OK) {
+        return coll_fail(c, st, &e, "CPU collective", err);
+    }
+    if (op == TR_COMM_MEAN && c->size > 1) {
+        for (size_t i = per * (size_t)c->rank; i < per * (size_t)(c->rank + 1); i++) {
+            buf[i] /= (float)c->size; /* as in coll_allreduce */
+        }
+    }
+    return TROUPE_OK;
+}
+
+static int coll_allgather(tr_comm *c, float *buf, size_t count, tr_err *err)
+{
+    troupe_error e = {0};
+    troupe_status st = troupe_coll_allgather(((coll_comm *)c)->c, buf, count, TROUPE_F32, &e);
+    return st == TROUPE_OK ? TROUPE_OK : coll_fail(c, st, &e, "CPU collective", err);
+}
+
 static int coll_broadcast(tr_comm *c, void *buf, size_t bytes, int root, tr_err *err)
 {
     troupe_error e = {0};
@@ -76,6 +101,8 @@ static const tr_comm_ops coll_ops = {
     .wait_device = NULL,
     .close = coll_close,
     .set_timeout = coll_set_timeout,
+    .reduce_scatter = coll_reduce_scatter,
+    .allgather = coll_allgather,
 };
 
 int tr_comm_coll_open(troupe_worker_ctx *w, uint32_t init_ms, uint32_t op_ms, tr_comm **out, tr_err *err)

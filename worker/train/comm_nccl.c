@@ -164,6 +164,43 @@ static int nccl_allreduce_device(tr_comm *c, void *buf, size_t count, tr_comm_dt
  * tensor slice), so NCCL launches them together. Inside a group the calls
  * only queue; on a non-blocking communicator GroupEnd may answer
  * ncclInProgress, which nccl_enqueued waits out under the deadline. */
+/* In place, as NCCL defines it: this rank's segment of buf is the
+ * reduce-scatter's output and the all-gather's input. */
+static int nccl_reduce_scatter_device(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, tr_comm_op op,
+                                      void *stream, tr_err *err)
+{
+    nccl_comm *nc = (nccl_comm *)c;
+    size_t per = count / (size_t)c->size, esz = dtype == TR_COMM_BF16 ? 2 : 4;
+    int rv = refuse_if_failed(nc, err);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    return nccl_enqueued(nc,
+                         ncclReduceScatter(buf, (char *)buf + (size_t)c->rank * per * esz, per,
+                                           dtype == TR_COMM_BF16 ? ncclBfloat16 : ncclFloat32,
+                                           op == TR_COMM_MEAN ? mean_op(nc) : ncclSum, nc->comm,
+                                           (cudaStream_t)stream),
+                         "ncclReduceScatter", err);
+}
+
+static int nccl_allgather_device(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, void *stream,
+                                 tr_err *err)
+{
+    nccl_comm *nc = (nccl_comm *)c;
+    size_t per = count / (size_t)c->size, esz = dtype == TR_COMM_BF16 ? 2 : 4;
+    int rv = refuse_if_failed(nc, err);
+
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    return nccl_enqueued(nc,
+                         ncclAllGather((char *)buf + (size_t)c->rank * per * esz, buf, per,
+                                       dtype == TR_COMM_BF16 ? ncclBfloat16 : ncclFloat32, nc->comm,
+                                       (cudaStream_t)stream),
+                         "ncclAllGather", err);
+}
+
 static int nccl_group(tr_comm *c, int begin, tr_err *err)
 {
     nccl_comm *nc = (nccl_comm *)c;
@@ -324,6 +361,8 @@ static const tr_comm_ops nccl_ops = {
     .close = nccl_close,
     .group = nccl_group,
     .broadcast_device = nccl_broadcast_device,
+    .reduce_scatter_device = nccl_reduce_scatter_device,
+    .allgather_device = nccl_allgather_device,
 };
 
 int tr_comm_nccl_open(troupe_worker_ctx *w, int gpu, uint32_t init_ms, uint32_t op_ms, tr_comm **out,

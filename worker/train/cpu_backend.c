@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "cpu_ops.h"
 #include "model.h"
+#include "zero.h"
 
 /* Per-layer activations kept from forward for backward. */
 typedef struct layer_acts {
@@ -40,6 +41,11 @@ typedef struct cpu_backend {
     double *dscratch;
     uint64_t in_use, peak;
     tr_phase_times phase;
+    /* ZeRO-1 (opts.dp_zero): m and v hold zmap.shard elements, packed;
+     * zcomm is the communicator of the last allreduce_grads, which the
+     * norm and the update of the same step talk over. */
+    tr_zero_map zmap;
+    tr_comm *zcomm;
 } cpu_backend;
 
 static double now_ms(void)
@@ -305,10 +311,37 @@ static int cpu_zero_grads(tr_backend *b, tr_err *err)
     return TROUPE_OK;
 }
 
+/* zero_comm is the communicator a sharded step talks over. */
+static int zero_comm(cpu_backend *cb, const char *what, tr_err *err)
+{
+    if (cb->zcomm == NULL && cb->zmap.size > 1) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                          "cpu backend: %s with dp.zero 1 needs allreduce_grads first (it names the ranks)",
+                          what);
+    }
+    return TROUPE_OK;
+}
+
 static int cpu_grad_norm(tr_backend *b, float *norm, tr_err *err)
 {
     cpu_backend *cb = (cpu_backend *)b;
     double sum = 0.0;
+    int rv;
+
+    if (b->opts.dp_zero) {
+        /* each rank holds the mean gradient of its shard only */
+        float part;
+        if ((rv = zero_comm(cb, "the gradient norm", err)) != TROUPE_OK) {
+            return rv;
+        }
+        part = (float)tr_zero_sumsq(&cb->zmap, cb->grads);
+        if (cb->zcomm != NULL &&
+            (rv = cb->zcomm->ops->allreduce(cb->zcomm, &part, 1, TR_COMM_SUM, err)) != TROUPE_OK) {
+            return rv;
+        }
+        *norm = sqrtf(part);
+        return TROUPE_OK;
+    }
     for (size_t i = 0; i < b->num_params; i++) {
         sum += (double)cb->grads[i] * cb->grads[i];
     }
@@ -321,6 +354,43 @@ static int cpu_get_grads(tr_backend *b, float *grads, tr_err *err)
     cpu_backend *cb = (cpu_backend *)b;
     memcpy(grads, cb->grads, b->num_params * sizeof(float));
     return TROUPE_OK;
+}
+
+/* adamw_run updates n weights p from gradients g and state m, v: the
+ * arithmetic of every element, shared by the whole and the sharded update. */
+static void adamw_run(const tr_adamw *opt, float wd, float bc1, float bc2, float *p, const float *g, float *m,
+                      float *v, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        float gj = g[j] * opt->grad_scale;
+        float mj = opt->beta1 * m[j] + (1.0f - opt->beta1) * gj;
+        float vj = opt->beta2 * v[j] + (1.0f - opt->beta2) * gj * gj;
+        float mhat = mj / bc1, vhat = vj / bc2;
+        m[j] = mj;
+        v[j] = vj;
+        p[j] -= opt->lr * (mhat / (sqrtf(vhat) + opt->eps) + wd * p[j]);
+    }
+}
+
+/* zero_adamw updates this rank's runs (a range is one tensor, so one decay
+ * each), then all-gathers the weights' pieces. */
+static int zero_adamw(cpu_backend *cb, const tr_adamw *opt, float bc1, float bc2, double t0, tr_err *err)
+{
+    const tr_zero_map *zm = &cb->zmap;
+    int rv = zero_comm(cb, "the AdamW update", err);
+
+    for (int k = 0; rv == TROUPE_OK && k < zm->nruns; k++) {
+        const tr_zero_run *u = &zm->runs[k];
+        float wd = tr_model_param_is_matrix(u->range) ? opt->weight_decay : 0.0f;
+        adamw_run(opt, wd, bc1, bc2, cb->params + u->off, cb->grads + u->off, cb->m + u->soff,
+                  cb->v + u->soff, u->len);
+    }
+    if (rv == TROUPE_OK && cb->zcomm != NULL) {
+        rv = tr_zero_gather_host(zm, cb->zcomm, cb->params, err);
+    }
+    cb->zcomm = NULL; /* the next step names its communicator again */
+    cb->phase.optimizer_ms = now_ms() - t0;
+    return rv;
 }
 
 static int cpu_adamw_update(tr_backend *b, const tr_adamw *opt, tr_err *err)
@@ -336,17 +406,13 @@ static int cpu_adamw_update(tr_backend *b, const tr_adamw *opt, tr_err *err)
     }
     bc1 = (float)(1.0 - pow(opt->beta1, (double)opt->t));
     bc2 = (float)(1.0 - pow(opt->beta2, (double)opt->t));
+    if (b->opts.dp_zero) {
+        return zero_adamw(cb, opt, bc1, bc2, t0, err);
+    }
     for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
         float wd = tr_model_param_is_matrix(i) ? opt->weight_decay : 0.0f;
-        for (size_t j = off; j < off + b->param_sizes[i]; j++) {
-            float g = cb->grads[j] * opt->grad_scale;
-            float m = opt->beta1 * cb->m[j] + (1.0f - opt->beta1) * g;
-            float v = opt->beta2 * cb->v[j] + (1.0f - opt->beta2) * g * g;
-            float mhat = m / bc1, vhat = v / bc2;
-            cb->m[j] = m;
-            cb->v[j] = v;
-            cb->params[j] -= opt->lr * (mhat / (sqrtf(vhat) + opt->eps) + wd * cb->params[j]);
-        }
+        adamw_run(opt, wd, bc1, bc2, cb->params + off, cb->grads + off, cb->m + off, cb->v + off,
+                  b->param_sizes[i]);
         off += b->param_sizes[i];
     }
     cb->phase.optimizer_ms = now_ms() - t0;
@@ -356,6 +422,11 @@ static int cpu_adamw_update(tr_backend *b, const tr_adamw *opt, tr_err *err)
 static int cpu_get_opt_state(tr_backend *b, float *m, float *v, tr_err *err)
 {
     cpu_backend *cb = (cpu_backend *)b;
+    if (b->opts.dp_zero) {
+        tr_zero_unpack(&cb->zmap, cb->m, m);
+        tr_zero_unpack(&cb->zmap, cb->v, v);
+        return TROUPE_OK;
+    }
     memcpy(m, cb->m, b->num_params * sizeof(float));
     memcpy(v, cb->v, b->num_params * sizeof(float));
     return TROUPE_OK;
@@ -364,9 +435,28 @@ static int cpu_get_opt_state(tr_backend *b, float *m, float *v, tr_err *err)
 static int cpu_set_opt_state(tr_backend *b, const float *m, const float *v, tr_err *err)
 {
     cpu_backend *cb = (cpu_backend *)b;
+    if (b->opts.dp_zero) {
+        tr_zero_pack(&cb->zmap, m, cb->m);
+        tr_zero_pack(&cb->zmap, v, cb->v);
+        return TROUPE_OK;
+    }
     memcpy(cb->m, m, b->num_params * sizeof(float));
     memcpy(cb->v, v, b->num_params * sizeof(float));
     return TROUPE_OK;
+}
+
+/* cpu_gather_opt_state: each rank unpacks its runs, then the pieces are
+ * all-gathered (the tails every rank holds already). */
+static int cpu_gather_opt_state(tr_backend *b, tr_comm *c, float *m, float *v, tr_err *err)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    int rv = cpu_get_opt_state(b, m, v, err);
+
+    if (rv == TROUPE_OK && b->opts.dp_zero && c != NULL) {
+        rv = tr_zero_gather_host(&cb->zmap, c, m, err);
+        rv = rv == TROUPE_OK ? tr_zero_gather_host(&cb->zmap, c, v, err) : rv;
+    }
+    return rv;
 }
 
 static void cpu_mem_stats(tr_backend *b, tr_mem_stats *out)
@@ -396,13 +486,25 @@ static void cpu_destroy(tr_backend *b)
     free_arena(cb);
     free(cb->layers);
     free(cb->params);
+    free(cb->m);
+    tr_zero_map_fini(&cb->zmap);
     free(cb);
 }
 
-/* cpu_allreduce_grads averages the fp32 gradients over the ranks in place. */
+/* cpu_allreduce_grads averages the fp32 gradients over the ranks in place
+ * (with dp.zero 1: each rank's shard of them, tensor by tensor). */
 static int cpu_allreduce_grads(tr_backend *b, tr_comm *c, tr_err *err)
 {
     cpu_backend *cb = (cpu_backend *)b;
+    if (b->opts.dp_zero) {
+        if (c->rank != b->opts.dp_rank || c->size != b->opts.dp_size) {
+            return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                              "cpu backend: sharded for rank %d of %d, the communicator is rank %d of %d",
+                              b->opts.dp_rank, b->opts.dp_size, c->rank, c->size);
+        }
+        cb->zcomm = c;
+        return tr_zero_reduce_host(&cb->zmap, c, cb->grads, err);
+    }
     return c->ops->allreduce(c, cb->grads, b->num_params, TR_COMM_MEAN, err);
 }
 
@@ -423,6 +525,7 @@ static const tr_backend_ops cpu_ops = {
     .phase_times = cpu_phase_times,
     .sync = cpu_sync,
     .allreduce_grads = cpu_allreduce_grads,
+    .gather_opt_state = cpu_gather_opt_state,
 };
 
 static int check_opts(const tr_backend_opts *opts, tr_err *err)
@@ -440,6 +543,23 @@ static int check_opts(const tr_backend_opts *opts, tr_err *err)
                           opts->recompute);
     }
     return TROUPE_OK;
+}
+
+/* zero_setup builds the shard map: one range per tensor with dp.zero 1,
+ * else one rank holding everything (the map then covers the whole vector,
+ * so shard == num_params). */
+static int zero_setup(cpu_backend *cb, const size_t offs[TR_NUM_PARAM_TENSORS], tr_err *err)
+{
+    const tr_backend_opts *o = &cb->base.opts;
+    tr_zero_range r[TR_NUM_PARAM_TENSORS];
+
+    for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
+        r[i] = (tr_zero_range){offs[i], cb->base.param_sizes[i]};
+    }
+    if (!o->dp_zero) {
+        return tr_zero_map_init(&cb->zmap, r, TR_NUM_PARAM_TENSORS, 0, 1, err);
+    }
+    return tr_zero_map_init(&cb->zmap, r, TR_NUM_PARAM_TENSORS, o->dp_rank, o->dp_size, err);
 }
 
 int tr_backend_cpu_create(const tr_model_config *cfg, const tr_backend_opts *opts, tr_backend **out,
@@ -468,22 +588,27 @@ int tr_backend_cpu_create(const tr_model_config *cfg, const tr_backend_opts *opt
     n = tr_model_param_sizes(cfg, cb->base.param_sizes);
     cb->base.num_params = n;
     tr_model_param_offsets(cfg, offs);
-    /* params, grads, m and v in one block: freed together, counted once. */
-    cb->params = calloc(4 * n, sizeof(float));
+    rv = zero_setup(cb, offs, err);
+    if (rv != TROUPE_OK) {
+        goto out;
+    }
+    /* params and grads in one block, m and v (the shard's with dp.zero) in
+     * another: freed together, counted once. */
+    cb->params = calloc(2 * n, sizeof(float));
+    cb->m = calloc(2 * cb->zmap.shard, sizeof(float));
     cb->layers = calloc((size_t)cfg->layers, sizeof(layer_acts));
-    if (cb->params == NULL || cb->layers == NULL) {
+    if (cb->params == NULL || cb->m == NULL || cb->layers == NULL) {
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cpu backend: cannot allocate %zu MiB of parameters",
-                        4 * n * sizeof(float) >> 20);
+                        (2 * n + 2 * cb->zmap.shard) * sizeof(float) >> 20);
         goto out;
     }
     cb->grads = cb->params + n;
-    cb->m = cb->params + 2 * n;
-    cb->v = cb->params + 3 * n;
+    cb->v = cb->m + cb->zmap.shard;
     for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
         cb->p[i] = cb->params + offs[i];
         cb->g[i] = cb->grads + offs[i];
     }
-    account(cb, (long long)(4 * n * sizeof(float)));
+    account(cb, (long long)((2 * n + 2 * cb->zmap.shard) * sizeof(float)));
     /* Size the arena for the configured micro-batch now, so that an
      * impossible size fails at start rather than at the first step. */
     rv = ensure_arena(cb, opts->micro_batch, cfg->seq_len, err);

@@ -105,37 +105,8 @@ int tr_dp_check_same_params(tr_comm *c, uint64_t hash, const char *what, tr_err 
     return tr_dp_agree(c, rv, "hold rank 0's weights", err);
 }
 
-int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err)
-{
-    size_t n = b->num_params;
-    float *p = malloc(n * sizeof(float) * (with_opt ? 3 : 1));
-    int rv = TROUPE_OK;
-
-    if (p == NULL) {
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters to share", n);
-    }
-    if (c->rank == 0) {
-        rv = b->ops->get_params(b, p, err);
-        if (rv == TROUPE_OK && with_opt) {
-            rv = b->ops->get_opt_state(b, p + n, p + 2 * n, err);
-        }
-    }
-    /* Every rank takes part even when rank 0 failed to read its state: a
-     * rank that leaves the collective early would fail the others with a
-     * confusing "went away". Rank 0 then reports its own error. */
-    rv = tr_dp_agree(c, rv, "read its model state", err);
-    if (rv == TROUPE_OK) {
-        rv = c->ops->broadcast(c, p, n * sizeof(float) * (with_opt ? 3 : 1), 0, err);
-    }
-    if (rv == TROUPE_OK && c->rank != 0) {
-        rv = b->ops->set_params(b, p, err);
-        if (rv == TROUPE_OK && with_opt) {
-            rv = b->ops->set_opt_state(b, p + n, p + 2 * n, err);
-        }
-    }
-    free(p);
-    return rv;
-}
+static int pos_read(const char *dir, int rank, int size, int micro_batch, int global, int64_t step,
+                    uint64_t *rng, tr_err *err);
 
 void tr_dp_pos_path(const char *dir, int rank, char *buf, size_t len)
 {
@@ -172,6 +143,45 @@ int tr_dp_pos_write(const char *dir, int rank, int size, int micro_batch, int64_
 int tr_dp_pos_read(const char *dir, int rank, int size, int micro_batch, int64_t step, uint64_t *rng,
                    tr_err *err)
 {
+    tr_err own = {0};
+    int rv = pos_read(dir, rank, size, micro_batch, 0, step, rng, &own), rv0;
+
+    if (rv == TROUPE_OK || rv == TROUPE_DATA_LOSS) {
+        *err = own;
+        return rv;
+    }
+    /* Written by another world size (this rank's file is then of another
+     * layout, or missing when the rank did not exist): every rank's sampler
+     * stood where rank 0's did, and with the same global batch the draws go
+     * on alike, so rank 0's position serves. A file missing under the same
+     * layout is still an error: something removed it. */
+    rv0 = pos_read(dir, 0, size, micro_batch, 1, step, rng, err);
+    if (rv0 == TROUPE_OK) {
+        return TROUPE_OK;
+    }
+    *err = own;
+    return rv;
+}
+
+int tr_dp_share_buffer(tr_comm *c, tr_backend *b, float *buf, tr_err *err)
+{
+    size_t n = b->num_params;
+    int rv = c->ops->broadcast(c, buf, 3 * n * sizeof(float), 0, err);
+
+    if (rv == TROUPE_OK) {
+        rv = b->ops->set_params(b, buf, err);
+    }
+    if (rv == TROUPE_OK) {
+        rv = b->ops->set_opt_state(b, buf + n, buf + 2 * n, err);
+    }
+    return tr_dp_agree(c, rv, "take rank 0's model state", err);
+}
+
+/* pos_read reads rank's file; global: accept any layout with the same
+ * global batch (world size x micro-batch). */
+static int pos_read(const char *dir, int rank, int size, int micro_batch, int global, int64_t step,
+                    uint64_t *rng, tr_err *err)
+{
     char path[4096];
     int r, n, b, version;
     int64_t s[2];
@@ -192,7 +202,13 @@ int tr_dp_pos_read(const char *dir, int rank, int size, int micro_batch, int64_t
         return tr_err_set(err, TROUPE_DATA_LOSS, "data position %s: not a version 1 position file of rank %d",
                           path, rank);
     }
-    if (n != size || b != micro_batch) {
+    if (global && (n == size || (int64_t)n * b != (int64_t)size * micro_batch)) {
+        return tr_err_set(
+            err, TROUPE_FAILED_PRECONDITION,
+            "data position %s: world size %d, micro-batch %d; no other layout of global batch %d", path, n, b,
+            size * micro_batch);
+    }
+    if (!global && (n != size || b != micro_batch)) {
         return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
                           "data position %s was written by a run of world size %d and micro-batch %d, this "
                           "one has %d and %d: resume with the same layout, or start a new checkpoint.dir",

@@ -44,9 +44,11 @@ int tr_dp_check_same(tr_comm *c, const tr_dp_setting *s, int n, tr_err *err);
  * colon (needs: "the refit needs the same settings on ..."). */
 int tr_dp_check_same_for(tr_comm *c, const tr_dp_setting *s, int n, const char *needs, tr_err *err);
 
-/* tr_dp_share_state broadcasts rank 0's parameters (and AdamW m and v when
- * with_opt) to every other rank's backend. */
-int tr_dp_share_state(tr_comm *c, tr_backend *b, int with_opt, tr_err *err);
+/* tr_dp_share_buffer broadcasts rank 0's buf (params, m, v: num_params
+ * floats each, as tr_ckpt_read gives them; every other rank passes a buffer
+ * of that size) and sets every rank's backend from it (set_opt_state keeps
+ * a ZeRO-1 rank's shard); agreed by all. */
+int tr_dp_share_buffer(tr_comm *c, tr_backend *b, float *buf, tr_err *err);
 
 /* tr_dp_params_hash is a fast 64-bit hash of n floats' bits (four
  * independent multiply-xor lanes over 8-byte words, about 8x the speed of a
@@ -70,7 +72,12 @@ int tr_dp_pos_write(const char *dir, int rank, int size, int micro_batch, int64_
 /* tr_dp_pos_read finds rank's position after step in its file: NOT_FOUND when
  * the file is missing, FAILED_PRECONDITION when it was written by another
  * layout (world size, micro-batch) or holds no entry for step, DATA_LOSS when
- * it does not parse. Messages name the file. */
+ * it does not parse. Messages name the file. When rank's own file is missing
+ * or of another layout, rank 0's serves if it was written by another world
+ * size with the same global batch (world size x micro-batch): every rank
+ * advances the one sampler of the global batch, so a run may resume on
+ * another world size (when it does not serve, the error is still the one
+ * about rank's own file). */
 int tr_dp_pos_read(const char *dir, int rank, int size, int micro_batch, int64_t step, uint64_t *rng,
                    tr_err *err);
 

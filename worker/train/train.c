@@ -104,7 +104,10 @@ static int create_backend(run *r, tr_err *err)
                             .device = (int)c->gpu,
                             .dp_bucket_bytes = (size_t)c->dp_bucket_mb << 20,
                             .dp_grad_bf16 = strcmp(c->dp_grad_dtype, "bf16") == 0,
-                            .dp_overlap = c->dp_overlap};
+                            .dp_overlap = c->dp_overlap,
+                            .dp_zero = r->comm != NULL && c->dp_zero == 1,
+                            .dp_rank = r->rank,
+                            .dp_size = r->size > 0 ? r->size : 1};
     int want_cuda = strcmp(c->device, "cuda") == 0, rv;
 
     if (want_cuda && c->create_cuda == NULL) {
@@ -167,22 +170,29 @@ static int resume_dp(run *r, tr_err *err)
     /* status: 1 loaded, 0 nothing to load, else rank 0's error code. */
     int64_t hdr[4] = {0, 0, 0, 0};
     int rv = TROUPE_OK;
+    float *buf = NULL;
 
+    /* Rank 0 reads the file into host memory and sends it whole: every rank
+     * then takes what it holds (a ZeRO-1 rank its shard of m and v), so the
+     * file is the same whatever dp.zero and world size wrote or read it. */
     if (r->rank == 0 && r->ckpt_path[0] != '\0' && r->cfg->checkpoint_resume) {
-        rv = load_checkpoint(r, err);
+        tr_ckpt_state st;
+        rv = tr_ckpt_read(r->ckpt_path, r->b, &st, &buf, err);
         hdr[0] = rv == TROUPE_OK ? 1 : rv == TROUPE_NOT_FOUND ? 0 : -(int64_t)rv;
-        hdr[1] = r->step;
-        hdr[2] = (int64_t)r->rng;
-        hdr[3] = (int64_t)r->tokens_seen;
+        hdr[1] = st.step;
+        hdr[2] = (int64_t)st.data_rng;
+        hdr[3] = (int64_t)st.tokens_seen;
     }
     if (r->rank == 0 && rv == TROUPE_NOT_FOUND) {
         tr_err_clear(err);
     }
     int crv = r->comm->ops->broadcast(r->comm, hdr, sizeof(hdr), 0, err);
     if (crv != TROUPE_OK) {
+        free(buf);
         return crv;
     }
     if (hdr[0] < 0) {
+        free(buf);
         return r->rank == 0 ? rv
                             : tr_err_set(err, (int)-hdr[0],
                                          "rank 0 could not load the checkpoint %s (%s; see its log)",
@@ -203,7 +213,18 @@ static int resume_dp(run *r, tr_err *err)
     }
     r->step = hdr[1];
     r->tokens_seen = (uint64_t)hdr[3];
-    rv = tr_dp_share_state(r->comm, r->b, 1, err);
+    if (r->rank != 0 && (buf = malloc(3 * r->b->num_params * sizeof(float))) == NULL) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED,
+                        "cannot allocate %zu parameters to take rank 0's model", r->b->num_params);
+    }
+    rv = tr_dp_agree(r->comm, rv, "allocate the model state", err);
+    if (rv == TROUPE_OK) {
+        rv = tr_dp_share_buffer(r->comm, r->b, buf, err);
+    }
+    free(buf);
+    if (rv == TROUPE_OK && r->rank == 0) {
+        TR_LOG(TR_LOG_NOTICE, "resumed checkpoint=%s step=%lld", r->ckpt_path, (long long)r->step);
+    }
     if (rv == TROUPE_OK) {
         rv = tr_dp_pos_read(r->cfg->checkpoint_dir, r->rank, r->size, r->B, r->step, &r->rng, err);
         rv = tr_dp_agree(r->comm, rv, "find its data position", err);
@@ -245,15 +266,54 @@ static int init_or_resume(run *r, tr_err *err)
     return init_params(r, err);
 }
 
-static int save_model(run *r, tr_err *err)
+/* save_model writes the model file; m and v, when not NULL, are the whole
+ * optimiser state gathered from the ZeRO-1 shards. */
+static int save_model(run *r, const float *m, const float *v, tr_err *err)
 {
     tr_ckpt_state st = {
         .step = r->step, .data_rng = r->rng, .seed = (uint64_t)r->cfg->seed, .tokens_seen = r->tokens_seen};
-    int rv = tr_ckpt_save(r->ckpt_path, r->b, &st, err);
+    int rv = tr_ckpt_save_opt(r->ckpt_path, r->b, &st, m, v, err);
 
     if (rv == TROUPE_OK) {
         TR_LOG(TR_LOG_INFO, "checkpoint saved path=%s step=%lld", r->ckpt_path, (long long)r->step);
     }
+    return rv;
+}
+
+/* gather_params makes a ZeRO-1 rank's whole fp32 master current (see
+ * backend.h), before anything reads it whole: the checkpoint, the refit. */
+static int gather_params(run *r, tr_err *err)
+{
+    if (r->comm == NULL || !r->b->opts.dp_zero || r->b->ops->gather_params == NULL) {
+        return TROUPE_OK;
+    }
+    return r->b->ops->gather_params(r->b, r->comm, err);
+}
+
+/* save_sharded: with dp.zero 1 every rank holds a shard of AdamW's m and v;
+ * the ranks gather the whole state (the file is the one dp.zero 0 writes,
+ * so a run may resume on either setting and any world size), then rank 0
+ * writes it. */
+static int save_sharded(run *r, tr_err *err)
+{
+    size_t n = r->b->num_params;
+    float *mv = malloc(2 * n * sizeof(float));
+    int rv = mv == NULL ? tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED,
+                                     "cannot allocate %zu parameters' optimiser state to gather", n)
+                        : TROUPE_OK;
+
+    rv = tr_dp_agree(r->comm, rv, "allocate the optimiser state", err);
+    if (rv == TROUPE_OK) {
+        rv = gather_params(r, err);
+    }
+    if (rv == TROUPE_OK) {
+        rv = r->b->ops->gather_opt_state(r->b, r->comm, mv, mv + n, err);
+    }
+    if (rv == TROUPE_OK) {
+        rv = tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, mv, mv + n, err) : TROUPE_OK,
+                         "write the model checkpoint", err);
+    }
+    free(mv);
     return rv;
 }
 
@@ -265,7 +325,7 @@ static int save_checkpoint(run *r, tr_err *err)
     int rv;
 
     if (r->comm == NULL) {
-        return save_model(r, err);
+        return save_model(r, NULL, NULL, err);
     }
     rv = tr_dp_pos_write(r->cfg->checkpoint_dir, r->rank, r->size, r->B, r->step, r->rng, r->pos_step,
                          r->pos_rng, err);
@@ -273,8 +333,10 @@ static int save_checkpoint(run *r, tr_err *err)
     if (rv == TROUPE_OK) {
         r->pos_step = r->step;
         r->pos_rng = r->rng;
-        rv = tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, err) : TROUPE_OK, "write the model checkpoint",
-                         err);
+        rv = r->b->opts.dp_zero
+                 ? save_sharded(r, err)
+                 : tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, NULL, NULL, err) : TROUPE_OK,
+                               "write the model checkpoint", err);
     }
     return rv;
 }
@@ -548,6 +610,7 @@ static int same_everywhere(run *r, tr_err *err)
         {"eval.batches", (double)c->eval_batches},
         {"checkpoint.every", (double)c->checkpoint_every},
         {"checkpoint.dir set", c->checkpoint_dir != NULL ? 1.0 : 0.0},
+        {"dp.zero", (double)c->dp_zero},
     };
     return tr_dp_check_same(r->comm, s, (int)(sizeof(s) / sizeof(s[0])), err);
 }
@@ -667,6 +730,9 @@ static int refit(run *r, int final, tr_err *err)
     size_t nb;
 
     val_shape(r, &Bg, &nb);
+    if ((rv = gather_params(r, err)) != TROUPE_OK) {
+        return rv;
+    }
     rv = tr_refit_send(r->cfg->refit, r->cfg->refit_gather, r->b, &r->refit_plan, r->size, r->step, final, Bg,
                        (int)nb, &st, err);
     if (rv == TROUPE_OK) {

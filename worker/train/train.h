@@ -47,6 +47,11 @@
  *   dp.overlap             CUDA: start each bucket's all-reduce as soon as the last
  *                          micro-batch's backward has made it final (default true;
  *                          false: every bucket after backward)
+ *   dp.zero                0 | 1: ZeRO-1, each rank keeps only its shard of AdamW's m and
+ *                          v and updates only that shard of the weights; the gradients
+ *                          are reduce-scattered and the weights (CUDA: the bf16 copy)
+ *                          all-gathered after the update. Checkpoints hold the whole
+ *                          state either way (default 0)
  *   dp.fail_grace_ms       after a collective fails because of a peer, wait this long
  *                          before exiting so the peer's own end reaches the head first
  *                          and the job names it (default 2000)
@@ -116,6 +121,7 @@ typedef struct tr_train_config {
     char *refit_path;      /* auto | host | device */
     int64_t refit_every, refit_timeout_ms, refit_wait_ms;
     int dp_overlap;
+    int64_t dp_zero;
     /* Not in the table: set by the program. */
     tr_comm *comm;                    /* data parallelism over this communicator; NULL = alone */
     /* refit, when set: send the weights to the generation group over it

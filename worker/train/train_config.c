@@ -73,6 +73,9 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"dp.overlap", TR_CFG_BOOL, F(dp_overlap), "true", TR_CFG_UNBOUNDED, 0,
      "CUDA: all-reduce each bucket as soon as the last micro-batch's backward has made it final "
      "(false: all buckets after backward)"},
+    {"dp.zero", TR_CFG_INT, F(dp_zero), "0", 0, 1, 0,
+     "ZeRO-1: 1 = each rank keeps and updates only its shard of the optimiser state (gradients "
+     "reduce-scattered, weights all-gathered); 0 = every rank the whole state"},
     {"dp.fail_grace_ms", TR_CFG_INT, F(dp_fail_grace_ms), "2000", 0, 600000, 0,
      "after a peer's failure, wait this long before exiting so the job names that peer"},
     {"role", TR_CFG_STRING, F(role), "policy", TR_CFG_UNBOUNDED, 0,

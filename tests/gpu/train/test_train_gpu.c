@@ -284,7 +284,7 @@ static void refit_ops(tr_precision prec)
 {
     tr_err err = {0};
     tr_model_config cfg = make_cfg(2, 64, 4, 32, 100);
-    tr_backend_opts o = {2, prec, 0, 0, 0, 0, 0};
+    tr_backend_opts o = {.micro_batch = 2, .precision = prec};
     tr_backend *g = NULL;
     OK_OR_DIE(tr_backend_cuda_create(&cfg, &o, &g, &err));
     size_t n = g->num_params;

@@ -1,7 +1,8 @@
 /* coll_worker - a worker for tests/integration/coll: opens the CPU
  * collective on its group, all-reduces known values (f32 and f64, an odd
- * count), broadcasts from the last rank, passes a barrier, and checks every
- * element exactly. Prints "cw: ..." lines the scripts grep.
+ * count), reduce-scatters and all-gathers the same f32 values (uneven
+ * segments: the count is odd), broadcasts from the last rank, passes a
+ * barrier, and checks every element exactly. Prints "cw: ..." lines the scripts grep.
  *
  * Environment: CW_COUNT (elements, default 1000003), CW_TIMEOUT_MS (default
  * 20000), CW_EXIT=WORKER: that worker opens the collective, then exits 0 at
@@ -70,6 +71,51 @@ static int reduce_check(troupe_coll *c, size_t count, troupe_dtype dt, troupe_er
     return rv;
 }
 
+/* scatter_gather_check reduce-scatters f32 values and checks this rank's
+ * segment, then all-gathers and checks every element: together they are an
+ * all-reduce. */
+static int scatter_gather_check(troupe_coll *c, size_t count, troupe_error *err)
+{
+    unsigned r = troupe_coll_rank(c), n = troupe_coll_size(c);
+    size_t lo = (size_t)((unsigned __int128)count * r / n),
+           hi = (size_t)((unsigned __int128)count * (r + 1) / n);
+    float *buf = malloc(count * sizeof(float) + 1);
+    int rv;
+
+    for (size_t i = 0; i < count; i++) {
+        buf[i] = (float)value(r, i);
+    }
+    rv = troupe_coll_reduce_scatter(c, buf, count, TROUPE_F32, TROUPE_SUM, err);
+    for (size_t i = lo; rv == TROUPE_OK && i < hi; i++) {
+        if (buf[i] != expected(n, i)) {
+            printf("cw: rank %u: reduce-scatter element %zu is %.1f, expected %.1f\n", r, i, buf[i],
+                   expected(n, i));
+            rv = TROUPE_DATA_LOSS;
+        }
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < count; i++) {
+        if (i < lo || i >= hi) {
+            buf[i] = -1.0f; /* what the all-gather must overwrite */
+        }
+    }
+    if (rv == TROUPE_OK) {
+        rv = troupe_coll_allgather(c, buf, count, TROUPE_F32, err);
+    }
+    for (size_t i = 0; rv == TROUPE_OK && i < count; i++) {
+        if (buf[i] != expected(n, i)) {
+            printf("cw: rank %u: all-gather element %zu is %.1f, expected %.1f\n", r, i, buf[i],
+                   expected(n, i));
+            rv = TROUPE_DATA_LOSS;
+        }
+    }
+    if (rv == TROUPE_OK) {
+        printf("cw: rank %u/%u reduce-scatter+all-gather f32 %zu exact, own segment [%zu, %zu)\n", r, n,
+               count, lo, hi);
+    }
+    free(buf);
+    return rv;
+}
+
 int main(void)
 {
     const char *cnt = getenv("CW_COUNT"), *tmo = getenv("CW_TIMEOUT_MS"), *ex = getenv("CW_EXIT");
@@ -103,6 +149,10 @@ int main(void)
     }
     if (reduce_check(c, count, TROUPE_F64, &err) != TROUPE_OK) {
         rc = err.code ? fail("allreduce", &err, t0) : 1;
+        goto out;
+    }
+    if (scatter_gather_check(c, count, &err) != TROUPE_OK) {
+        rc = err.code ? fail("reduce-scatter/all-gather", &err, t0) : 1;
         goto out;
     }
     for (size_t i = 0; i < sizeof(bc); i++) {

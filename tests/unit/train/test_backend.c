@@ -7,6 +7,7 @@
 #include "model.h"
 #include "rng.h"
 #include "train_test.h"
+#include "zero.h"
 
 enum { TB = 2, TT = 5 };
 
@@ -284,6 +285,87 @@ static void init_threads_bit_identical(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The shard map: over the ranks, every piece element is held exactly once
+ * and every tail element by every rank; a rank's runs pack its shard
+ * without gaps; the pieces are equal (the collectives need it). */
+static void zero_map_covers(void **state)
+{
+    const tr_zero_range ranges[] = {{0, 7}, {7, 2}, {9, 0}, {9, 4099}, {4108, 96}};
+    const int nr = (int)(sizeof(ranges) / sizeof(ranges[0]));
+    int count[4204];
+    tr_err err = {0};
+    (void)state;
+
+    for (int size = 1; size <= 4; size++) {
+        memset(count, 0, sizeof(count));
+        for (int r = 0; r < size; r++) {
+            tr_zero_map m;
+            size_t packed = 0;
+            TR_ASSERT_OK(tr_zero_map_init(&m, ranges, nr, r, size, &err), &err);
+            for (int k = 0; k < m.nruns; k++) {
+                assert_true(m.runs[k].soff == packed);
+                packed += m.runs[k].len;
+                for (size_t j = m.runs[k].off; j < m.runs[k].off + m.runs[k].len; j++) {
+                    count[j]++;
+                }
+            }
+            assert_true(packed == m.shard);
+            tr_zero_map_fini(&m);
+        }
+        for (int i = 0; i < nr; i++) {
+            size_t even = ranges[i].len / (size_t)size * (size_t)size;
+            for (size_t j = 0; j < ranges[i].len; j++) {
+                assert_int_equal(count[ranges[i].off + j], j < even ? 1 : size);
+            }
+        }
+    }
+    TR_ASSERT_FAILS(tr_zero_map_init(&(tr_zero_map){0}, ranges, nr, 2, 2, &err), TROUPE_INVALID_ARGUMENT,
+                    &err, "rank 2 of 2");
+}
+
+/* ZeRO-1's point: AdamW's m and v per rank fall to about 1/N. The CPU
+ * backend's allocation tally (mem_stats) with dp.zero 1 at N ranks is the
+ * unsharded one less 2 x (num_params - shard) floats, and the shard is
+ * num_params / N plus fewer than N elements per tensor. */
+static void zero_optimizer_memory(void **state)
+{
+    const tr_model_config m = {
+        .layers = 4, .width = 64, .heads = 4, .seq_len = 32, .vocab = 500, .padded_vocab = 512};
+    tr_backend_opts o = {.micro_batch = 2, .dp_size = 1};
+    tr_backend *b = NULL;
+    tr_mem_stats plain, sharded;
+    tr_err err = {0};
+    (void)state;
+
+    TR_ASSERT_OK(tr_backend_cpu_create(&m, &o, &b, &err), &err);
+    b->ops->mem_stats(b, &plain);
+    size_t n = b->num_params;
+    b->ops->destroy(b);
+    for (int size = 2; size <= 4; size++) {
+        uint64_t opt_total = 0;
+        for (int r = 0; r < size; r++) {
+            o = (tr_backend_opts){.micro_batch = 2, .dp_zero = 1, .dp_rank = r, .dp_size = size};
+            TR_ASSERT_OK(tr_backend_cpu_create(&m, &o, &b, &err), &err);
+            b->ops->mem_stats(b, &sharded);
+            b->ops->destroy(b);
+            uint64_t saved = plain.in_use_bytes - sharded.in_use_bytes;
+            uint64_t opt = 2 * n * sizeof(float) - saved; /* this rank's m and v */
+            assert_true(opt >= 2 * (n / (size_t)size) * sizeof(float));
+            assert_true(opt <= 2 * (n / (size_t)size + (size_t)size * TR_NUM_PARAM_TENSORS) * sizeof(float));
+            opt_total += opt;
+            print_message(
+                "N=%d rank %d: optimiser state %.1f%% of the unsharded one (in use %llu of %llu bytes)\n",
+                size, r, 100.0 * (double)opt / (double)(2 * n * sizeof(float)),
+                (unsigned long long)sharded.in_use_bytes, (unsigned long long)plain.in_use_bytes);
+        }
+        /* over the ranks: the whole state once, plus the tails each rank repeats */
+        assert_true(opt_total >= 2 * n * sizeof(float));
+        assert_true(opt_total <= 2 * (n + (size_t)size * size * TR_NUM_PARAM_TENSORS) * sizeof(float));
+    }
+    o = (tr_backend_opts){.micro_batch = 2, .dp_zero = 1, .dp_rank = 3, .dp_size = 3};
+    TR_ASSERT_FAILS(tr_backend_cpu_create(&m, &o, &b, &err), TROUPE_INVALID_ARGUMENT, &err, "rank 3 of 3");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +375,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(accumulation_matches_full_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_batch_rejected, setup, teardown),
         cmocka_unit_test(init_threads_bit_identical),
+        cmocka_unit_test(zero_map_covers),
+        cmocka_unit_test(zero_optimizer_memory),
     };
     return TR_TEST_MAIN("unit.train.backend", tests, argc, argv);
 }

@@ -82,6 +82,9 @@ static void config_bad_enums(void **state)
                     "device must be auto, cpu or cuda, got 'tpu'");
     TR_ASSERT_FAILS(load(f, "device: cpu\nrefit: {path: gpu}\n", &err), TROUPE_INVALID_ARGUMENT, &err,
                     "refit.path must be auto, host or device, got 'gpu'");
+    /* dp.zero: the ZeRO stage, 0 or 1 (stages 2 and 3 do not exist here) */
+    TR_ASSERT_FAILS(load(f, "data: {path: x}\ndp: {zero: 2}\n", &err), TROUPE_OUT_OF_RANGE, &err,
+                    "bad.yaml:2:12: dp.zero: 2 is out of range [0, 1]");
 }
 
 static void config_missing_data_path(void **state)

@@ -82,8 +82,46 @@ static void t_close(tr_comm *c, int failed)
     (void)failed;
 }
 
-static const tr_comm_ops t_ops = {"test", t_allreduce, t_broadcast, t_barrier, NULL,
-                                  NULL,   t_close,     NULL,        NULL,      NULL};
+/* reduce-scatter: the sums of t_allreduce, kept in this rank's segment only
+ * (the rest is made garbage, as a real one leaves scratch there) */
+static int t_reduce_scatter(tr_comm *c, float *buf, size_t count, tr_comm_op op, tr_err *err)
+{
+    size_t per = count / (size_t)c->size;
+    float *keep = malloc((per ? per : 1) * sizeof(float));
+    int rv;
+
+    if (keep == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "test comm: no memory");
+    }
+    rv = t_allreduce(c, buf, count, op, err);
+    memcpy(keep, buf + per * (size_t)c->rank, per * sizeof(float));
+    for (size_t i = 0; i < count; i++) {
+        buf[i] = NAN;
+    }
+    memcpy(buf + per * (size_t)c->rank, keep, per * sizeof(float));
+    free(keep);
+    return rv;
+}
+
+static int t_allgather(tr_comm *c, float *buf, size_t count, tr_err *err)
+{
+    shared *s = ((tcomm *)c)->s;
+    size_t per = count / (size_t)c->size;
+    (void)err;
+    s->slots[c->rank] = buf;
+    pthread_barrier_wait(&s->bar);
+    for (int r = 0; r < s->size; r++) {
+        if (r != c->rank) {
+            memcpy(buf + per * (size_t)r, s->slots[r] + per * (size_t)r, per * sizeof(float));
+        }
+    }
+    pthread_barrier_wait(&s->bar);
+    return TROUPE_OK;
+}
+
+static const tr_comm_ops t_ops = {
+    "test", t_allreduce, t_broadcast, t_barrier,        NULL,        NULL, t_close,
+    NULL,   NULL,        NULL,        t_reduce_scatter, t_allgather, NULL, NULL};
 
 /* The same with broadcast_device: "device memory" is host memory here, so
  * the refit's device path runs through refit.c exactly as on NCCL. */
@@ -93,7 +131,8 @@ static int t_broadcast_device(tr_comm *c, void *buf, size_t count, tr_comm_dtype
 }
 
 static const tr_comm_ops t_dev_ops = {"test-device", t_allreduce, t_broadcast, t_barrier, NULL,
-                                      NULL,          t_close,     NULL,        NULL,      t_broadcast_device};
+                                      NULL,          t_close,     NULL,        NULL,      t_broadcast_device,
+                                      NULL,          NULL,        NULL,        NULL};
 
 /* ---- fixture ----------------------------------------------------------------- */
 
@@ -341,6 +380,123 @@ static void dp_threads_resume(void **state)
                     "1 other rank could not find its data position");
 }
 
+/* ---- ZeRO-1 -------------------------------------------------------------------- */
+
+static int64_t zero_setting;
+
+static void with_zero(int rank, tr_train_config *cfg)
+{
+    (void)rank;
+    cfg->dp_zero = zero_setting;
+}
+
+/* run_zero runs n ranks with dp.zero z and micro-batch B. */
+static void run_zero(fixture *f, int n, int B, int64_t z, int stop_after, rank_run *runs)
+{
+    f->cfg.micro_batch = B;
+    zero_setting = z;
+    tweak = with_zero;
+    run_ranks(f, n, stop_after, runs);
+    tweak = NULL;
+}
+
+static void copy_record(const rank_run *run, record *out)
+{
+    *out = run->rec;
+}
+
+/* dp.zero 1 follows dp.zero 0's curve at 2 and 3 ranks (the 3-rank shards
+ * are uneven: tensors whose size is not a multiple of 3 leave a tail every
+ * rank updates): loss, norm, validation within the DP tests' 1e-5, every
+ * rank identical to rank 0. Clipping is active, so the sharded norm counts. */
+static void dp_zero_matches_dp(void **state)
+{
+    fixture *f = *state;
+    rank_run plain[MAX_RANKS], zero[MAX_RANKS];
+    int uneven = 0;
+
+    for (int n = 2; n <= 3; n++) {
+        char what[64];
+        record ref;
+        run_zero(f, n, 2, 0, 0, plain);
+        run_zero(f, n, 2, 1, 0, zero);
+        for (int r = 0; r < n; r++) {
+            TR_ASSERT_OK(plain[r].rv, &plain[r].err);
+            TR_ASSERT_OK(zero[r].rv, &zero[r].err);
+            assert_int_equal(zero[r].rec.n, f->cfg.steps);
+        }
+        copy_record(&plain[0], &ref);
+        snprintf(what, sizeof(what), "dp.zero 1 vs 0 at N=%d", n);
+        expect_curve(&ref, 0, zero, n, 1e-5, what);
+    }
+    {
+        /* the model of this fixture does have tensors with tails at 3 ranks */
+        tr_model_config m = {
+            .layers = 2, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64, .padded_vocab = 128};
+        size_t sizes[TR_NUM_PARAM_TENSORS];
+        tr_model_param_sizes(&m, sizes);
+        for (int i = 0; i < TR_NUM_PARAM_TENSORS; i++) {
+            uneven += sizes[i] % 3 != 0;
+        }
+        assert_true(uneven > 0);
+    }
+}
+
+/* expect_resumed: runs (resumed at step 6) continue ref's curve. */
+static void expect_resumed(const record *ref, rank_run *runs, int n, const char *what)
+{
+    for (int r = 0; r < n; r++) {
+        TR_ASSERT_OK(runs[r].rv, &runs[r].err);
+        assert_int_equal(runs[r].rec.n, 6);
+    }
+    expect_curve(ref, 6, runs, n, 1e-5, what);
+}
+
+/* A checkpoint written by 2 ZeRO-1 ranks (micro-batch 3) resumes on 3
+ * plain ranks (micro-batch 2: the same global batch) and the curve goes on
+ * as if unbroken; and the other way round. The file holds the whole state:
+ * a rank resuming with only its own shard of m and v would leave the rest
+ * zero and leave the curve. */
+static void dp_zero_checkpoint_across(void **state)
+{
+    fixture *f = *state;
+    rank_run full[3], first[3], second[3];
+    record ref;
+    tr_err err = {0};
+    char dir2[160];
+
+    f->cfg.steps = 12;
+    f->cfg.checkpoint_every = 3;
+    run_zero(f, 2, 3, 0, 0, full);
+    TR_ASSERT_OK(full[0].rv, &full[0].err);
+    copy_record(&full[0], &ref);
+    assert_int_equal(ref.n, 12);
+
+    TR_ASSERT_OK(tr_cfg_set(tr_train_config_table, &f->cfg, "checkpoint.dir", f->ckdir, "test", &err), &err);
+    run_zero(f, 2, 3, 1, 6, first);
+    for (int r = 0; r < 2; r++) {
+        TR_ASSERT_FAILS(first[r].rv, TROUPE_CANCELLED, &first[r].err, "after step 6");
+    }
+    run_zero(f, 3, 2, 0, 0, second);
+    expect_resumed(&ref, second, 3, "zero 1 at 2 ranks -> zero 0 at 3 ranks");
+
+    snprintf(dir2, sizeof(dir2), "%s/ck2", f->dir);
+    TR_ASSERT_OK(tr_cfg_set(tr_train_config_table, &f->cfg, "checkpoint.dir", dir2, "test", &err), &err);
+    run_zero(f, 3, 2, 0, 6, first);
+    for (int r = 0; r < 3; r++) {
+        TR_ASSERT_FAILS(first[r].rv, TROUPE_CANCELLED, &first[r].err, "after step 6");
+    }
+    run_zero(f, 2, 3, 1, 0, second);
+    expect_resumed(&ref, second, 2, "zero 0 at 3 ranks -> zero 1 at 2 ranks");
+
+    /* and ZeRO-1 to ZeRO-1 on another world size */
+    snprintf(dir2, sizeof(dir2), "%s/ck3", f->dir);
+    TR_ASSERT_OK(tr_cfg_set(tr_train_config_table, &f->cfg, "checkpoint.dir", dir2, "test", &err), &err);
+    run_zero(f, 3, 2, 1, 6, first);
+    run_zero(f, 2, 3, 1, 0, second);
+    expect_resumed(&ref, second, 2, "zero 1 at 3 ranks -> zero 1 at 2 ranks");
+}
+
 static char other_data[128];
 
 static void rank1_bigger_batch(int rank, tr_train_config *cfg)
@@ -485,6 +641,16 @@ static void dp_position_file(void **state)
                     "world size 4 and micro-batch 8, this one has 3 and 8");
     TR_ASSERT_FAILS(tr_dp_pos_read(f->dir, 1, 4, 8, 40, &rng, &err), TROUPE_NOT_FOUND, &err,
                     "data-rank-1.pos");
+    /* another world size with the same global batch: rank 0's file serves
+     * every rank (all advance one sampler); another global batch does not */
+    TR_ASSERT_OK(tr_dp_pos_write(f->dir, 0, 4, 8, 40, 0x5eed, 20, 78, &err), &err);
+    rng = 0;
+    TR_ASSERT_OK(tr_dp_pos_read(f->dir, 5, 8, 4, 40, &rng, &err), &err);
+    assert_true(rng == 0x5eed);
+    TR_ASSERT_OK(tr_dp_pos_read(f->dir, 2, 2, 16, 20, &rng, &err), &err);
+    assert_true(rng == 78);
+    TR_ASSERT_FAILS(tr_dp_pos_read(f->dir, 2, 3, 8, 40, &rng, &err), TROUPE_FAILED_PRECONDITION, &err,
+                    "world size 4 and micro-batch 8, this one has 3 and 8");
     tr_dp_pos_path(f->dir, 3, path, sizeof(path));
     assert_non_null(fp = fopen(path, "w"));
     fputs("troupe-train data position 1\nrank 3\nworld_size x\n", fp);
@@ -1041,6 +1207,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(dp_threads_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(dp_position_file, setup, teardown),
         cmocka_unit_test_setup_teardown(dp_settings_must_match, setup, teardown),
+        cmocka_unit_test_setup_teardown(dp_zero_matches_dp, setup, teardown),
+        cmocka_unit_test_setup_teardown(dp_zero_checkpoint_across, setup, teardown),
         cmocka_unit_test(dp_params_hash),
         cmocka_unit_test(dp_same_params_checked),
         cmocka_unit_test_setup_teardown(refit_threads, setup, teardown),

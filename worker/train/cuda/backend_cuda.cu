@@ -88,12 +88,16 @@ static int alloc_params(cu_backend *cb, tr_err *err)
         TR_CU_TRY(cudaMemsetAsync(cb->params, 0, n * sizeof(bf16), cb->s));
     }
     ALLOC(cb->grads, n * sizeof(float));
-    ALLOC(cb->m, n * sizeof(float));
-    ALLOC(cb->v, n * sizeof(float));
+    /* AdamW's moments: this rank's shard only with dp.zero 1 */
+    ALLOC(cb->m, cb->zmap.shard * sizeof(float));
+    ALLOC(cb->v, cb->zmap.shard * sizeof(float));
     TR_CU_TRY(cudaMemsetAsync(cb->master, 0, n * sizeof(float), cb->s));
     TR_CU_TRY(cudaMemsetAsync(cb->grads, 0, n * sizeof(float), cb->s));
-    TR_CU_TRY(cudaMemsetAsync(cb->m, 0, n * sizeof(float), cb->s));
-    TR_CU_TRY(cudaMemsetAsync(cb->v, 0, n * sizeof(float), cb->s));
+    TR_CU_TRY(cudaMemsetAsync(cb->m, 0, cb->zmap.shard * sizeof(float), cb->s));
+    TR_CU_TRY(cudaMemsetAsync(cb->v, 0, cb->zmap.shard * sizeof(float), cb->s));
+    if (cb->base.opts.dp_zero) {
+        TR_TRY(tr_cu_zero_alloc(cb, err));
+    }
 out:
     return rv;
 }
@@ -237,6 +241,7 @@ extern "C" int tr_backend_cuda_create(const tr_model_config *cfg, const tr_backe
     }
     TR_TRY(tr_cu_gemm_create(&cb->gemm, cb->s, err));
     cb->in_use += tr_cu_gemm_device_bytes(cb->gemm);
+    TR_TRY(tr_cu_dp_plan(cb, err));
     TR_TRY(alloc_params(cb, err));
     TR_TRY(alloc_activations(cb, err));
     TR_CU_TRY(cudaStreamSynchronize(cb->s));
@@ -265,6 +270,7 @@ static int cuda_set_params(tr_backend *b, const float *params, tr_err *err)
     if (cb->bf16) {
         TR_CU_TRY(tr_cu_convert((bf16 *)cb->params, cb->master, n, cb->s));
     }
+    cb->master_stale = 0;
     TR_CU_TRY(cudaStreamSynchronize(cb->s)); /* the caller may free params on return */
 out:
     return rv;
@@ -283,7 +289,13 @@ out:
 static int cuda_get_params(tr_backend *b, float *params, tr_err *err)
 {
     cu_backend *cb = (cu_backend *)b;
-    return copy_out(cb, params, cb->master, b->num_params, err);
+    int rv = tr_cu_master_current(cb, "get_params", err);
+    return rv != TROUPE_OK ? rv : copy_out(cb, params, cb->master, b->num_params, err);
+}
+
+static int cuda_gather_params(tr_backend *b, tr_comm *c, tr_err *err)
+{
+    return tr_cu_zero_gather_master((cu_backend *)b, c, err);
 }
 
 /* zero_tensors queues a memset of the gradients of the tensors with
@@ -331,8 +343,17 @@ static int cuda_get_grads(tr_backend *b, float *grads, tr_err *err)
 static int cuda_get_opt_state(tr_backend *b, float *m, float *v, tr_err *err)
 {
     cu_backend *cb = (cu_backend *)b;
+    if (b->opts.dp_zero) {
+        return tr_cu_zero_get_opt(cb, m, v, err);
+    }
     int rv = copy_out(cb, m, cb->m, b->num_params, err);
     return rv != TROUPE_OK ? rv : copy_out(cb, v, cb->v, b->num_params, err);
+}
+
+static int cuda_gather_opt_state(tr_backend *b, tr_comm *c, float *m, float *v, tr_err *err)
+{
+    cu_backend *cb = (cu_backend *)b;
+    return b->opts.dp_zero ? tr_cu_zero_gather_opt(cb, c, m, v, err) : cuda_get_opt_state(b, m, v, err);
 }
 
 static int cuda_set_opt_state(tr_backend *b, const float *m, const float *v, tr_err *err)
@@ -340,6 +361,9 @@ static int cuda_set_opt_state(tr_backend *b, const float *m, const float *v, tr_
     int rv = TROUPE_OK;
     cu_backend *cb = (cu_backend *)b;
     size_t bytes = b->num_params * sizeof(float);
+    if (b->opts.dp_zero) {
+        return tr_cu_zero_set_opt(cb, m, v, err);
+    }
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(cudaMemcpyAsync(cb->m, m, bytes, cudaMemcpyHostToDevice, cb->s));
     TR_CU_TRY(cudaMemcpyAsync(cb->v, v, bytes, cudaMemcpyHostToDevice, cb->s));
@@ -424,6 +448,9 @@ static int cuda_grad_norm(tr_backend *b, float *norm, tr_err *err)
     cu_backend *cb = (cu_backend *)b;
     TR_TRY(flush_zero(cb, err));
     TR_CU_TRY(cudaSetDevice(cb->dev));
+    if (b->opts.dp_zero) {
+        return tr_cu_zero_norm(cb, norm, err);
+    }
     TR_CU_TRY(tr_cu_sumsq(cb->norm_dev, cb->norm_partial, cb->grads, b->num_params, cb->s));
     TR_CU_TRY(cudaMemcpyAsync(cb->h_scalar, cb->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, cb->s));
     TR_CU_TRY(cudaStreamSynchronize(cb->s));
@@ -453,7 +480,9 @@ static int cuda_adamw_update(tr_backend *b, const tr_adamw *opt, tr_err *err)
     TR_TRY(flush_zero(cb, err));
     TR_CU_TRY(cudaSetDevice(cb->dev));
     TR_CU_TRY(cudaEventRecord(cb->ev[3], cb->s));
-    if (cb->bf16) {
+    if (b->opts.dp_zero) {
+        TR_TRY(tr_cu_zero_adamw(cb, &a, err)); /* the shard, then the all-gather of the weights */
+    } else if (cb->bf16) {
         TR_CU_TRY(
             tr_cu_adamw((bf16 *)cb->params, cb->master, cb->grads, cb->m, cb->v, b->num_params, &a, cb->s));
     } else {
@@ -536,6 +565,7 @@ extern const tr_backend_ops tr_cu_ops = {
     cuda_get_grads,  cuda_adamw_update,     cuda_get_opt_state, cuda_set_opt_state,
     cuda_mem_stats,  cuda_phase_times,      cuda_sync,          cuda_allreduce_grads,
     cuda_allreduce_start, tr_cu_refit_params,  tr_cu_refit_taken,  tr_cu_refit_hash,
+    cuda_gather_opt_state, cuda_gather_params,
 };
 
 /* ---- train_cuda.h extras ---------------------------------------------------- */

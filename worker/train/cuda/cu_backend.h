@@ -17,6 +17,7 @@
 extern "C" {
 #include "backend.h"
 #include "model.h"
+#include "zero.h"
 }
 
 #define TR_CU_MAX_ALLOCS 1024
@@ -80,6 +81,24 @@ typedef struct cu_backend {
     tr_comm *dp_comm;
     int dp_armed, dp_issued;
     cudaEvent_t *ev_layer; /* L + 1 */
+    /* The bucket plan (dp_cuda.cu, built at create): the slices of the flat
+     * gradient vector in the order they are reduced, bucket b being slices
+     * [plan_first[b], plan_first[b+1]) queued behind ev_layer[plan_ev[b]]. */
+    tr_zero_range *plan_sl;
+    int plan_nsl, plan_nb;
+    int *plan_first, *plan_ev;
+    /* ZeRO-1 (opts.dp_zero, dp_cuda.cu): zmap's ranges are the plan's
+     * slices; m and v hold zmap.shard elements, zruns_dev is the runs table
+     * for the kernels; zcomm is the communicator of this step's
+     * allreduce_grads, which the norm and the update use. */
+    tr_zero_map zmap;
+    void *zruns_dev;
+    tr_comm *zcomm;
+    /* in bf16 precision only the bf16 copy is all-gathered after a step:
+     * the master is then current on this rank's shard only, until
+     * tr_cu_zero_gather_master (get_params and the refit refuse it) */
+    int master_stale;
+    cudaEvent_t ev_updated, ev_gathered;
     int have_fb, have_opt;
     unsigned long long *refit_hash_dev; /* refit_cuda.cu's hash, allocated on first use */
     /* allocation tally, and every device allocation for destroy */
@@ -110,6 +129,23 @@ void tr_cu_dp_destroy(cu_backend *cb);
 int tr_cu_allreduce_start(cu_backend *cb, tr_comm *c, tr_err *err);
 int tr_cu_dp_issue(cu_backend *cb, tr_err *err);
 cudaError_t tr_cu_record(cu_backend *cb, cudaEvent_t ev);
+
+/* ZeRO-1 (dp_cuda.cu). tr_cu_dp_plan builds the bucket plan and, with
+ * opts.dp_zero, the shard map (before alloc_params sizes m and v);
+ * tr_cu_zero_alloc allocates the shard's device buffers. tr_cu_zero_norm
+ * and tr_cu_zero_adamw are grad_norm and the AdamW step (args a) of a
+ * sharded rank; the get/set/gather_opt_state ops of backend.h likewise. */
+int tr_cu_dp_plan(cu_backend *cb, tr_err *err);
+int tr_cu_zero_alloc(cu_backend *cb, tr_err *err);
+int tr_cu_zero_norm(cu_backend *cb, float *norm, tr_err *err);
+int tr_cu_zero_adamw(cu_backend *cb, const tr_cu_adamw_args *a, tr_err *err);
+int tr_cu_zero_get_opt(cu_backend *cb, float *m, float *v, tr_err *err);
+int tr_cu_zero_set_opt(cu_backend *cb, const float *m, const float *v, tr_err *err);
+int tr_cu_zero_gather_opt(cu_backend *cb, tr_comm *c, float *m, float *v, tr_err *err);
+int tr_cu_zero_gather_master(cu_backend *cb, tr_comm *c, tr_err *err);
+/* tr_cu_master_current: FAILED_PRECONDITION naming what when the master is
+ * stale (master_stale). */
+int tr_cu_master_current(const cu_backend *cb, const char *what, tr_err *err);
 
 /* tr_cu_dw_tensor: parameter tensor i's gradient is written whole by a
  * weight-gradient matmul, the first thing of a backward to touch it. */

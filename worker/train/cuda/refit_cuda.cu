@@ -55,6 +55,9 @@ static int vec(cu_backend *cb, tr_comm_dtype dtype, void **dev, tr_err *err)
         return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
                           "cuda backend: a bf16 refit needs train.precision bf16 (this backend is fp32)");
     }
+    if (dtype == TR_COMM_F32 && cb->master_stale) {
+        return tr_cu_master_current(cb, "an fp32 refit", err);
+    }
     *dev = dtype == TR_COMM_BF16 ? cb->params : (void *)cb->master;
     return TROUPE_OK;
 }
@@ -89,6 +92,7 @@ int tr_cu_refit_taken(tr_backend *b, tr_comm_dtype dtype, tr_err *err)
     } else if (dtype == TR_COMM_F32 && cb->bf16) {
         TR_CU_TRY(tr_cu_convert((bf16 *)cb->params, cb->master, n, cb->s));
     }
+    cb->master_stale = 0; /* the whole vector was written */
     TR_CU_TRY(cudaStreamSynchronize(cb->s));
 out:
     return rv;
