@@ -124,6 +124,35 @@ TROUPE_API troupe_status troupe_worker_await_membership(troupe_worker_ctx *w, ui
     return finish(err, &e, TROUPE_OK);
 }
 
+TROUPE_API troupe_status troupe_worker_membership(troupe_worker_ctx *w, troupe_comm_info *info, troupe_error *err)
+{
+    tr_err e = {0};
+    int known, removed;
+
+    if (info == NULL || w == NULL) {
+        return finish(err, &e, tr_err_set(&e, TROUPE_INVALID_ARGUMENT, "%s is NULL", w ? "info" : "w"));
+    }
+    pthread_mutex_lock(&w->mu);
+    known = w->member_known;
+    removed = w->member_removed;
+    *info = w->member;
+    pthread_mutex_unlock(&w->mu);
+    if (!known) {
+        memset(info, 0, sizeof(*info));
+        return finish(err, &e,
+                      tr_err_set(&e, TROUPE_NOT_FOUND,
+                                 "no membership known for group %s (not elastic, or the control poll has not "
+                                 "answered yet)",
+                                 w->group));
+    }
+    if (removed) {
+        return finish(err, &e,
+                      tr_err_set(&e, TROUPE_FAILED_PRECONDITION, "worker %s is no longer a member of group %s",
+                                 w->worker, w->group));
+    }
+    return finish(err, &e, TROUPE_OK);
+}
+
 TROUPE_API void troupe_coll_abort(troupe_coll *c)
 {
     tr_coll_abort(c);

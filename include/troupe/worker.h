@@ -508,6 +508,15 @@ TROUPE_API void troupe_coll_abort(troupe_coll *c);
 TROUPE_API troupe_status troupe_worker_await_membership(troupe_worker_ctx *w, uint32_t after_epoch, uint32_t wait_ms,
                                                         troupe_comm_info *info, troupe_error *err);
 
+/* troupe_worker_membership: the membership the control poll last told
+ * (local, no network): for a check at each step boundary, where a group that
+ * grew back shows a newer epoch while the old ring still works (the members
+ * then abort it and meet the replacement in the new epoch). NOT_FOUND when
+ * none is known (the group is not elastic, or the first poll has not been
+ * answered; not with opts.no_control), FAILED_PRECONDITION when this worker
+ * was taken out. Thread-safe. */
+TROUPE_API troupe_status troupe_worker_membership(troupe_worker_ctx *w, troupe_comm_info *info, troupe_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,7 +14,18 @@
  * when the epoch they know moves on.
  *
  * Below min_workers nothing here changes: the restart rules apply (a group
- * restart makes the group whole again, tr_elastic_reset). */
+ * restart makes the group whole again, tr_elastic_reset).
+ *
+ * Growing back (tr_elastic_grow, each reaper tick): a removed worker runs
+ * again in its own slot once it has ended, its node is ALIVE and takes work,
+ * and restart_backoff_ms passed since it ended, while the group has fewer
+ * than max_workers members. It gets a new attempt (a new credential, a new
+ * run for its agent) above every attempt the job issued; the group moves to
+ * a new epoch with a GREW change. The survivors hear of it through the
+ * control poll and meet the replacement in the new epoch at their next step
+ * boundary, where it takes the state from one of them. A slot on a node
+ * that is gone is not grown back (the job keeps that node's reservation
+ * only until it ends; placing a replacement elsewhere is not done). */
 #include "elastic.h"
 
 #include <signal.h>
@@ -22,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "head_node.h"
 #include "log.h"
 #include "util.h"
 
@@ -261,6 +273,101 @@ int tr_elastic_shrink_lost(tr_head *h, tr_head_job *hj, uint64_t node_id)
         }
     }
     return any;
+}
+
+uint32_t tr_elastic_next_attempt(const tr_head_job *hj)
+{
+    uint32_t a = hj->j->restarts;
+    return hj->j->grow_attempt >= a && hj->j->grow_attempt > 0 ? hj->j->grow_attempt + 1 : a;
+}
+
+/* can_grow: removed worker w may run again now. */
+static int can_grow(tr_head *h, const tr_head_job *hj, const Troupe__V1__WorkerInfo *w, int64_t wall)
+{
+    const Troupe__V1__ElasticSpec *es = tr_elastic_spec(hj->j, w->group);
+    const Troupe__V1__GroupInfo *gi = tr_elastic_group(hj->j, w->group);
+    tr_head_node *hn;
+
+    if (!w->removed || es == NULL || gi == NULL || gi->world_size >= es->max_workers ||
+        w->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING || w->state == TROUPE__V1__WORKER_STATE__WORKER_PENDING ||
+        wall < w->ended_ms + h->cfg.restart_backoff_ms) {
+        return 0;
+    }
+    for (size_t i = 0; i < hj->j->n_restart_groups; i++) {
+        if (strcmp(hj->j->restart_groups[i], w->group) == 0) {
+            return 0; /* the group restarts whole anyway */
+        }
+    }
+    hn = tr_head_node_find(h, w->node_id);
+    return hn != NULL && hn->n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE && !hn->n->draining &&
+           hn->n->fenced_workers == 0;
+}
+
+static void grow_one(tr_head *h, tr_head_job *hj, size_t idx)
+{
+    Troupe__V1__Job *j = hj->j;
+    Troupe__V1__WorkerInfo *w = j->workers[idx];
+    Troupe__V1__GroupInfo *gi = tr_elastic_group(j, w->group);
+    Troupe__V1__MembershipChange *c = calloc(1, sizeof(*c));
+    uint64_t step = h->group_step != NULL ? h->group_step(h, hj, w->group, h->group_step_arg) : 0;
+    uint32_t from = gi->world_size, attempt = 0;
+    tr_head_node *hn;
+    char text[1024], at[48] = "";
+
+    for (size_t i = 0; i < j->n_workers; i++) {
+        attempt = j->workers[i]->attempt > attempt ? j->workers[i]->attempt : attempt;
+    }
+    attempt = (attempt > j->grow_attempt ? attempt : j->grow_attempt) + 1;
+    j->grow_attempt = attempt;
+    w->removed = 0;
+    w->attempt = attempt;
+    w->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
+    w->exit_code = w->signal = 0;
+    w->pid = 0;
+    w->started_ms = w->ended_ms = 0;
+    tr_jobs_set_str(&w->message, "");
+    gi->world_size = renumber(j, w->group);
+    gi->membership_changes++;
+    if (step > 0) {
+        snprintf(at, sizeof(at), " at step %llu", (unsigned long long)step);
+    }
+    snprintf(text, sizeof(text), "GREW %s %u -> %u%s: rank %u (%s on %s) started again, attempt %u; epoch %u",
+             w->group, from, gi->world_size, at, w->member_rank, w->name, w->node_name[0] ? w->node_name : "?",
+             attempt, tr_elastic_epoch(j, w->group));
+    if (c != NULL) {
+        troupe__v1__membership_change__init(c);
+        c->ts_ms = tr_wall_ms();
+        tr_jobs_set_str(&c->group, w->group);
+        tr_jobs_set_str(&c->kind, "GREW");
+        c->from_size = from;
+        c->to_size = gi->world_size;
+        c->epoch = tr_elastic_epoch(j, w->group);
+        c->step = step;
+        tr_jobs_set_str(&c->worker, w->name);
+        tr_jobs_set_str(&c->text, text);
+        history_add(j, c);
+    }
+    /* Its node runs it again from the version that carries it. */
+    tr_jobs_node_bump(h, w->node_id);
+    if ((hn = tr_head_node_find(h, w->node_id)) != NULL && hj->issued != NULL) {
+        hj->issued[idx] = hn->version;
+    }
+    tr_jobs_note(h, hj, "GREW", text);
+}
+
+void tr_elastic_grow(tr_head *h, tr_head_job *hj)
+{
+    int64_t wall = tr_wall_ms();
+
+    if (hj->j->state != TROUPE__V1__JOB_STATE__JOB_RUNNING || hj->requeue || hj->j->stop_requested ||
+        hj->pl == NULL || hj->j->n_membership == 0) {
+        return;
+    }
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        if (can_grow(h, hj, hj->j->workers[i], wall)) {
+            grow_one(h, hj, i);
+        }
+    }
 }
 
 void tr_elastic_reset(tr_head_job *hj, const char *group)

@@ -29,6 +29,19 @@ int tr_elastic_shrink(tr_head *h, tr_head_job *hj, size_t idx, const char *why);
  * groups is not elastic or would fall below min_workers (nothing changed). */
 int tr_elastic_shrink_lost(tr_head *h, tr_head_job *hj, uint64_t node_id);
 
+/* tr_elastic_next_attempt: the attempt of a restart or re-placement: the
+ * restart count, unless a replacement already had that (then one above it). */
+uint32_t tr_elastic_next_attempt(const tr_head_job *hj);
+
+/* tr_elastic_grow starts replacements for workers its elastic groups shrank
+ * away (from the reaper tick): a removed worker that has ended, whose node is
+ * ALIVE and takes work, restart_backoff_ms after it ended, while its group
+ * has fewer than max_workers members, runs again in its own slot (its GPUs
+ * and CPU share are still the job's) at a new attempt; the group grows (a
+ * new epoch, a GREW change) and the replacement takes the state from a
+ * survivor at the next step boundary. */
+void tr_elastic_grow(tr_head *h, tr_head_job *hj);
+
 /* tr_elastic_reset makes a restarted group whole again (every worker a
  * member at its placed rank); its membership changes are kept, so its
  * epochs never repeat. */

@@ -501,7 +501,7 @@ static Troupe__V1__WorkerInfo *worker_record(tr_head *h, tr_head_job *hj, const 
     wi->node_rank = w->node_rank;
     wi->nnodes = w->nnodes;
     wi->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
-    wi->attempt = hj->j->restarts;
+    wi->attempt = tr_elastic_next_attempt(hj);
     wi->member_rank = w->rank;
     return wi;
 }
@@ -876,13 +876,16 @@ static void restart_group(tr_head *h, tr_head_job *hj, const char *group, const 
 {
     char msg[2400];
 
+    uint32_t attempt;
+
     hj->j->restarts++;
+    attempt = tr_elastic_next_attempt(hj);
     for (size_t i = 0; i < hj->j->n_workers; i++) {
         Troupe__V1__WorkerInfo *w = hj->j->workers[i];
         if (strcmp(w->group, group) != 0) {
             continue;
         }
-        w->attempt = hj->j->restarts;
+        w->attempt = attempt;
         w->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
         w->removed = 0;
         w->member_rank = w->rank;
@@ -1372,6 +1375,7 @@ void tr_jobs_tick(tr_head *h)
             hj->not_before = 0;
             fence_over = 1;
         }
+        tr_elastic_grow(h, hj); /* replacements for ranks an elastic group lost */
     }
     if (fence_over) {
         tr_jobs_schedule(h);

@@ -18,6 +18,12 @@
  * redone with the shards of the new world size. A failure during all this
  * (a second death) starts it over from the next epoch.
  *
+ * Growing back: at each step boundary the rank looks at the membership the
+ * control poll told (troupe_worker_membership); a newer epoch (the head
+ * started a replacement) makes it leave the old ring and meet the others in
+ * the new one, where the same agreement hands the replacement the state. A
+ * replacement starts like any rank: it opens the collective and agrees.
+ *
  * It is also the example of the worker API for elastic groups (README).
  * Prints "ew: ..." lines that the tests read: each completed step, each
  * rebuild with its timings, and the final weights (%.17g).
@@ -166,15 +172,15 @@ static int agree(trainer *t, troupe_error *err)
 
 /* rebuild: after a failed collective, until the ring of a newer epoch stands
  * and the ranks agree, or the membership cannot be had. */
-static int rebuild(trainer *t, const troupe_error *cause, int64_t t_fail)
+static int rebuild(trainer *t, const char *cause, int64_t t_fail)
 {
     troupe_error err = {0};
     int64_t t_agreed = 0, t_open = 0;
     uint32_t from = t->m.size;
     int rv;
 
-    printf("ew: rank %u/%u epoch %u: collective failed at step %llu: %s\n", t->m.rank, t->m.size, t->m.epoch,
-           (unsigned long long)t->done + 1, cause->message);
+    printf("ew: rank %u/%u epoch %u: %s at step %llu\n", t->m.rank, t->m.size, t->m.epoch, cause,
+           (unsigned long long)t->done + 1);
     for (;;) {
         troupe_coll_abort(t->c);
         t->c = NULL;
@@ -255,16 +261,31 @@ int main(void)
         fprintf(stderr, "ew: %s: %s\n", troupe_strerror(rv), err.message);
         return 1;
     }
-    if ((rv = open_coll(&t, &err)) != TROUPE_OK) {
+    if ((rv = open_coll(&t, &err)) != TROUPE_OK || (rv = agree(&t, &err)) != TROUPE_OK) {
         fprintf(stderr, "ew: joining the collective: %s: %s\n", troupe_strerror(rv), err.message);
         troupe_worker_close(t.w);
         return 1;
     }
+    printf("ew: joined rank %u/%u epoch %u at step %llu\n", t.m.rank, t.m.size, t.m.epoch,
+           (unsigned long long)t.done + 1);
     while (t.done < t.steps) {
+        troupe_comm_info now;
+        char cause[640];
+        if (troupe_worker_membership(t.w, &now, NULL) == TROUPE_OK && now.epoch > t.m.epoch) {
+            snprintf(cause, sizeof(cause), "membership moved to epoch %u (%u ranks)", now.epoch, now.size);
+            t_fail = now_ms();
+            redo = 0;
+            if (rebuild(&t, cause, t_fail) != TROUPE_OK) {
+                troupe_worker_close(t.w);
+                return 1;
+            }
+            continue;
+        }
         if ((rv = step(&t, &err)) != TROUPE_OK) {
+            snprintf(cause, sizeof(cause), "collective failed: %s", err.message);
             t_fail = now_ms();
             redo = t.done + 1;
-            if (rebuild(&t, &err, t_fail) != TROUPE_OK) {
+            if (rebuild(&t, cause, t_fail) != TROUPE_OK) {
                 troupe_worker_close(t.w);
                 return 1; /* taken out, or the group failed: the head's rules decide */
             }

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster
 
-id=$(ew_job persist 3 2 100 70)
+id=$(ew_job persist 3 2 2 100 70)
 wait_for 60 "rank 2 of job $id at step 10" logs_grep "$id" "^\[job$id-dp-2\] ew: step 10 "
 kill -9 "$(ew_pid "$id" 2)"
 wait_for 30 "job $id to shrink" bash -c "'$CLI_BIN' -o json job $id | jq -e '.membership | length == 1' >/dev/null"

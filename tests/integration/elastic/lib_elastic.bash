@@ -1,7 +1,8 @@
 # lib_elastic.bash - what the elastic tests share (sourced after lib.sh).
 
-# ew_job NAME WORKERS MIN STEP_MS STEPS [MAX_RESTARTS]: submit a job of one
-# elastic CPU-only group dp of elastic_worker; prints its id.
+# ew_job NAME WORKERS MIN MAX STEP_MS STEPS [MAX_RESTARTS]: submit a job of
+# one elastic CPU-only group dp of elastic_worker; prints its id. MAX below
+# WORKERS keeps the head from growing the group back above it.
 ew_job() {
     cat >"$T/$1.yaml" <<YAML
 name: $1
@@ -11,9 +12,9 @@ groups:
     resources: {gpu: 0, cpu: 0.1}
     strategy: SPREAD
     command: [$ELASTIC_WORKER]
-    env: {EW_STEPS: "$5", EW_STEP_MS: "$4"}
-    elastic: {min_workers: $3}
-restart: {max_restarts: ${6:-0}}
+    env: {EW_STEPS: "$6", EW_STEP_MS: "$5"}
+    elastic: {min_workers: $3, max_workers: $4}
+restart: {max_restarts: ${7:-0}}
 YAML
     submit "$T/$1.yaml"
 }

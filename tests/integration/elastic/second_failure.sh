@@ -9,9 +9,9 @@ source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster
 
-ref=$(ew_job ref 3 1 0 40)
+ref=$(ew_job ref 3 1 1 0 40)
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
-id=$(ew_job twice 3 1 100 40)
+id=$(ew_job twice 3 1 1 100 40)
 wait_for 60 "rank 2 of job $id at step 15" logs_grep "$id" "^\[job$id-dp-2\] ew: step 15 "
 p2=$(ew_pid "$id" 2)
 p1=$(ew_pid "$id" 1)
