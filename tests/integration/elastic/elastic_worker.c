@@ -28,9 +28,13 @@
  * Prints "ew: ..." lines that the tests read: each completed step, each
  * rebuild with its timings, and the final weights (%.17g).
  *
+ * Lines about a change carry "wall MS" (CLOCK_REALTIME), which
+ * bench/elastic reads to time a shrink against the moment of the kill.
+ *
  * Environment: EW_STEPS (40), EW_BATCH (60), EW_DIM (8), EW_STEP_MS (pause
  * after each step, 50), EW_TIMEOUT_MS (each collective's deadline, 10000),
- * EW_WAIT_MS (how long to wait for a new membership, 30000). */
+ * EW_WAIT_MS (how long to wait for a new membership, 30000), EW_LOG_EVERY
+ * (print every Nth step's line, 1). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -48,7 +52,7 @@ typedef struct trainer {
     troupe_worker_ctx *w;
     troupe_coll *c;
     troupe_comm_info m; /* membership now */
-    uint32_t steps, batch, dim, step_ms, timeout_ms, wait_ms;
+    uint32_t steps, batch, dim, step_ms, timeout_ms, wait_ms, log_every;
     uint64_t done; /* steps completed */
     double weights[MAX_DIM];
 } trainer;
@@ -179,8 +183,8 @@ static int rebuild(trainer *t, const char *cause, int64_t t_fail)
     uint32_t from = t->m.size;
     int rv;
 
-    printf("ew: rank %u/%u epoch %u: %s at step %llu\n", t->m.rank, t->m.size, t->m.epoch, cause,
-           (unsigned long long)t->done + 1);
+    printf("ew: rank %u/%u epoch %u: %s at step %llu wall %lld\n", t->m.rank, t->m.size, t->m.epoch, cause,
+           (unsigned long long)t->done + 1, (long long)wall_ms());
     for (;;) {
         troupe_coll_abort(t->c);
         t->c = NULL;
@@ -199,9 +203,9 @@ static int rebuild(trainer *t, const char *cause, int64_t t_fail)
                err.message);
     }
     printf("ew: rebuilt rank %u/%u epoch %u (was %u ranks) at step %llu: agreement %lld ms, rebuild %lld ms, "
-           "sync %lld ms\n",
+           "sync %lld ms wall %lld\n",
            t->m.rank, t->m.size, t->m.epoch, from, (unsigned long long)t->done + 1, (long long)(t_agreed - t_fail),
-           (long long)(t_open - t_agreed), (long long)(now_ms() - t_open));
+           (long long)(t_open - t_agreed), (long long)(now_ms() - t_open), (long long)wall_ms());
     return TROUPE_OK;
 }
 
@@ -231,8 +235,10 @@ static int step(trainer *t, troupe_error *err)
     troupe_step_figures_init(&f);
     f.loss = loss;
     troupe_worker_step_end(t->w, s, &f);
-    printf("ew: step %llu rank %u/%u epoch %u loss %.10f wall %lld\n", (unsigned long long)s, t->m.rank, t->m.size,
-           t->m.epoch, loss, (long long)wall_ms());
+    if (s % t->log_every == 0) {
+        printf("ew: step %llu rank %u/%u epoch %u loss %.10f wall %lld\n", (unsigned long long)s, t->m.rank,
+               t->m.size, t->m.epoch, loss, (long long)wall_ms());
+    }
     fflush(stdout);
     return TROUPE_OK;
 }
@@ -252,6 +258,8 @@ int main(void)
     t.step_ms = env_u32("EW_STEP_MS", 50);
     t.timeout_ms = env_u32("EW_TIMEOUT_MS", 10000);
     t.wait_ms = env_u32("EW_WAIT_MS", 30000);
+    t.log_every = env_u32("EW_LOG_EVERY", 1);
+    t.log_every = t.log_every ? t.log_every : 1;
     if (t.dim == 0 || t.dim > MAX_DIM || t.batch == 0) {
         fprintf(stderr, "ew: EW_DIM must be 1..%d and EW_BATCH > 0\n", MAX_DIM);
         return 2;
@@ -266,15 +274,15 @@ int main(void)
         troupe_worker_close(t.w);
         return 1;
     }
-    printf("ew: joined rank %u/%u epoch %u at step %llu\n", t.m.rank, t.m.size, t.m.epoch,
-           (unsigned long long)t.done + 1);
+    printf("ew: joined rank %u/%u epoch %u at step %llu wall %lld\n", t.m.rank, t.m.size, t.m.epoch,
+           (unsigned long long)t.done + 1, (long long)wall_ms());
     while (t.done < t.steps) {
         troupe_comm_info now;
         char cause[640];
         if (troupe_worker_membership(t.w, &now, NULL) == TROUPE_OK && now.epoch > t.m.epoch) {
             snprintf(cause, sizeof(cause), "membership moved to epoch %u (%u ranks)", now.epoch, now.size);
             t_fail = now_ms();
-            redo = 0;
+            redo = t.done + 1;
             if (rebuild(&t, cause, t_fail) != TROUPE_OK) {
                 troupe_worker_close(t.w);
                 return 1;
@@ -292,8 +300,8 @@ int main(void)
             continue;
         }
         if (redo != 0 && t.done >= redo) {
-            printf("ew: step %llu completed %lld ms after the collective failed\n", (unsigned long long)t.done,
-                   (long long)(now_ms() - t_fail));
+            printf("ew: step %llu completed %lld ms after the change was noticed wall %lld\n",
+                   (unsigned long long)t.done, (long long)(now_ms() - t_fail), (long long)wall_ms());
             redo = 0;
         }
         sleep_ms(t.step_ms);

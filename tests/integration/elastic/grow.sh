@@ -28,9 +28,9 @@ grep -q "GREW dp 2 -> 3 .*rank 2 (job$id-dp-2 on n[abc]) started again, attempt 
     fail "replacement: $(jq '.workers[2]' "$T/job.json")"
 [ "$(jqr .restarts "$T/job.json")" = 0 ] || fail "a restart was used"
 cli logs "$id" >"$T/logs"
-grep -q "^\[job$id-dp-2\] ew: joined rank 2/3 epoch 3 at step [1-9][0-9]*$" "$T/logs" ||
+grep -q "^\[job$id-dp-2\] ew: joined rank 2/3 epoch 3 at step [1-9][0-9]* wall " "$T/logs" ||
     fail "the replacement did not join mid-run: $(grep 'dp-2\] ew: joined' "$T/logs")"
-joined=$(sed -n "s/^\[job$id-dp-2\] ew: joined rank 2\/3 epoch 3 at step //p" "$T/logs")
+joined=$(sed -n "s/^\[job$id-dp-2\] ew: joined rank 2\/3 epoch 3 at step \([0-9]*\) .*/\1/p" "$T/logs")
 [ "$joined" -gt 16 ] || fail "the replacement joined at step $joined, before the loss"
 grep -q "^\[job$id-dp-2\] ew: rank 2 took step $((joined - 1))'s state from rank [01]" "$T/logs" ||
     fail "the replacement did not take the state: $(grep 'dp-2\] ew: rank' "$T/logs")"
