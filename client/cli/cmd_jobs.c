@@ -213,10 +213,10 @@ static void job_table(const troupe_job *j)
         char gpus[128], exitbuf[160];
         tr_cli_gpus_str(w, gpus, sizeof(gpus));
         if (w->state == TROUPE_WORKER_EXITED) {
-            snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d" : "code %d",
-                     w->signal ? w->signal : w->exit_code);
+            snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d%s" : "code %d%s",
+                     w->signal ? w->signal : w->exit_code, w->removed ? " (left its elastic group)" : "");
         } else {
-            snprintf(exitbuf, sizeof(exitbuf), "%s", w->message);
+            snprintf(exitbuf, sizeof(exitbuf), "%s%s", w->message, w->removed ? " (left its elastic group)" : "");
         }
         /* Run time until the process was gone: a stop's grace period counts. */
         double ran = tr_cli_secs(w->started_ms, w->ended_ms ? w->ended_ms : tr_cli_now_ms());

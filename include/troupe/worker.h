@@ -496,7 +496,8 @@ TROUPE_API void troupe_coll_abort(troupe_coll *c);
  * exchanges the last completed step and broadcasts the state of a rank that
  * completed it) and redoes the step in flight with the shards of the new
  * world size. Open the collective with no_fail_report = 1: a peer's death is
- * then not this worker's failure.
+ * then not this worker's failure. Like a restart, a change moves the group's job
+ * store (troupe_worker_store_*) to the new epoch's space, which starts empty.
  *
  * troupe_worker_await_membership waits up to wait_ms (0 = the handle's
  * default) until the worker's own group has an epoch above after_epoch and
