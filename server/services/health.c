@@ -382,7 +382,9 @@ static Troupe__V1__HealthRank *rank_msg(const Troupe__V1__WorkerInfo *w, const t
         troupe__v1__health_rank__free_unpacked(m, NULL);
         return NULL;
     }
-    memcpy(m->gpus, w->gpus, w->n_gpus * sizeof(*m->gpus));
+    if (w->n_gpus > 0) { /* a CPU-only worker has none, and gpus may be NULL */
+        memcpy(m->gpus, w->gpus, w->n_gpus * sizeof(*m->gpus));
+    }
     m->n_gpus = w->n_gpus;
     m->rank = w->rank;
     m->last_step = r->last_step;
