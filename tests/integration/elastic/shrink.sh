@@ -9,7 +9,8 @@
 # history, in -o json too. (max_workers 2: the head does not grow it back.)
 source "$(dirname "$0")/../lib.sh"
 : "${ELASTIC_WORKER:?}"
-start_cluster
+HPORT=$(free_port)
+start_cluster --http "127.0.0.1:$HPORT"
 job() { # job NAME MIN STEP_MS
     cat >"$T/$1.yaml" <<YAML
 name: $1
@@ -49,6 +50,10 @@ grep -q "elastic   dp: members 2/3, epoch 1 (min_workers 2, max_workers 2)" "$T/
 [ "$(jqr '[.workers[] | select(.removed)] | map(.name) | join(",")' "$T/job.json")" = "job$id-dp-2" ] ||
     fail "removed workers: $(jq '[.workers[] | {name, removed, member_rank}]' "$T/job.json")"
 [ "$(jqr '.restarts' "$T/job.json")" = 0 ] || fail "a restart was used"
+# The dashboard's API says the same.
+curl -s -m 10 "http://127.0.0.1:$HPORT/api/jobs/$id" >"$T/api.json"
+[ "$(jqr '"\(.groups[0].members)/\(.groups[0].workers) \(.groups[0].min_workers) \(.membership[0].kind)"' "$T/api.json")" = "2/3 2 SHRUNK" ] ||
+    fail "/api/jobs/$id: $(head -c 2000 "$T/api.json")"
 cli logs "$id" >"$T/logs"
 for r in 0 1; do
     grep -q "^\[job$id-dp-$r\] ew: rebuilt rank $r/2 epoch 1 (was 3 ranks)" "$T/logs" ||
