@@ -621,8 +621,48 @@ static int js_command(js_ctx *c, const yaml_node_t *n, const char *path, Troupe_
     return rv;
 }
 
-static const char *const group_keys[] = {"name",    "workers", "resources", "strategy",
-                                         "command", "env",     "env_style", NULL};
+static const char *const elastic_keys[] = {"min_workers", "max_workers", NULL};
+
+/* js_elastic reads `elastic: {min_workers: K, max_workers: M}` of a group
+ * whose workers were read; the bounds (tr_js_elastic_check) point at the
+ * key they concern. */
+static int js_elastic(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V1__GroupSpec *g)
+{
+    char sub[PATH_LEN];
+    const char *bad = NULL;
+    yaml_node_t *v = NULL;
+    long long k = 0;
+    tr_err e = {0};
+    int rv = js_expect(c, n, path, YAML_MAPPING_NODE, "a mapping with min_workers and max_workers");
+
+    if (rv == TROUPE_OK) {
+        rv = js_check_keys(c, n, path, elastic_keys, "min_workers and max_workers");
+    }
+    if (rv == TROUPE_OK && (g->elastic = malloc(sizeof(*g->elastic))) == NULL) {
+        return js_oom(c);
+    }
+    if (rv != TROUPE_OK) {
+        return rv;
+    }
+    troupe__v1__elastic_spec__init(g->elastic);
+    if ((rv = js_req(c, n, path, "min_workers", &v)) == TROUPE_OK) {
+        rv = js_int(c, v, js_path(sub, path, "min_workers"), 1, TR_JS_MAX_WORKERS, &k);
+        g->elastic->min_workers = (uint32_t)k;
+    }
+    g->elastic->max_workers = g->workers;
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "max_workers")) != NULL) {
+        rv = js_int(c, v, js_path(sub, path, "max_workers"), 1, TR_JS_MAX_WORKERS, &k);
+        g->elastic->max_workers = (uint32_t)k;
+    }
+    if (rv == TROUPE_OK && tr_js_elastic_check(g, &bad, &e) != TROUPE_OK) {
+        const yaml_node_t *at = js_opt(c, n, bad);
+        rv = js_fail(c, at ? at : n, "%s: %s", path, e.msg);
+    }
+    return rv;
+}
+
+static const char *const group_keys[] = {"name", "workers", "resources", "strategy", "command",
+                                         "env",  "env_style", "elastic",  NULL};
 
 /* js_group reads one entry of groups; *name_key is where its name was written
  * (for duplicate-name messages). */
@@ -636,7 +676,7 @@ static int js_group(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V
 
     if (rv == TROUPE_OK) {
         rv = js_check_keys(c, n, path, group_keys,
-                           "name, workers, resources, strategy, command, env or env_style");
+                           "name, workers, resources, strategy, command, env, env_style or elastic");
     }
     if (rv == TROUPE_OK && (rv = js_req(c, n, path, "name", &v)) == TROUPE_OK) {
         js_find(c, n, "name", name_key);
@@ -660,6 +700,9 @@ static int js_group(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V
     }
     if (rv == TROUPE_OK && (v = js_opt(c, n, "env_style")) != NULL) {
         rv = js_env_style(c, v, js_path(sub, path, "env_style"), g);
+    }
+    if (rv == TROUPE_OK && (v = js_opt(c, n, "elastic")) != NULL) {
+        rv = js_elastic(c, v, js_path(sub, path, "elastic"), g);
     }
     return rv;
 }

@@ -94,6 +94,11 @@ int tr_js_nrl_env(const Troupe__V1__JobSpec *spec, const char **bad_key, size_t 
  * seconds ("2.5") into *ms; at most 7 days (jobspec_health.c). */
 int tr_js_duration_parse(const char *s, int64_t *ms, tr_err *err);
 
+/* tr_js_elastic_check checks a group's elastic: (none: OK): 1 <=
+ * min_workers <= max_workers <= workers. *bad_key names the key at fault
+ * ("min_workers" or "max_workers"). */
+int tr_js_elastic_check(const Troupe__V1__GroupSpec *g, const char **bad_key, tr_err *err);
+
 /* tr_js_health_check checks a job's health settings (NULL: none); 0 is "the
  * head's default" for each. *bad_key names the key at fault. */
 int tr_js_health_check(const Troupe__V1__HealthSpec *h, const char **bad_key, tr_err *err);

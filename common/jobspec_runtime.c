@@ -17,6 +17,42 @@ static int has_group(const Troupe__V1__JobSpec *spec, const char *name)
     return 0;
 }
 
+static int is_elastic(const Troupe__V1__JobSpec *spec, const char *name)
+{
+    for (size_t g = 0; g < spec->n_groups; g++) {
+        const Troupe__V1__GroupSpec *gs = spec->groups[g];
+        if (gs != NULL && gs->name != NULL && strcmp(gs->name, name) == 0) {
+            return gs->elastic != NULL;
+        }
+    }
+    return 0;
+}
+
+int tr_js_elastic_check(const Troupe__V1__GroupSpec *g, const char **bad_key, tr_err *err)
+{
+    const Troupe__V1__ElasticSpec *e = g->elastic;
+
+    *bad_key = NULL;
+    if (e == NULL) {
+        return TROUPE_OK;
+    }
+    if (e->min_workers < 1 || e->min_workers > g->workers) {
+        *bad_key = "min_workers";
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "min_workers must be >= 1 and <= workers (%u), got %u: the group goes on while at least "
+                          "min_workers of its ranks run",
+                          g->workers, e->min_workers);
+    }
+    if (e->max_workers < e->min_workers || e->max_workers > g->workers) {
+        *bad_key = "max_workers";
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "max_workers must be >= min_workers (%u) and <= workers (%u), got %u: a group grows "
+                          "back to the size it was placed at, no further",
+                          e->min_workers, g->workers, e->max_workers);
+    }
+    return TROUPE_OK;
+}
+
 static int comm_name_check(const Troupe__V1__JobSpec *spec, size_t i, tr_err *err)
 {
     const Troupe__V1__CommunicatorSpec *c = spec->communicators[i];
@@ -61,6 +97,14 @@ int tr_js_comm_check(const Troupe__V1__JobSpec *spec, size_t i, size_t *bad_grou
         *bad_group = g;
         if (!has_group(spec, name)) {
             return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "communicator %s: no group named '%s'", c->name, name);
+        }
+        if (is_elastic(spec, name)) {
+            /* Its ranks are numbered over every member group: a shrink of one
+             * would renumber the others' ranks too, which no one is told. */
+            return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                              "communicator %s: group %s is elastic; an elastic group is its own communicator "
+                              "only (leave elastic: out of %s, or %s out of the communicator)",
+                              c->name, name, name, name);
         }
         for (size_t k = 0; k < g; k++) {
             if (strcmp(c->groups[k], name) == 0) {

@@ -124,10 +124,15 @@ static int check_command(const Troupe__V1__GroupSpec *g, tr_err *err)
 static int check_group(const Troupe__V1__GroupSpec *g, size_t *env_total, tr_err *err)
 {
     char who[TR_JS_NAME_MAX + 8];
+    const char *bad_key;
 
     if (g->workers < 1 || g->workers > TR_JS_MAX_WORKERS) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "group %s: workers must be >= 1 and <= %d, got %u",
                           g->name, TR_JS_MAX_WORKERS, g->workers);
+    }
+    if (tr_js_elastic_check(g, &bad_key, err) != TROUPE_OK) {
+        tr_err_prefix(err, "group %s: elastic.%s", g->name, bad_key);
+        return TROUPE_INVALID_ARGUMENT;
     }
     if (g->gpus > TR_JS_MAX_GPUS) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT,

@@ -80,8 +80,28 @@ void tr_cli_job_json(FILE *out, const troupe_job *j)
         tr_json_str(out, j->groups[g].name);
         fputs(",\"master_addr\":", out);
         tr_json_str(out, j->groups[g].master_addr);
-        fprintf(out, ",\"master_port\":%u,\"world_size\":%u}", j->groups[g].master_port,
+        fprintf(out, ",\"master_port\":%u,\"world_size\":%u", j->groups[g].master_port,
                 j->groups[g].world_size);
+        if (j->groups[g].min_workers > 0) {
+            fprintf(out, ",\"elastic\":{\"min_workers\":%u,\"max_workers\":%u,\"placed\":%u,\"epoch\":%u}",
+                    j->groups[g].min_workers, j->groups[g].max_workers, j->groups[g].placed_size,
+                    j->groups[g].epoch);
+        }
+        fputc('}', out);
+    }
+    fputs("],\"membership\":[", out);
+    for (size_t m = 0; m < j->n_membership; m++) {
+        const troupe_membership_change *c = &j->membership[m];
+        fprintf(out, "%s{\"ts_ms\":%lld,\"group\":", m ? "," : "", (long long)c->ts_ms);
+        tr_json_str(out, c->group);
+        fputs(",\"kind\":", out);
+        tr_json_str(out, c->kind);
+        fprintf(out, ",\"from\":%u,\"to\":%u,\"epoch\":%u,\"step\":%" PRIu64 ",\"worker\":", c->from_size,
+                c->to_size, c->epoch, c->step);
+        tr_json_str(out, c->worker);
+        fputs(",\"text\":", out);
+        tr_json_str(out, c->text);
+        fputc('}', out);
     }
     fputs("],\"events\":[", out);
     for (size_t e = 0; e < j->n_events; e++) {
@@ -114,7 +134,7 @@ void tr_cli_job_json(FILE *out, const troupe_job *j)
         tr_json_str(out, w->message);
         fputs(",\"nsys_report\":", out);
         tr_json_str(out, w->nsys_report);
-        fputc('}', out);
+        fprintf(out, ",\"removed\":%s,\"member_rank\":%u}", w->removed ? "true" : "false", w->member_rank);
     }
     fputc(']', out);
     tr_cli_runtime_json(out, j);
@@ -158,9 +178,21 @@ static void job_table(const troupe_job *j)
                (double)(j->next_restart_ms - tr_cli_now_ms()) / 1000.0);
     }
     for (size_t g = 0; g < j->n_groups; g++) {
-        printf("group     %s: %u worker%s, MASTER_ADDR=%s MASTER_PORT=%u\n", j->groups[g].name,
-               j->groups[g].world_size, tr_cli_plural(j->groups[g].world_size), j->groups[g].master_addr,
-               j->groups[g].master_port);
+        const troupe_group *gr = &j->groups[g];
+        printf("group     %s: %u worker%s, MASTER_ADDR=%s MASTER_PORT=%u\n", gr->name, gr->world_size,
+               tr_cli_plural(gr->world_size), gr->master_addr, gr->master_port);
+        if (gr->min_workers > 0) {
+            printf("elastic   %s: members %u/%u, epoch %u (min_workers %u, max_workers %u)\n", gr->name,
+                   gr->world_size, gr->placed_size, gr->epoch, gr->min_workers, gr->max_workers);
+        }
+    }
+    if (j->n_membership > 0) {
+        printf("\nmembership\n");
+        for (size_t m = 0; m < j->n_membership; m++) {
+            char when[16], text[1200];
+            tr_cli_time(when, sizeof(when), j->membership[m].ts_ms);
+            printf("  %s  %s\n", when, tr_text_escape(text, sizeof(text), j->membership[m].text));
+        }
     }
     tr_cli_runtime_table(j);
     if (j->n_events > 0) {
@@ -181,10 +213,10 @@ static void job_table(const troupe_job *j)
         char gpus[128], exitbuf[160];
         tr_cli_gpus_str(w, gpus, sizeof(gpus));
         if (w->state == TROUPE_WORKER_EXITED) {
-            snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d" : "code %d",
-                     w->signal ? w->signal : w->exit_code);
+            snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d%s" : "code %d%s",
+                     w->signal ? w->signal : w->exit_code, w->removed ? " (left its elastic group)" : "");
         } else {
-            snprintf(exitbuf, sizeof(exitbuf), "%s", w->message);
+            snprintf(exitbuf, sizeof(exitbuf), "%s%s", w->message, w->removed ? " (left its elastic group)" : "");
         }
         /* Run time until the process was gone: a stop's grace period counts. */
         double ran = tr_cli_secs(w->started_ms, w->ended_ms ? w->ended_ms : tr_cli_now_ms());

@@ -35,7 +35,7 @@ const tr_cli_cmd tr_cli_commands[] = {
      "submitted) (--cursor goes on where a page ended; --all: every job; "
      "-o wide: when it was submitted, started and ended, how long it queued)",
      "--active --state --name --limit --cursor --oldest-first --all", NULL, "table json wide"},
-    {"job", tr_cli_cmd_job, "job ID", "one job: state, reason, groups, per-worker placement and exit codes",
+    {"job", tr_cli_cmd_job, "job ID", "one job: state, reason, groups (an elastic group's members and membership history), per-worker placement and exit codes",
      "", "@jobs", NULL},
     {"logs", tr_cli_cmd_logs, "logs ID [-f [--raw|--live]] [--worker NAME]",
      "print a job's logs; -f follows until it ends (on a terminal the live view of submit; --raw the output)",

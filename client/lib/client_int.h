@@ -37,6 +37,7 @@ typedef struct job_impl {
     troupe_profile profile;
     troupe_failure *failures;
     troupe_job_health *health;
+    troupe_membership_change *membership;
 } job_impl;
 
 /* tr_client_job_view points ji->pub at m (arrays allocated here); -1 when out

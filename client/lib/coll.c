@@ -75,6 +75,7 @@ struct troupe_coll {
     int left_bye; /* the left neighbour's BYE was read */
     troupe_worker_ctx *owner; /* tr_coll_set_owner; NULL without a head */
     int quiet;                /* tr_coll_set_quiet: failures not reported to the head */
+    int aborting;             /* tr_coll_abort: close without the goodbye */
 
     pthread_mutex_t mu; /* the flags below, set by nng's pipe callbacks */
     pthread_cond_t cv;
@@ -861,12 +862,22 @@ int tr_coll_nng_wedged(void)
     return atomic_load(&nng_wedged);
 }
 
+void tr_coll_abort(troupe_coll *c)
+{
+    if (c != NULL) {
+        c->aborting = 1;
+        tr_coll_close(c);
+    }
+}
+
 void tr_coll_close(troupe_coll *c)
 {
     if (c == NULL) {
         return;
     }
-    if (c->size > 1 && c->opened_left && c->opened_right) {
+    /* An abandoned ring says no goodbye: a peer is gone, and waiting for
+     * the others' acknowledgements would only spend the deadline. */
+    if (c->size > 1 && c->opened_left && c->opened_right && !c->aborting) {
         int up;
         pthread_mutex_lock(&c->mu);
         up = c->left_up && c->right_up;

@@ -64,4 +64,9 @@ uint32_t tr_coll_size_of(const troupe_coll *c);
  * no-op. */
 void tr_coll_close(troupe_coll *c);
 
+/* tr_coll_abort closes without the goodbye handshake (a ring already
+ * broken: a peer died); peers still inside an operation fail UNAVAILABLE.
+ * NULL is a no-op. */
+void tr_coll_abort(troupe_coll *c);
+
 #endif

@@ -117,13 +117,28 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
                                 w->started_ms,
                                 w->ended_ms,
                                 w->paused,
-                                w->nsys_report ? w->nsys_report : ""};
+                                w->nsys_report ? w->nsys_report : "",
+                                w->removed,
+                                w->member_rank};
     }
     d->n_groups = gs ? j->n_groups : 0;
     d->groups = gs;
     for (size_t g = 0; gs != NULL && g < j->n_groups; g++) {
-        gs[g] = (troupe_group){j->groups[g]->name, j->groups[g]->master_addr, j->groups[g]->master_port,
-                               j->groups[g]->world_size};
+        const Troupe__V1__GroupSpec *sp = j->spec != NULL && g < j->spec->n_groups ? j->spec->groups[g] : NULL;
+        uint32_t attempt = 0;
+        for (size_t i = 0; i < j->n_workers; i++) {
+            if (strcmp(j->workers[i]->group, j->groups[g]->name) == 0 && j->workers[i]->attempt > attempt) {
+                attempt = j->workers[i]->attempt;
+            }
+        }
+        gs[g] = (troupe_group){j->groups[g]->name,
+                               j->groups[g]->master_addr,
+                               j->groups[g]->master_port,
+                               j->groups[g]->world_size,
+                               sp ? sp->workers : j->groups[g]->world_size,
+                               sp && sp->elastic ? sp->elastic->min_workers : 0,
+                               sp && sp->elastic ? sp->elastic->max_workers : 0,
+                               attempt + j->groups[g]->membership_changes};
     }
 }
 
@@ -161,6 +176,7 @@ void tr_client_job_clear(job_impl *ji)
     free(ji->waits);
     free(ji->failures);
     free(ji->health);
+    free(ji->membership);
 }
 
 TROUPE_API void troupe_job_free(troupe_job *job)

@@ -125,6 +125,7 @@ TROUPE_API troupe_status troupe_worker_open(troupe_worker_ctx **out, const troup
         return finish(err, &e, tr_err_set(&e, TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     }
     pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->member_cv, NULL);
     rv = read_env(w, &e);
     if (rv == TROUPE_OK) {
         rv = read_credential(&cred, &e);
@@ -184,6 +185,7 @@ TROUPE_API void troupe_worker_close(troupe_worker_ctx *w)
     for (size_t i = 0; i < w->n_comms; i++) {
         free(w->comms[i].seqs);
     }
+    pthread_cond_destroy(&w->member_cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
 }

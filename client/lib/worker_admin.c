@@ -39,6 +39,17 @@ int tr_client_job_runtime(job_impl *ji, const Troupe__V1__Job *m)
     ji->pub.n_failures = m->n_failures;
     ji->pub.failures = ji->failures;
     ji->pub.failures_dropped = m->failures_dropped;
+    if ((ji->membership = calloc(m->n_membership + 1, sizeof(*ji->membership))) == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < m->n_membership; i++) {
+        const Troupe__V1__MembershipChange *c = m->membership[i];
+        ji->membership[i] = (troupe_membership_change){c->ts_ms,      str(c->group), str(c->kind),   c->from_size,
+                                                       c->to_size,    c->epoch,      c->step,        str(c->worker),
+                                                       str(c->text)};
+    }
+    ji->pub.n_membership = m->n_membership;
+    ji->pub.membership = ji->membership;
     memset(p, 0, sizeof(*p));
     p->spec_steps = m->spec && m->spec->profile ? str(m->spec->profile->steps) : "";
     p->spec_workers = m->spec && m->spec->profile ? str(m->spec->profile->workers) : "";

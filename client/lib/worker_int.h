@@ -54,6 +54,10 @@ struct troupe_worker_ctx {
     atomic_int stop_requested;
     atomic_uint_fast64_t control_version; /* bumps when control changes */
     tr_wk_control control;
+    /* an elastic group's membership, as the control poll last told it (w->mu) */
+    pthread_cond_t member_cv;
+    int member_known, member_removed;
+    troupe_comm_info member;
 
     /* step path (the stepping thread only) */
     uint64_t seen_version;

@@ -61,6 +61,21 @@ static void apply(troupe_worker_ctx *w, const Troupe__V1__WorkerControlReply *re
     if (rep->stop) {
         atomic_store(&w->stop_requested, 1);
     }
+    if (rep->membership != NULL) {
+        pthread_mutex_lock(&w->mu);
+        w->member.epoch = rep->membership->epoch;
+        w->member.rank = rep->membership->rank;
+        w->member.size = rep->membership->size;
+        w->member_removed = rep->membership->removed;
+        w->member_known = 1;
+        pthread_cond_broadcast(&w->member_cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (rep->stop) {
+        pthread_mutex_lock(&w->mu);
+        pthread_cond_broadcast(&w->member_cv); /* an await_membership ends now */
+        pthread_mutex_unlock(&w->mu);
+    }
     if (pc == NULL || pc->version == 0) {
         return;
     }
@@ -91,7 +106,7 @@ static void *control_main(void *arg)
 {
     troupe_worker_ctx *w = arg;
     uint64_t after = 0;
-    int backoff = 50;
+    int backoff = 50, first = 1;
 
     while (!atomic_load(&w->quit)) {
         Troupe__V1__WorkerControlRequest req = TROUPE__V1__WORKER_CONTROL_REQUEST__INIT;
@@ -103,7 +118,13 @@ static void *control_main(void *arg)
         tr_wk_ref(w, &ref);
         req.from = &ref;
         req.after_version = after;
-        req.wait_ms = POLL_MS;
+        /* The first call is answered at once: an elastic group's member
+         * learns its membership, and later polls name the epoch it knows. */
+        req.wait_ms = first ? 0 : POLL_MS;
+        pthread_mutex_lock(&w->mu);
+        req.knows_membership = w->member_known;
+        req.membership_epoch = w->member.epoch;
+        pthread_mutex_unlock(&w->mu);
         rv = tr_rpc_client_call(w->rpc, "troupe.v1.Head/WorkerControl", &req.base,
                                 &troupe__v1__worker_control_reply__descriptor, (ProtobufCMessage **)&rep,
                                 POLL_MS + POLL_MARGIN_MS, 0, &e);
@@ -111,6 +132,7 @@ static void *control_main(void *arg)
             int stop = rep->stop;
             apply(w, rep);
             after = rep->version;
+            first = 0;
             protobuf_c_message_free_unpacked(&rep->base, NULL);
             if (stop) {
                 break; /* nothing more will come for this attempt */

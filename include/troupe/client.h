@@ -232,14 +232,30 @@ typedef struct troupe_worker {
     int64_t started_ms, ended_ms;
     int paused; /* RUNNING but stopped by a signal (SIGSTOP): shown as PAUSED */
     const char *nsys_report; /* profile: {nsys: true}: the report nsys wrote on its node ("" = none) */
+    int removed;             /* no longer a member of its elastic group (it shrank this worker away) */
+    uint32_t member_rank;    /* its rank in the group's current membership (= rank until it shrinks) */
 } troupe_worker;
 
 typedef struct troupe_group {
     const char *name;
     const char *master_addr;
     uint32_t master_port;
-    uint32_t world_size;
+    uint32_t world_size;  /* ranks now: below placed_size after an elastic group shrank */
+    uint32_t placed_size; /* the group's workers in the spec */
+    uint32_t min_workers, max_workers; /* elastic: {...}; both 0 when the group is not elastic */
+    uint32_t epoch;       /* an elastic group's communicator epoch (attempt + membership changes) */
 } troupe_group;
+
+/* One change of an elastic group's membership, oldest first in troupe_job. */
+typedef struct troupe_membership_change {
+    int64_t ts_ms;
+    const char *group;
+    const char *kind; /* "SHRUNK" or "GREW" */
+    uint32_t from_size, to_size, epoch;
+    uint64_t step;      /* the last step the group reported then (0 = none yet) */
+    const char *worker; /* the worker that left or joined */
+    const char *text;   /* "SHRUNK policy 3 -> 2 at step 20: rank 2 (job7-policy-2 on nb) killed by SIGKILL; epoch 1" */
+} troupe_membership_change;
 
 typedef struct troupe_job_event {
     int64_t ts_ms; /* unix ms */
@@ -272,6 +288,8 @@ typedef struct troupe_job {
     uint32_t failures_dropped; /* older reports no longer kept (the head keeps the latest 32) */
     const struct troupe_job_health *health; /* never NULL in troupe_get_job results and listings */
     const char *owner; /* who submitted it: "user:ID", "admin:ID", "admin"; "" without auth or unknown */
+    size_t n_membership; /* elastic groups' membership changes, oldest first (latest 64); 0 in listings */
+    const troupe_membership_change *membership;
 } troupe_job;
 
 /* ---- built-in trace (worker.h: spans of profiled steps) ------------------- */

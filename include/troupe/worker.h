@@ -487,6 +487,52 @@ TROUPE_API void troupe_coll_set_timeout(troupe_coll *c, uint32_t timeout_ms);
  * this rank. NULL is a no-op. */
 TROUPE_API void troupe_coll_close(troupe_coll *c);
 
+/* troupe_coll_abort closes a collective without the goodbye handshake of
+ * troupe_coll_close: for a ring that is already broken (an operation failed
+ * because a peer died), so closing never waits on a peer that is gone. Peers
+ * still inside an operation fail UNAVAILABLE naming this rank. NULL is a
+ * no-op. */
+TROUPE_API void troupe_coll_abort(troupe_coll *c);
+
+/* ---- elastic groups -------------------------------------------------------------
+ * A group with `elastic: {min_workers: K}` in its job spec goes on when a rank
+ * dies, is fenced or is killed, as long as K ranks remain: the head takes the
+ * rank out, renumbers the survivors densely (in the order of their placed
+ * RANKs) and moves the group's communicator to a new epoch. The survivors are
+ * told through the control long poll (their new rank, the group's size and
+ * the epoch); the environment (RANK, WORLD_SIZE) keeps the values the worker
+ * started with. Below K the group fails or restarts as any other.
+ *
+ * What a member does when a collective fails (or when it polls between steps):
+ *     troupe_coll_abort(c);                          // the old ring is broken
+ *     troupe_worker_await_membership(w, epoch, 0, &m, &err);
+ *     troupe_worker_coll_open(w, NULL, &c, &o, &err); // the new epoch's ring
+ * then it agrees with the others where training stands (the CPU example
+ * exchanges the last completed step and broadcasts the state of a rank that
+ * completed it) and redoes the step in flight with the shards of the new
+ * world size. Open the collective with no_fail_report = 1: a peer's death is
+ * then not this worker's failure. Like a restart, a change moves the group's job
+ * store (troupe_worker_store_*) to the new epoch's space, which starts empty.
+ *
+ * troupe_worker_await_membership waits up to wait_ms (0 = the handle's
+ * default) until the worker's own group has an epoch above after_epoch and
+ * returns its rank, size and epoch in *info. FAILED_PRECONDITION when this
+ * worker is no longer a member (it was taken out: it should exit) or the job
+ * is stopping; DEADLINE_EXCEEDED naming the epoch it waited past. For a group
+ * that is not elastic the epoch moves only with a restart, which supersedes
+ * this worker (FAILED_PRECONDITION). Thread-safe. */
+TROUPE_API troupe_status troupe_worker_await_membership(troupe_worker_ctx *w, uint32_t after_epoch, uint32_t wait_ms,
+                                                        troupe_comm_info *info, troupe_error *err);
+
+/* troupe_worker_membership: the membership the control poll last told
+ * (local, no network): for a check at each step boundary, where a group that
+ * grew back shows a newer epoch while the old ring still works (the members
+ * then abort it and meet the replacement in the new epoch). NOT_FOUND when
+ * none is known (the group is not elastic, or the first poll has not been
+ * answered; not with opts.no_control), FAILED_PRECONDITION when this worker
+ * was taken out. Thread-safe. */
+TROUPE_API troupe_status troupe_worker_membership(troupe_worker_ctx *w, troupe_comm_info *info, troupe_error *err);
+
 #ifdef __cplusplus
 }
 #endif

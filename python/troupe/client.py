@@ -34,11 +34,18 @@ class _Worker(Structure):
                 ("node_name", c_char_p), ("n_gpus", c_size_t), ("gpus", POINTER(c_uint32)), ("state", c_int),
                 ("exit_code", c_int), ("signal", c_int), ("pid", c_uint32), ("attempt", c_uint32),
                 ("message", c_char_p), ("started_ms", c_int64), ("ended_ms", c_int64), ("paused", c_int),
-                ("nsys_report", c_char_p)]
+                ("nsys_report", c_char_p), ("removed", c_int), ("member_rank", c_uint32)]
 
 
 class _Group(Structure):
-    _fields_ = [("name", c_char_p), ("master_addr", c_char_p), ("master_port", c_uint32), ("world_size", c_uint32)]
+    _fields_ = [("name", c_char_p), ("master_addr", c_char_p), ("master_port", c_uint32), ("world_size", c_uint32),
+                ("placed_size", c_uint32), ("min_workers", c_uint32), ("max_workers", c_uint32), ("epoch", c_uint32)]
+
+
+class _MembershipChange(Structure):
+    _fields_ = [("ts_ms", c_int64), ("group", c_char_p), ("kind", c_char_p), ("from_size", c_uint32),
+                ("to_size", c_uint32), ("epoch", c_uint32), ("step", c_uint64), ("worker", c_char_p),
+                ("text", c_char_p)]
 
 
 class _Event(Structure):
@@ -61,7 +68,8 @@ class _Job(Structure):
                 ("groups", POINTER(_Group)), ("n_events", c_size_t), ("events", POINTER(_Event)),
                 ("events_dropped", c_uint32), ("n_waits", c_size_t), ("waits", c_void_p), ("profile", POINTER(_Profile)),
                 ("next_restart_ms", c_int64), ("n_failures", c_size_t), ("failures", c_void_p),
-                ("failures_dropped", c_uint32), ("health", c_void_p), ("owner", c_char_p)]
+                ("failures_dropped", c_uint32), ("health", c_void_p), ("owner", c_char_p),
+                ("n_membership", c_size_t), ("membership", POINTER(_MembershipChange))]
 
 
 class _ProfileReq(Structure):
@@ -133,9 +141,16 @@ def _job_dict(j: _Job) -> Dict[str, Any]:
         "node": dec(w.node_name), "gpus": [w.gpus[k] for k in range(w.n_gpus)],
         "state": dec(lib.troupe_worker_state_name(w.state)), "exit_code": w.exit_code, "signal": w.signal,
         "pid": w.pid, "attempt": w.attempt, "message": dec(w.message),
+        "removed": bool(w.removed), "member_rank": w.member_rank,
     } for w in (j.workers[i] for i in range(j.n_workers))]
-    d["groups"] = [{"name": dec(g.name), "world_size": g.world_size}
+    d["groups"] = [{"name": dec(g.name), "world_size": g.world_size, "placed_size": g.placed_size,
+                    **({"elastic": {"min_workers": g.min_workers, "max_workers": g.max_workers, "epoch": g.epoch}}
+                       if g.min_workers else {})}
                    for g in (j.groups[i] for i in range(j.n_groups))]
+    d["membership"] = [{"ts_ms": m.ts_ms, "group": dec(m.group), "kind": dec(m.kind), "from": m.from_size,
+                        "to": m.to_size, "epoch": m.epoch, "step": m.step, "worker": dec(m.worker),
+                        "text": dec(m.text)}
+                       for m in (j.membership[i] for i in range(j.n_membership))]
     d["events"] = [{"ts_ms": e.ts_ms, "kind": dec(e.kind), "message": dec(e.message)}
                    for e in (j.events[i] for i in range(j.n_events))]
     if j.profile:

@@ -425,7 +425,10 @@ static int check_worker(tr_head *h, const char *rest, tr_rpc_principal *out, tr_
     }
     pthread_mutex_lock(&h->mu);
     hj = tr_jobs_find(h, job);
-    live = hj != NULL && !tr_jobs_is_terminal(hj) && hj->j->restarts == attempt && index < hj->j->n_workers;
+    /* Current only for the worker's attempt now: a group restart, or an
+     * elastic group's replacement, gives that worker a new one. */
+    live = hj != NULL && !tr_jobs_is_terminal(hj) && index < hj->j->n_workers &&
+           hj->j->workers[index]->attempt == attempt;
     if (live) {
         tr_strlcpy(out->worker, hj->j->workers[index]->name, sizeof(out->worker));
     }

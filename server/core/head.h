@@ -109,6 +109,10 @@ typedef struct tr_head {
      * spec's NodeSync assignments; NULL = none). */
     const tr_rpc_method *core_methods;
     int (*spec_check)(struct tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
+    /* The last step a group reported (the health service sets it at its
+     * start; NULL: unknown), named in an elastic group's membership changes. */
+    uint64_t (*group_step)(struct tr_head *h, const struct tr_head_job *hj, const char *group, void *arg);
+    void *group_step_arg;
     tr_rpc_method *methods; /* core_methods and the services' (head.c) */
     uint64_t *deleted_jobs; /* deleted since the last batch (commit.c) */
     size_t n_deleted_jobs, cap_deleted_jobs;

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "elastic.h"
 #include "jobspec.h"
 #include "log.h"
 #include "sched_restore.h"
@@ -500,7 +501,8 @@ static Troupe__V1__WorkerInfo *worker_record(tr_head *h, tr_head_job *hj, const 
     wi->node_rank = w->node_rank;
     wi->nnodes = w->nnodes;
     wi->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
-    wi->attempt = hj->j->restarts;
+    wi->attempt = tr_elastic_next_attempt(hj);
+    wi->member_rank = w->rank;
     return wi;
 }
 
@@ -585,15 +587,35 @@ static void issue_workers(tr_head *h, tr_head_job *hj, const char *group)
     }
 }
 
+#define JOB_GROUPS_MAX 256 /* groups of a job (the spec's bound) */
+
+/* keep_changes carries elastic groups' membership counts from the records
+ * of the last placement to the new ones (groups are in spec order in
+ * both), so a communicator epoch never repeats. */
+static void keep_changes(Troupe__V1__Job *j, uint32_t *changes, int save)
+{
+    for (size_t g = 0; g < j->n_groups && g < JOB_GROUPS_MAX; g++) {
+        if (save) {
+            changes[g] = j->groups[g]->membership_changes;
+        } else {
+            j->groups[g]->membership_changes = changes[g];
+        }
+    }
+}
+
 static void job_start(tr_head *h, tr_head_job *hj, tr_sched_placement *pl)
 {
+    uint32_t changes[JOB_GROUPS_MAX] = {0};
     char msg[512];
     size_t off = 0;
     tr_err err;
 
+    keep_changes(hj->j, changes, 1);
     clear_records(hj);
     hj->pl = pl;
-    if (make_records(h, hj, pl, &err) != TROUPE_OK) {
+    if (make_records(h, hj, pl, &err) == TROUPE_OK) {
+        keep_changes(hj->j, changes, 0);
+    } else {
         /* Could not describe the placement: give it back. A host out of
          * master ports is a shortage like busy GPUs (wait, PENDING, retried
          * when something is released); anything else fails loudly. */
@@ -841,9 +863,11 @@ static void with_first_failure(const tr_head_job *hj, char *why, size_t size)
     snprintf(why, size, "%s; then %s", first, exit_text);
 }
 
+/* worker_ok: exited cleanly, or no longer a member of its elastic group
+ * (whatever became of it does not decide the job). */
 static int worker_ok(const Troupe__V1__WorkerInfo *w)
 {
-    return w->state == TROUPE__V1__WORKER_STATE__WORKER_EXITED && w->exit_code == 0 && w->signal == 0;
+    return w->removed || (w->state == TROUPE__V1__WORKER_STATE__WORKER_EXITED && w->exit_code == 0 && w->signal == 0);
 }
 
 /* restart_group gives every worker of a group a new attempt; agents stop the
@@ -852,19 +876,25 @@ static void restart_group(tr_head *h, tr_head_job *hj, const char *group, const 
 {
     char msg[2400];
 
+    uint32_t attempt;
+
     hj->j->restarts++;
+    attempt = tr_elastic_next_attempt(hj);
     for (size_t i = 0; i < hj->j->n_workers; i++) {
         Troupe__V1__WorkerInfo *w = hj->j->workers[i];
         if (strcmp(w->group, group) != 0) {
             continue;
         }
-        w->attempt = hj->j->restarts;
+        w->attempt = attempt;
         w->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
+        w->removed = 0;
+        w->member_rank = w->rank;
         w->exit_code = w->signal = 0;
         w->pid = 0;
         w->ended_ms = 0;
         tr_jobs_set_str(&w->message, "");
     }
+    tr_elastic_reset(hj, group); /* whole again */
     snprintf(msg, sizeof(msg), "%s; restarting group %s (restart %u of %u)", why, group, hj->j->restarts,
              hj->j->spec->max_restarts);
     tr_jobs_set_str(&hj->j->reason, msg);
@@ -1016,12 +1046,19 @@ void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx)
         return;
     }
     if (worker_ok(w)) {
+        size_t removed = 0;
         for (size_t i = 0; i < hj->j->n_workers; i++) {
             if (!worker_ok(hj->j->workers[i])) {
                 return;
             }
+            removed += hj->j->workers[i]->removed;
         }
-        snprintf(why, sizeof(why), "all %zu workers exited with code 0", hj->j->n_workers);
+        if (removed > 0) {
+            snprintf(why, sizeof(why), "all %zu members exited with code 0 (%zu left elastic groups)",
+                     hj->j->n_workers - removed, removed);
+        } else {
+            snprintf(why, sizeof(why), "all %zu workers exited with code 0", hj->j->n_workers);
+        }
         job_finish(h, hj, TROUPE__V1__JOB_STATE__JOB_SUCCEEDED, why);
         return;
     }
@@ -1039,6 +1076,9 @@ void tr_jobs_worker_failed(tr_head *h, tr_head_job *hj, size_t idx, const char *
 
     if (tr_jobs_is_terminal(hj) || hj->requeue) {
         return;
+    }
+    if (!pending_restart(hj, w->group) && tr_elastic_shrink(h, hj, idx, why)) {
+        return; /* an elastic group goes on without it */
     }
     if (pending_restart(hj, w->group) ||
         hj->j->restarts + hj->j->n_restart_groups < hj->j->spec->max_restarts) {
@@ -1077,6 +1117,9 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
         snprintf(why, sizeof(why), "node %s (id %llu) %s: %s", n->name, (unsigned long long)n->id,
                  left ? "left" : "died",
                  n->reason);
+        if (!hj->requeue && !tr_jobs_is_terminal(hj) && tr_elastic_shrink_lost(h, hj, n->id)) {
+            continue; /* elastic groups go on without them */
+        }
         if (hj->requeue) {
             /* Already being placed again: this node's workers are just gone too. */
             int64_t fence = tr_head_node_fence_until(h, n);
@@ -1084,7 +1127,7 @@ static void node_died(tr_head *h, const Troupe__V1__Node *n)
             tr_jobs_touch(h, hj);
             release_if_idle(h, hj);
         } else if (!tr_jobs_is_terminal(hj) && hj->j->restarts < hj->j->spec->max_restarts) {
-            char msg[700];
+            char msg[800]; /* why (600) and the rest */
             int64_t fence = tr_head_node_fence_until(h, n), wait = fence - tr_now_ms();
             hj->j->restarts++;
             hj->requeue = 1;
@@ -1332,6 +1375,7 @@ void tr_jobs_tick(tr_head *h)
             hj->not_before = 0;
             fence_over = 1;
         }
+        tr_elastic_grow(h, hj); /* replacements for ranks an elastic group lost */
     }
     if (fence_over) {
         tr_jobs_schedule(h);

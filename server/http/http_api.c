@@ -2,7 +2,8 @@
  *
  *   GET /api/cluster                 head, nodes (GPUs with live figures, state), totals
  *   GET /api/jobs                    every job the head holds, newest first (at most 500)
- *   GET /api/jobs/ID                 one job: groups, workers, placement and health
+ *   GET /api/jobs/ID                 one job: groups (members now), workers, placement, health and
+ *                                    an elastic group's membership changes
  *   GET /api/jobs/ID/metrics?name=loss,tok_s&worker=W&after=ID&last=N&limit=N
  *                                    its metric points (troupe metrics' query)
  *
@@ -151,9 +152,11 @@ static void worker_json(FILE *out, const Troupe__V1__WorkerInfo *w)
     tr_json_str(out, w->group);
     fprintf(out, ",\"rank\":%u,\"node_id\":%llu,\"node\":", w->rank, (unsigned long long)w->node_id);
     tr_json_str(out, w->node_name);
-    fprintf(out, ",\"state\":\"%s\",\"paused\":%s,\"attempt\":%u,\"pid\":%u,\"exit_code\":%d,\"gpus\":[",
+    fprintf(out,
+            ",\"state\":\"%s\",\"paused\":%s,\"attempt\":%u,\"pid\":%u,\"exit_code\":%d,\"removed\":%s,"
+            "\"gpus\":[",
             w->paused ? "PAUSED" : enum_name(&troupe__v1__worker_state__descriptor, w->state, "WORKER_"),
-            w->paused ? "true" : "false", w->attempt, w->pid, w->exit_code);
+            w->paused ? "true" : "false", w->attempt, w->pid, w->exit_code, w->removed ? "true" : "false");
     for (size_t i = 0; i < w->n_gpus; i++) {
         fprintf(out, "%s%u", i ? "," : "", w->gpus[i]);
     }
@@ -228,12 +231,28 @@ static void job_json(FILE *out, const Troupe__V1__Job *j, int full)
     for (size_t i = 0; sp != NULL && i < sp->n_groups; i++) {
         fprintf(out, "%s{\"name\":", i ? "," : "");
         tr_json_str(out, sp->groups[i]->name);
-        fprintf(out, ",\"workers\":%u,\"gpus_per_worker\":%u}", sp->groups[i]->workers, sp->groups[i]->gpus);
+        fprintf(out, ",\"workers\":%u,\"gpus_per_worker\":%u", sp->groups[i]->workers, sp->groups[i]->gpus);
+        /* Members now: fewer than workers once an elastic group shrank. */
+        fprintf(out, ",\"members\":%u", i < j->n_groups ? j->groups[i]->world_size : sp->groups[i]->workers);
+        if (sp->groups[i]->elastic != NULL) {
+            fprintf(out, ",\"min_workers\":%u,\"max_workers\":%u", sp->groups[i]->elastic->min_workers,
+                    sp->groups[i]->elastic->max_workers);
+        }
+        fputc('}', out);
     }
     fputs("],\"workers\":[", out);
     for (size_t i = 0; full && i < j->n_workers; i++) {
         fputs(i ? "," : "", out);
         worker_json(out, j->workers[i]);
+    }
+    /* An elastic group's changes: all for one job, the latest in a listing. */
+    fputs("],\"membership\":[", out);
+    for (size_t i = full || j->n_membership == 0 ? 0 : j->n_membership - 1, first = i; i < j->n_membership; i++) {
+        fprintf(out, "%s{\"ts_ms\":%lld,\"kind\":", i > first ? "," : "", (long long)j->membership[i]->ts_ms);
+        tr_json_str(out, j->membership[i]->kind);
+        fputs(",\"text\":", out);
+        tr_json_str(out, j->membership[i]->text);
+        fputc('}', out);
     }
     fputc(']', out);
     health_json(out, j->health);

@@ -254,11 +254,12 @@ static uint64_t safe_version(const tr_head *h, const tr_head_node *hn)
     return hn->bump_seq <= h->saved_seq ? hn->version : hn->unsaved_version - 1;
 }
 
-/* sendable: worker i of hj, on this node, is wanted and saved. */
+/* sendable: worker i of hj, on this node, is wanted and saved. A worker
+ * its elastic group shrank away is not: its agent stops it if it runs. */
 static int sendable(const tr_head_job *hj, size_t i, uint64_t node_id, uint64_t safe)
 {
     const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
-    return w->node_id == node_id && worker_live(w) && (hj->issued == NULL || hj->issued[i] <= safe);
+    return w->node_id == node_id && worker_live(w) && !w->removed && (hj->issued == NULL || hj->issued[i] <= safe);
 }
 
 /* Paging. A node's set is answered in parts that each stay under

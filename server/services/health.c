@@ -382,7 +382,9 @@ static Troupe__V1__HealthRank *rank_msg(const Troupe__V1__WorkerInfo *w, const t
         troupe__v1__health_rank__free_unpacked(m, NULL);
         return NULL;
     }
-    memcpy(m->gpus, w->gpus, w->n_gpus * sizeof(*m->gpus));
+    if (w->n_gpus > 0) { /* a CPU-only worker has none, and gpus may be NULL */
+        memcpy(m->gpus, w->gpus, w->n_gpus * sizeof(*m->gpus));
+    }
     m->n_gpus = w->n_gpus;
     m->rank = w->rank;
     m->last_step = r->last_step;
@@ -550,7 +552,7 @@ static size_t gather(gjudge *g, const char *group)
     for (size_t i = 0; i < j->n_workers; i++) {
         const Troupe__V1__WorkerInfo *w = j->workers[i];
         hworker *hw;
-        if (w->state != TROUPE__V1__WORKER_STATE__WORKER_RUNNING || strcmp(w->group, group) != 0 ||
+        if (w->state != TROUPE__V1__WORKER_STATE__WORKER_RUNNING || w->removed || strcmp(w->group, group) != 0 ||
             (hw = worker_get(g->job, w->name, w->attempt, 1)) == NULL) {
             continue;
         }
@@ -869,6 +871,30 @@ static void seed_running(health_svc *s)
 
 /* ---- the service ------------------------------------------------------------- */
 
+/* group_step is the core's h->group_step (an elastic group's membership
+ * change names the step it happened at): the highest step a current member
+ * of the group reported. Under h->mu, like every hook; takes s->mu. */
+static uint64_t group_step(tr_head *h, const tr_head_job *hj, const char *group, void *arg)
+{
+    health_svc *s = arg;
+    uint64_t best = 0;
+    hjob *job;
+
+    (void)h;
+    pthread_mutex_lock(&s->mu);
+    if ((job = job_get(s, hj->j->id, 0)) != NULL) {
+        for (size_t i = 0; i < hj->j->n_workers; i++) {
+            const Troupe__V1__WorkerInfo *w = hj->j->workers[i];
+            hworker *hw = strcmp(w->group, group) == 0 ? worker_get(job, w->name, w->attempt, 0) : NULL;
+            if (hw != NULL && hw->r.attempt == w->attempt && hw->r.last_step > best) {
+                best = hw->r.last_step;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return best;
+}
+
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     health_svc *s = calloc(1, sizeof(*s));
@@ -898,6 +924,10 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the health judge");
     }
     *state = s;
+    pthread_mutex_lock(&h->mu);
+    h->group_step = group_step;
+    h->group_step_arg = s;
+    pthread_mutex_unlock(&h->mu);
     return TROUPE_OK;
 }
 
@@ -906,6 +936,10 @@ static void svc_stop(tr_head *h, void *state)
     health_svc *s = state;
 
     tr_metrics_on_report(h, NULL, NULL);
+    pthread_mutex_lock(&h->mu);
+    h->group_step = NULL;
+    h->group_step_arg = NULL;
+    pthread_mutex_unlock(&h->mu);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "elastic.h"
 #include "jobs.h"
 #include "jobspec.h"
 #include "jobspec_int.h"
@@ -31,6 +32,8 @@ typedef struct ctl_wait {
     uint64_t after_version;
     char worker[128];
     uint32_t attempt;
+    int knows_epoch; /* an elastic group's member: answer when its epoch moves on */
+    uint32_t epoch;
     int64_t until; /* answer with the setting as it is from then */
     int64_t last;  /* the call's deadline less a margin: UNAVAILABLE from then while unsaved */
     struct ctl_wait *next;
@@ -71,7 +74,32 @@ static const Troupe__V1__WorkerInfo *worker_find(const Troupe__V1__Job *j, const
 static int must_stop(const tr_head_job *hj, const char *worker, uint32_t attempt)
 {
     const Troupe__V1__WorkerInfo *w = worker_find(hj->j, worker);
-    return tr_jobs_is_terminal(hj) || hj->j->stop_requested || hj->requeue || w == NULL || w->attempt != attempt;
+    return tr_jobs_is_terminal(hj) || hj->j->stop_requested || hj->requeue || w == NULL || w->attempt != attempt ||
+           w->removed;
+}
+
+/* membership_of fills m with worker's place in its elastic group; 0 when
+ * the group is not elastic (or the worker unknown). */
+static int membership_of(const tr_head_job *hj, const char *worker, Troupe__V1__Membership *m)
+{
+    const Troupe__V1__WorkerInfo *w = worker_find(hj->j, worker);
+    const Troupe__V1__GroupInfo *gi = w != NULL ? tr_elastic_group(hj->j, w->group) : NULL;
+
+    if (gi == NULL || tr_elastic_spec(hj->j, w->group) == NULL) {
+        return 0;
+    }
+    m->epoch = tr_elastic_epoch(hj->j, w->group);
+    m->rank = w->member_rank;
+    m->size = gi->world_size;
+    m->removed = w->removed;
+    return 1;
+}
+
+/* epoch_moved: a waiter that knows its elastic group's epoch has news. */
+static int epoch_moved(const tr_head_job *hj, const char *worker, int knows, uint32_t epoch)
+{
+    Troupe__V1__Membership m = TROUPE__V1__MEMBERSHIP__INIT;
+    return knows && membership_of(hj, worker, &m) && m.epoch != epoch;
 }
 
 static uint64_t version_of(const tr_head_job *hj)
@@ -79,9 +107,13 @@ static uint64_t version_of(const tr_head_job *hj)
     return hj->j->profile_control ? hj->j->profile_control->version : 0;
 }
 
-static void reply_control(tr_rpc_call *call, const tr_head_job *hj, int stop)
+static void reply_control(tr_rpc_call *call, const tr_head_job *hj, const char *worker, int stop)
 {
     Troupe__V1__WorkerControlReply rep = TROUPE__V1__WORKER_CONTROL_REPLY__INIT;
+    Troupe__V1__Membership m = TROUPE__V1__MEMBERSHIP__INIT;
+    if (membership_of(hj, worker, &m)) {
+        rep.membership = &m;
+    }
     rep.version = version_of(hj);
     rep.control = hj->j->profile_control; /* borrowed; packed under h->mu */
     rep.stop = stop;
@@ -98,7 +130,8 @@ static int due(const ctl_wait *w, const tr_head_job *hj, int saved, int64_t now)
     if (!saved) {
         return now >= w->last;
     }
-    return now >= w->until || must_stop(hj, w->worker, w->attempt) || version_of(hj) != w->after_version;
+    return now >= w->until || must_stop(hj, w->worker, w->attempt) || version_of(hj) != w->after_version ||
+           epoch_moved(hj, w->worker, w->knows_epoch, w->epoch);
 }
 
 /* answer_job answers the waiters of job job_id that have news or whose time
@@ -129,7 +162,7 @@ static void answer_job(profile_svc *s, uint64_t job_id, int64_t now)
                                (unsigned long long)job_id, s->h->store_failing ? " (state store: " : "",
                                s->h->store_failing ? s->h->store_error : "");
         } else {
-            reply_control(w->call, hj, must_stop(hj, w->worker, w->attempt));
+            reply_control(w->call, hj, w->worker, must_stop(hj, w->worker, w->attempt));
         }
         tr_rpc_call_release(w->call);
         free(w);
@@ -220,9 +253,10 @@ static void worker_control(tr_rpc_call *call, void *user)
         tr_rpc_reply_error(call, TROUPE_PERMISSION_DENIED,
                            "worker %s is not part of job %llu: a worker's calls are scoped to its own job",
                            from->worker, (unsigned long long)from->job_id);
-    } else if (tr_jobs_saved(s->h, hj) && (must_stop(hj, from->worker, from->attempt) ||
-                                            version_of(hj) != req->after_version || req->wait_ms == 0)) {
-        reply_control(call, hj, must_stop(hj, from->worker, from->attempt));
+    } else if (tr_jobs_saved(s->h, hj) &&
+               (must_stop(hj, from->worker, from->attempt) || version_of(hj) != req->after_version ||
+                req->wait_ms == 0 || epoch_moved(hj, from->worker, req->knows_membership, req->membership_epoch))) {
+        reply_control(call, hj, from->worker, must_stop(hj, from->worker, from->attempt));
     } else if ((w = calloc(1, sizeof(*w))) == NULL) {
         tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
     } else {
@@ -232,6 +266,8 @@ static void worker_control(tr_rpc_call *call, void *user)
         w->after_version = req->after_version;
         tr_strlcpy(w->worker, from->worker, sizeof(w->worker));
         w->attempt = from->attempt;
+        w->knows_epoch = req->knows_membership;
+        w->epoch = req->membership_epoch;
         w->until = tr_now_ms() + req->wait_ms;
         w->until = w->until < rpc ? w->until : rpc;
         w->last = rpc > w->until ? rpc : w->until;

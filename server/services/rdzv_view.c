@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elastic.h"
 #include "rdzv_int.h"
 #include "util.h"
 
@@ -67,6 +68,28 @@ static int members(const Troupe__V1__JobSpec *sp, const char *comm, tr_rdzv_view
     return tr_err_set(err, TROUPE_NOT_FOUND, "job %s declares no communicator '%s' (%s)", sp->name, comm, what);
 }
 
+/* elastic_view: an elastic group that shrank is its own communicator
+ * (the spec keeps it out of any other), of its members only, ranked by
+ * member_rank, in an epoch that moved on with each change (elastic.c). */
+static int elastic_view(const Troupe__V1__Job *j, const Troupe__V1__WorkerInfo *worker, tr_rdzv_view *v,
+                        tr_err *err)
+{
+    const Troupe__V1__GroupInfo *gi = tr_elastic_group(j, v->name);
+
+    v->size = gi->world_size;
+    v->epoch = tr_elastic_epoch(j, v->name);
+    if (worker != NULL && worker->removed) {
+        return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                          "worker %s is no longer a member of elastic group %s (it shrank to %u ranks, epoch %u): "
+                          "this worker stops",
+                          worker->name, v->name, v->size, v->epoch);
+    }
+    if (worker != NULL) {
+        v->rank = worker->member_rank;
+    }
+    return TROUPE_OK;
+}
+
 int tr_rdzv_view_of(const Troupe__V1__Job *j, const char *comm, const Troupe__V1__WorkerInfo *worker,
                     tr_rdzv_view *v, tr_err *err)
 {
@@ -104,6 +127,9 @@ int tr_rdzv_view_of(const Troupe__V1__Job *j, const char *comm, const Troupe__V1
     if (worker != NULL && !member) {
         return tr_err_set(err, TROUPE_PERMISSION_DENIED, "worker %s (group %s) is not a member of communicator %s",
                           worker->name, worker->group, v->name);
+    }
+    if (v->n_groups == 1 && tr_elastic_spec(j, v->name) != NULL && tr_elastic_group(j, v->name) != NULL) {
+        return elastic_view(j, worker, v, err);
     }
     return TROUPE_OK;
 }
@@ -156,11 +182,16 @@ char **tr_rdzv_rank_names(const Troupe__V1__Job *j, const tr_rdzv_view *v)
     char **names = calloc(v->size ? v->size : 1, sizeof(*names));
     uint32_t offset = 0;
 
+    int elastic = v->n_groups == 1 && tr_elastic_spec(j, v->name) != NULL;
+
     for (size_t k = 0; names != NULL && k < v->n_groups; k++) {
         const Troupe__V1__GroupSpec *gs = group_spec(j->spec, v->groups[k]);
         for (size_t i = 0; i < j->n_workers; i++) {
             const Troupe__V1__WorkerInfo *w = j->workers[i];
-            uint32_t r = offset + w->rank;
+            uint32_t r = offset + (elastic ? w->member_rank : w->rank);
+            if (elastic && w->removed) {
+                continue;
+            }
             if (strcmp(w->group, v->groups[k]) == 0 && r < v->size && names[r] == NULL &&
                 asprintf(&names[r], "%s on %s", w->name, w->node_name[0] ? w->node_name : "?") < 0) {
                 names[r] = NULL;

@@ -146,7 +146,8 @@ function renderJobs(list) {
     tr.append(el("td", { class: j.state }, j.state + (j.reason ? " – " + j.reason : "")));
     const ht = healthText(j);
     tr.append(el("td", { class: healthClass(ht), "data-health": (j.health && j.health.state) || "NONE" }, ht));
-    tr.append(el("td", {}, j.groups.map(g => g.name + " " + g.workers + "×" +
+    tr.append(el("td", {}, j.groups.map(g => g.name + " " +
+      (g.members !== undefined && g.members !== g.workers ? g.members + "/" + g.workers : g.workers) + "×" +
       (g.gpus_per_worker ? g.gpus_per_worker + " GPU" : "CPU-only")).join(", ")));
     tr.append(el("td", {}, placement(j)));
     tr.addEventListener("click", () => select(j.id));
@@ -169,10 +170,20 @@ function memText(m) {
   return parts.join(", ");
 }
 
+// renderMembership: an elastic group's changes (SHRUNK, GREW), latest last.
+function renderMembership(job) {
+  const p = document.getElementById("job-membership");
+  const m = job.membership || [];
+  p.hidden = m.length === 0;
+  p.textContent = m.slice(-5).map(c => c.text).join(" · ");
+  p.setAttribute("data-changes", String(m.length));
+}
+
 // renderHealth: the judgement above the charts, and the marks the charts
 // draw from it. An ended job keeps its last judgement (health.ended): what
 // was wrong when it ended stays marked.
 function renderHealth(job) {
+  renderMembership(job);
   health = {};
   memWarn = {};
   const h = job.health || {};

@@ -250,6 +250,49 @@ static void env_styles(void **state)
                    "env_style: expected an environment style, got a list");
 }
 
+/* elastic: the bounds point at the key at fault; max_workers defaults to
+ * workers; an elastic group may not be part of a declared communicator. */
+static void elastic_groups(void **state)
+{
+    char *yaml = jt_group("3", "{gpu: 0}", "[run]", "    elastic: {min_workers: 2}\n");
+    Troupe__V1__JobSpec *s = jt_parse(yaml);
+    (void)state;
+    assert_non_null(s->groups[0]->elastic);
+    assert_int_equal(s->groups[0]->elastic->min_workers, 2);
+    assert_int_equal(s->groups[0]->elastic->max_workers, 3);
+    tr_jobspec_free(s);
+    free(yaml);
+    yaml = jt_group("3", "{gpu: 0}", "[run]", "");
+    s = jt_parse(yaml);
+    assert_null(s->groups[0]->elastic); /* not elastic: today's restart rules */
+    tr_jobspec_free(s);
+    free(yaml);
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: {min_workers: 4}\n", TROUPE_INVALID_ARGUMENT,
+                   "job.yaml:9:28: groups[0].elastic: min_workers must be >= 1 and <= workers (3), got 4", NULL);
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: {min_workers: 0}\n", TROUPE_INVALID_ARGUMENT,
+                   "job.yaml:9:28: groups[0].elastic.min_workers: expected an integer >= 1, got 0", NULL);
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: {min_workers: 2, max_workers: 4}\n",
+                   TROUPE_INVALID_ARGUMENT, "job.yaml:9:44: groups[0].elastic: max_workers must be >= min_workers (2)",
+                   "a group grows back to the size it was placed at");
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: {min_workers: 2, max_workers: 1}\n",
+                   TROUPE_INVALID_ARGUMENT, "9:44", "max_workers must be >= min_workers (2) and <= workers (3), got 1");
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: {max_workers: 3}\n", TROUPE_INVALID_ARGUMENT, "9:14",
+                   "missing required key 'groups[0].elastic.min_workers'");
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: {min_workers: 2, spare: 1}\n", TROUPE_INVALID_ARGUMENT,
+                   "9:", "min_workers and max_workers");
+    jt_fails_group("3", "{gpu: 0}", "[run]", "    elastic: 2\n", TROUPE_INVALID_ARGUMENT, "9:14",
+                   "elastic: expected a mapping with min_workers and max_workers");
+    jt_fails_group("3", "{gpu: 0}", "[run]",
+                   "    elastic: {min_workers: 2}\n"
+                   "  - name: gen\n"
+                   "    workers: 1\n"
+                   "    resources: {gpu: 0}\n"
+                   "    command: [run]\n"
+                   "communicators: [{name: refit, groups: [policy, gen]}]\n",
+                   TROUPE_INVALID_ARGUMENT, "job.yaml:14:40: communicators[0]: communicator refit: group policy is elastic",
+                   "an elastic group is its own communicator only");
+}
+
 static void duplicate_groups(void **state)
 {
     const char *yaml = "name: demo\n"
@@ -603,7 +646,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(missing_required), cmocka_unit_test(names),
     cmocka_unit_test(profile_pairs),    cmocka_unit_test(profile_bad_ranges), cmocka_unit_test(health_settings),
     cmocka_unit_test(env_rules),        cmocka_unit_test(nrl_group_env),        cmocka_unit_test(labels),
-    cmocka_unit_test(top_level_values),   cmocka_unit_test(env_styles),
+    cmocka_unit_test(top_level_values),   cmocka_unit_test(env_styles),         cmocka_unit_test(elastic_groups),
 };
 
 const struct CMUnitTest *jt_parse_tests(size_t *n)

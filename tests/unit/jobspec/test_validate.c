@@ -80,6 +80,10 @@ static void validate_ok(void **state)
     h.g[1].strategy = "STRICT_SPREAD";
     h.g[1].cpus = 0.5;
     JT_STATUS(tr_jobspec_validate(&h.spec, &err), TROUPE_OK, &err);
+    Troupe__V1__ElasticSpec el = TROUPE__V1__ELASTIC_SPEC__INIT;
+    el.min_workers = 1, el.max_workers = 1, h.g[1].elastic = &el; /* an elastic group of 1 is valid */
+    JT_STATUS(tr_jobspec_validate(&h.spec, &err), TROUPE_OK, &err);
+    h.g[1].elastic = NULL;
     h.prof.steps = ""; /* an empty profile is no profile */
     h.prof.workers = "";
     JT_STATUS(tr_jobspec_validate(&h.spec, &err), TROUPE_OK, &err);
@@ -110,6 +114,12 @@ static void validate_groups(void **state)
     hand_init(&h), h.g[1].strategy = NULL, expect_bad(&h, "group gen: unknown strategy ''");
     hand_init(&h), h.g[1].env_style = "torchrunn",
                    expect_bad(&h, "group gen: unknown env_style 'torchrunn' (use torchrun, or leave it out)");
+    Troupe__V1__ElasticSpec el = TROUPE__V1__ELASTIC_SPEC__INIT;
+    hand_init(&h), h.g[0].workers = 3, h.g[0].elastic = &el, el.min_workers = 0, el.max_workers = 3,
+                   expect_bad(&h, "group policy: elastic.min_workers: min_workers must be >= 1 and <= workers (3)");
+    hand_init(&h), h.g[0].workers = 3, h.g[0].elastic = &el, el.min_workers = 2, el.max_workers = 4,
+                   expect_bad(&h, "group policy: elastic.max_workers: max_workers must be >= min_workers (2) and "
+                                  "<= workers (3), got 4");
     hand_init(&h), h.g[0].n_command = 0, expect_bad(&h, "group policy: command is empty");
     hand_init(&h), h.g[0].command = NULL, expect_bad(&h, "group policy: command is empty");
     hand_init(&h), h.g[0].n_command = 300,
