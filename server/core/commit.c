@@ -36,15 +36,15 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-#include "jobs.h"
+#include "head.h"
 #include "log.h"
 #include "util.h"
 
-/* Test hook (head.h): NULL - always, outside unit tests - is calloc. */
+/* Test hook (commit.h): NULL - always, outside unit tests - is calloc. */
 void *(*tr_commit_calloc_hook)(size_t n, size_t size);
 void (*tr_commit_write_hook)(void);
 
-static void *commit_calloc(size_t n, size_t size)
+void *tr_commit_alloc(size_t n, size_t size)
 {
     return tr_commit_calloc_hook != NULL ? tr_commit_calloc_hook(n, size) : calloc(n, size);
 }
@@ -73,32 +73,30 @@ typedef struct tr_head_ev {
     struct tr_head_ev *next;
 } tr_head_ev;
 
-typedef struct rec {
-    const char *table;
-    uint64_t id;
-    int state;
-    uint8_t *buf;
-    size_t len;
-} rec;
-
-static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id, int scan)
+int tr_commit_ids_push(tr_commit_ids *l, uint64_t id, int scan)
 {
-    for (size_t i = 0; scan && i < *n; i++) {
-        if ((*arr)[i] == id) {
+    for (size_t i = 0; scan && i < l->n; i++) {
+        if (l->ids[i] == id) {
             return 0; /* already marked: written once per batch */
         }
     }
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 64;
-        uint64_t *p = realloc(*arr, c * sizeof(*p));
+    if (l->n == l->cap) {
+        size_t c = l->cap ? l->cap * 2 : 64;
+        uint64_t *p = realloc(l->ids, c * sizeof(*p));
         if (p == NULL) {
             return -1;
         }
-        *arr = p;
-        *cap = c;
+        l->ids = p;
+        l->cap = c;
     }
-    (*arr)[(*n)++] = id;
+    l->ids[l->n++] = id;
     return 0;
+}
+
+void tr_commit_ids_free(tr_commit_ids *l)
+{
+    free(l->ids);
+    memset(l, 0, sizeof(*l));
 }
 
 /* Broadcast: the writer waits on commit_cv, and so does a handler that had
@@ -106,6 +104,11 @@ static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id, int scan
 static void wake(tr_head *h)
 {
     pthread_cond_broadcast(&h->commit_cv);
+}
+
+void tr_commit_wake(tr_head *h)
+{
+    wake(h);
 }
 
 uint64_t tr_head_change_seq(const tr_head *h)
@@ -116,39 +119,6 @@ uint64_t tr_head_change_seq(const tr_head *h)
 void tr_head_commit_nudge(tr_head *h)
 {
     h->commit_nudge = 1;
-    wake(h);
-}
-
-/* A job carries its own mark, so marking it again is O(1) however many jobs
- * a batch touches (a list scan made big batches quadratic); nodes change
- * rarely and keep the scan. A mark that finds no memory for the list is not
- * lost: the job stays marked and the next batch walks every job for marks. */
-void tr_head_dirty_job(tr_head *h, uint64_t id)
-{
-    tr_head_job *hj = tr_jobs_find(h, id);
-    if (hj == NULL) {
-        return;
-    }
-    hj->save_seq = tr_head_change_seq(h);
-    if (hj->dirty) {
-        return;
-    }
-    hj->dirty = 1;
-    if (push_id(&h->dirty_jobs, &h->n_dirty_jobs, &h->cap_dirty_jobs, id, 0) != 0) {
-        h->rescan_jobs = 1;
-        TR_LOG(TR_LOG_ERR, "out of memory listing job=%llu for the store; the writer walks all jobs",
-               (unsigned long long)id);
-    }
-    wake(h);
-}
-
-void tr_head_dirty_node(tr_head *h, uint64_t id)
-{
-    if (push_id(&h->dirty_nodes, &h->n_dirty_nodes, &h->cap_dirty_nodes, id, 1) != 0) {
-        h->rescan_nodes = 1;
-        TR_LOG(TR_LOG_ERR, "out of memory listing node=%llu for the store; the writer writes all nodes",
-               (unsigned long long)id);
-    }
     wake(h);
 }
 
@@ -169,15 +139,6 @@ void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, co
     e->job = job;
     *h->events_tail = e;
     h->events_tail = &e->next;
-    wake(h);
-}
-
-void tr_head_forget_job(tr_head *h, uint64_t id)
-{
-    if (push_id(&h->deleted_jobs, &h->n_deleted_jobs, &h->cap_deleted_jobs, id, 0) != 0) {
-        TR_LOG(TR_LOG_ERR, "out of memory deleting job=%llu from the store; it returns after a restart",
-               (unsigned long long)id);
-    }
     wake(h);
 }
 
@@ -337,86 +298,19 @@ static void settle_readers(tr_head *h)
     }
 }
 
-/* pack_job returns 0 when packed, 1 when the job is gone (nothing to
- * write), -1 when out of memory. */
-static int pack_job(tr_head *h, uint64_t id, rec *r)
-{
-    tr_head_job *hj = tr_jobs_find(h, id);
-    if (hj == NULL) {
-        return 1;
-    }
-    r->table = "jobs";
-    r->id = id;
-    r->state = (int)hj->j->state;
-    r->len = troupe__v1__job__get_packed_size(hj->j);
-    if ((r->buf = commit_calloc(1, r->len ? r->len : 1)) == NULL) {
-        return -1;
-    }
-    troupe__v1__job__pack(hj->j, r->buf);
-    hj->dirty = 0;
-    return 0;
-}
-
-static int pack_node(tr_head *h, uint64_t id, rec *r)
-{
-    tr_head_node *hn = tr_head_node_find(h, id);
-    if (hn == NULL) {
-        return 1;
-    }
-    r->table = "nodes";
-    r->id = id;
-    r->state = (int)hn->n->state;
-    r->len = troupe__v1__node__get_packed_size(hn->n);
-    if ((r->buf = commit_calloc(1, r->len ? r->len : 1)) == NULL) {
-        return -1;
-    }
-    troupe__v1__node__pack(hn->n, r->buf);
-    return 0;
-}
-
 typedef struct batch {
     uint64_t seq;
-    rec *recs;
+    tr_commit_rec *recs;
     size_t n;
     tr_head_ev *events;
     tr_commit_waiter *waiters;
     uint64_t next_id[2];
     int ids;
-    uint64_t *deleted; /* jobs whose record and events go */
-    size_t n_deleted;
 } batch;
-
-/* pack_all packs every marked record into b->recs (sized by the caller);
- * -1 when out of memory (what was packed stays in b for the caller). */
-static int pack_all(tr_head *h, batch *b)
-{
-    int rv = 0;
-    for (size_t i = 0; rv >= 0 && i < h->n_dirty_jobs; i++) {
-        rv = pack_job(h, h->dirty_jobs[i], &b->recs[b->n]);
-        b->n += rv == 0;
-    }
-    /* Jobs marked while their list had no memory: listed ones were just
-     * packed (mark cleared), so only those are still marked. */
-    for (size_t i = 0; rv >= 0 && h->rescan_jobs && i < h->n_jobs; i++) {
-        if (h->jobs[i]->dirty) {
-            rv = pack_job(h, h->jobs[i]->j->id, &b->recs[b->n]);
-            b->n += rv == 0;
-        }
-    }
-    for (size_t i = 0; rv >= 0 && i < h->n_dirty_nodes; i++) {
-        rv = pack_node(h, h->dirty_nodes[i], &b->recs[b->n]);
-        b->n += rv == 0;
-    }
-    for (size_t i = 0; rv >= 0 && h->rescan_nodes && i < h->n_nodes; i++) {
-        rv = pack_node(h, h->nodes[i].n->id, &b->recs[b->n]);
-        b->n += rv == 0;
-    }
-    return rv < 0 ? -1 : 0;
-}
 
 static void recs_free(batch *b)
 {
-    for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->n; i++) { /* deletions have no buf */
         free(b->recs[i].buf);
     }
     free(b->recs);
@@ -425,29 +319,31 @@ static void recs_free(batch *b)
 }
 
 /* take moves everything marked so far into b, or - out of memory - leaves
- * it all marked where it was and returns non-OK. Caller holds h->mu. */
+ * it all marked and returns non-OK. Each source collects all of its marks or
+ * none; those collected before one that failed are marked again. Caller
+ * holds h->mu. */
 static int take(tr_head *h, batch *b, tr_err *err)
 {
-    size_t cap = h->n_dirty_jobs + h->n_dirty_nodes + 1 + (h->rescan_nodes ? h->n_nodes : 0);
+    size_t cap = 1;
+    int rv = 0;
 
     memset(b, 0, sizeof(*b));
     b->seq = ++h->taken_seq;
-    for (size_t i = 0; h->rescan_jobs && i < h->n_jobs; i++) {
-        cap += h->jobs[i]->dirty;
+    for (size_t i = 0; i < h->n_commit_src; i++) {
+        cap += h->commit_src[i]->marked(h);
     }
-    b->recs = commit_calloc(cap, sizeof(*b->recs));
-    if (b->recs == NULL || pack_all(h, b) != 0) {
+    b->recs = tr_commit_alloc(cap, sizeof(*b->recs));
+    for (size_t i = 0; b->recs != NULL && rv == 0 && i < h->n_commit_src; i++) {
+        rv = h->commit_src[i]->collect(h, b->recs, &b->n);
+    }
+    if (b->recs == NULL || rv != 0) {
         for (size_t i = 0; i < b->n; i++) {
-            tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
-            if (hj != NULL) {
-                hj->dirty = 1; /* still listed (or found by the walk) */
-            }
+            b->recs[i].src->requeue(h, &b->recs[i]);
         }
         recs_free(b);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory packing the records of a batch");
     }
-    h->n_dirty_jobs = h->n_dirty_nodes = 0;
-    h->rescan_jobs = h->rescan_nodes = h->commit_nudge = 0;
+    h->commit_nudge = 0;
     b->events = h->events;
     h->events = NULL;
     h->events_tail = &h->events;
@@ -456,10 +352,6 @@ static int take(tr_head *h, batch *b, tr_err *err)
     h->waiters_tail = &h->waiters;
     b->ids = h->ids_dirty;
     h->ids_dirty = 0;
-    b->deleted = h->deleted_jobs;
-    b->n_deleted = h->n_deleted_jobs;
-    h->deleted_jobs = NULL;
-    h->n_deleted_jobs = h->cap_deleted_jobs = 0;
     memcpy(b->next_id, h->next_id, sizeof(b->next_id));
     return TROUPE_OK;
 }
@@ -476,11 +368,7 @@ static void requeue(tr_head *h, batch *b, const tr_err *err)
     tr_head_ev **ep = &b->events;
 
     for (size_t i = 0; i < b->n; i++) {
-        if (strcmp(b->recs[i].table, "jobs") == 0) {
-            tr_head_dirty_job(h, b->recs[i].id);
-        } else {
-            tr_head_dirty_node(h, b->recs[i].id);
-        }
+        b->recs[i].src->requeue(h, &b->recs[i]);
     }
     h->ids_dirty |= b->ids;
     /* Whatever the batch carried, a write must still succeed: what waits for
@@ -489,9 +377,6 @@ static void requeue(tr_head *h, batch *b, const tr_err *err)
      * nothing pending, so the writer slept, the head refused new work and
      * nothing came to retry (found by integration.runtime.profile_unsaved). */
     h->commit_nudge = 1;
-    for (size_t i = 0; i < b->n_deleted; i++) {
-        tr_head_forget_job(h, b->deleted[i]);
-    }
     while (*ep != NULL) {
         ep = &(*ep)->next;
     }
@@ -532,19 +417,24 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
 {
     int rv = tr_store_begin(h->store, err);
     for (size_t i = 0; rv == TROUPE_OK && i < b->n; i++) {
-        rv = tr_store_put(h->store, b->recs[i].table, b->recs[i].id, b->recs[i].state, b->recs[i].buf,
-                          b->recs[i].len, err);
+        const tr_commit_rec *r = &b->recs[i];
+        if (!r->del) {
+            rv = tr_store_put(h->store, r->src->name, r->id, r->state, r->buf, r->len, err);
+        }
     }
     for (const tr_head_ev *e = b->events; rv == TROUPE_OK && e != NULL; e = e->next) {
         rv = tr_store_event(h->store, e->kind, e->node, e->job, e->msg, err);
     }
-    for (size_t i = 0; rv == TROUPE_OK && i < b->n_deleted; i++) {
-        rv = tr_store_delete_job(h->store, b->deleted[i], err); /* after its events of this batch */
+    for (size_t i = 0; rv == TROUPE_OK && i < b->n; i++) {
+        const tr_commit_rec *r = &b->recs[i];
+        if (r->del) {
+            rv = tr_store_delete(h->store, r->src->name, r->id, err); /* after its events of this batch */
+        }
     }
-    if (rv == TROUPE_OK && b->ids) {
-        rv = tr_store_set_next_id(h->store, "nodes", b->next_id[0], err);
-        if (rv == TROUPE_OK) {
-            rv = tr_store_set_next_id(h->store, "jobs", b->next_id[1], err);
+    for (size_t i = 0; rv == TROUPE_OK && b->ids && i < h->n_commit_src; i++) {
+        const tr_commit_source *src = h->commit_src[i];
+        if (src->id_counter >= 0) {
+            rv = tr_store_set_next_id(h->store, src->name, b->next_id[src->id_counter], err);
         }
     }
     if (rv == TROUPE_OK) {
@@ -560,9 +450,6 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
 static void batch_free(batch *b)
 {
     recs_free(b);
-    free(b->deleted);
-    b->deleted = NULL;
-    b->n_deleted = 0;
     while (b->events != NULL) {
         tr_head_ev *e = b->events;
         b->events = e->next;
@@ -622,24 +509,31 @@ static void saved(tr_head *h, batch *b, const tr_err *err)
     h->batched_records += b->n;
     answer(h, b, TROUPE_OK, err);
     for (size_t i = 0; i < b->n; i++) {
-        tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
-        if (hj != NULL) {
-            tr_events_publish(h, TR_EV_JOB_SAVED, hj, NULL);
+        if (b->recs[i].src->saved != NULL) {
+            b->recs[i].src->saved(h, &b->recs[i]);
         }
     }
     tr_events_publish(h, TR_EV_BATCH_SAVED, NULL, NULL);
     wake(h); /* wait_saved */
 }
 
+static size_t marked(const tr_head *h)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < h->n_commit_src; i++) {
+        n += h->commit_src[i]->marked(h);
+    }
+    return n;
+}
+
 static int pending(const tr_head *h)
 {
-    return h->n_dirty_jobs || h->n_dirty_nodes || h->rescan_jobs || h->rescan_nodes || h->events ||
-           h->waiters || h->ids_dirty || h->commit_nudge || h->n_deleted_jobs;
+    return h->events || h->waiters || h->ids_dirty || h->commit_nudge || marked(h) > 0;
 }
 
 size_t tr_head_store_unsaved(const tr_head *h)
 {
-    size_t n = h->n_dirty_jobs + h->n_dirty_nodes + h->n_deleted_jobs;
+    size_t n = marked(h);
     for (const tr_head_ev *e = h->events; e != NULL; e = e->next) {
         n++;
     }
@@ -795,8 +689,10 @@ static void *committer_main(void *arg)
     return NULL;
 }
 
-int tr_head_commit_start(tr_head *h, tr_err *err)
+int tr_head_commit_start(tr_head *h, const tr_commit_source *const *sources, size_t n, tr_err *err)
 {
+    h->commit_src = sources;
+    h->n_commit_src = n;
     pthread_cond_init(&h->commit_cv, NULL);
     h->events_tail = &h->events;
     h->waiters_tail = &h->waiters;
@@ -818,9 +714,10 @@ void tr_head_commit_stop(tr_head *h)
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->committer, NULL); /* flushes what is left first */
     h->commit_started = 0;
-    free(h->dirty_jobs);
-    free(h->dirty_nodes);
-    free(h->deleted_jobs);
-    h->dirty_jobs = h->dirty_nodes = h->deleted_jobs = NULL;
+    for (size_t i = 0; i < h->n_commit_src; i++) {
+        if (h->commit_src[i]->stop != NULL) {
+            h->commit_src[i]->stop(h);
+        }
+    }
     pthread_cond_destroy(&h->commit_cv);
 }

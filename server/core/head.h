@@ -88,8 +88,13 @@ typedef struct tr_head {
     pthread_t committer;
     pthread_cond_t commit_cv;
     int commit_started, commit_stop;
-    uint64_t *dirty_jobs, *dirty_nodes;
-    size_t n_dirty_jobs, cap_dirty_jobs, n_dirty_nodes, cap_dirty_nodes;
+    const tr_commit_source *const *commit_src; /* what it saves, in order (head.c) */
+    size_t n_commit_src;
+    /* The sources' marks: jobs_save.c's (changed, deleted; a job also
+     * carries its own mark) and nodes.c's. A mark that found no memory for
+     * its list sets rescan: the next batch walks every record. */
+    tr_commit_ids dirty_jobs, deleted_jobs, dirty_nodes;
+    int rescan_jobs, rescan_nodes;
     struct tr_head_ev *events, **events_tail;
     struct tr_commit_waiter *waiters, **waiters_tail;
     uint64_t next_id[2]; /* TR_ID_NODES, TR_ID_JOBS: never reused */
@@ -110,8 +115,6 @@ typedef struct tr_head {
     const tr_rpc_method *core_methods;
     int (*spec_check)(struct tr_head *h, const Troupe__V1__JobSpec *spec, tr_err *err);
     tr_rpc_method *methods; /* core_methods and the services' (head.c) */
-    uint64_t *deleted_jobs; /* deleted since the last batch (commit.c) */
-    size_t n_deleted_jobs, cap_deleted_jobs;
     int64_t retained_ms; /* tr_now_ms() of the last retention pass (jobs_retain.c) */
 
     /* Store health (commit.c). Batches are numbered as they are taken: a
@@ -121,7 +124,7 @@ typedef struct tr_head {
      * its records are marked again and retried, its callers stay parked,
      * and until a write succeeds the head refuses new work. */
     uint64_t taken_seq, saved_seq;
-    int store_failing, rescan_jobs, rescan_nodes, commit_nudge;
+    int store_failing, commit_nudge;
     int64_t store_failing_since_ms; /* wall clock */
     uint64_t store_failed_writes;   /* batches that could not be written, ever */
     char store_error[512];

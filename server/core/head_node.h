@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "commit.h"
 #include "err.h"
 #include "rpc.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -69,6 +70,11 @@ void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
 int64_t tr_head_heartbeat_period(tr_head *h);
 int64_t tr_head_node_told(tr_head *h, tr_head_node *hn);
 void tr_head_nodes_free(tr_head *h);
+/* tr_head_nodes_source: the node records' part in the group commit
+ * (commit.h), registered by head.c; tr_head_dirty_node marks node id for
+ * the next batch. */
+extern const tr_commit_source tr_head_nodes_source;
+void tr_head_dirty_node(tr_head *h, uint64_t id);
 /* tr_head_node_transition moves a node to a state, commits and logs it, and
  * tells jobs; caller holds h->mu. */
 void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason);

@@ -7,6 +7,7 @@
 
 #include "head.h"
 #include "joblog.h"
+#include "jobs_save.h"
 #include "records.h"
 #include "sched/sched.h"
 
@@ -34,11 +35,11 @@ typedef struct tr_head_job {
     int64_t deadline; /* tr_now_ms() timeout; 0 = none */
     int requeue;      /* back to PENDING once the GPUs are released */
     int64_t not_before; /* tr_now_ms(): a lost node's lease still runs (fencing) */
-    int dirty;        /* marked for the next group commit (commit.c) */
+    int dirty;        /* marked for the next group commit (jobs_save.c) */
     tr_job_log log; /* joblog.c */
     tr_head_wait *job_waiters;
     tr_head_wait *log_waiters;
-    uint64_t save_seq; /* the batch carrying its latest change (commit.c) */
+    uint64_t save_seq; /* the batch carrying its latest change (jobs_save.c) */
     size_t sync_oversize; /* a worker's assignment that fits no NodeSync reply (bytes); 0 = none */
 } tr_head_job;
 
