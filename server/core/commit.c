@@ -540,6 +540,14 @@ size_t tr_head_store_unsaved(const tr_head *h)
     return n;
 }
 
+/* The committer looks at the disks (space_look) and handlers read what it
+ * saw (h->space): a refusal is made on every call while the store fails and
+ * a submit checks min_free_bytes, and neither may stat files with h->mu
+ * held (a slow disk would stall every handler behind the lock). The look is
+ * SPACE_LOOK_MS old at most while it matters - min_free_bytes set, or the
+ * store failing - and taken again right after a failed write. */
+#define SPACE_LOOK_MS 100
+
 /* file_mib is the size of DIR/NAME with its WAL in MiB (0 when absent). */
 static double file_mib(const char *dir, const char *name)
 {
@@ -553,67 +561,98 @@ static double file_mib(const char *dir, const char *name)
     return b / (1024.0 * 1024.0);
 }
 
-/* stores_note writes what takes the head's disks: each store's size and
- * bound, so a refusal says which file filled the disk. */
-static void stores_note(const tr_head *h, char *buf, size_t cap)
+static void space_dirs(const tr_head_config *cfg, const char *dirs[TR_SPACE_DIRS])
 {
-    const char *mdir = h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir;
-    const char *tdir = h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir;
-    snprintf(buf, cap,
+    dirs[0] = cfg->state_dir;
+    dirs[1] = cfg->metrics_dir ? cfg->metrics_dir : cfg->state_dir;
+    dirs[2] = cfg->traces_dir ? cfg->traces_dir : cfg->state_dir;
+}
+
+/* space_look measures the disks of the stores and what each store takes,
+ * so a refusal says which file filled the disk. No lock held (cfg does not
+ * change while the head runs). */
+static void space_look(const tr_head_config *cfg, tr_commit_space *sp)
+{
+    const char *dirs[TR_SPACE_DIRS];
+    struct statvfs fs;
+
+    space_dirs(cfg, dirs);
+    for (int i = 0; i < TR_SPACE_DIRS; i++) {
+        sp->free_b[i] = statvfs(dirs[i], &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1;
+    }
+    snprintf(sp->stores, sizeof(sp->stores),
              "head.db %.2f MiB, metrics.db %.2f MiB (bound %.0f MiB), traces.db %.2f MiB (bound %.0f MiB)",
-             file_mib(h->cfg.state_dir, "head.db"), file_mib(mdir, "metrics.db"),
-             (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(tdir, "traces.db"),
-             (double)h->cfg.traces_max_bytes / 1048576.0);
+             file_mib(dirs[0], "head.db"), file_mib(dirs[1], "metrics.db"),
+             (double)cfg->metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
+             (double)cfg->traces_max_bytes / 1048576.0);
+    sp->at_ms = tr_now_ms();
+}
+
+static int space_matters(const tr_head *h)
+{
+    return h->cfg.min_free_bytes > 0 || h->store_failing;
+}
+
+/* space_refresh looks again (h->mu held, released while looking) when the
+ * look is due or force is set. */
+static void space_refresh(tr_head *h, int force)
+{
+    tr_commit_space sp;
+
+    if (!force && (!space_matters(h) || tr_now_ms() - h->space.at_ms < SPACE_LOOK_MS)) {
+        return;
+    }
+    pthread_mutex_unlock(&h->mu);
+    space_look(&h->cfg, &sp);
+    pthread_mutex_lock(&h->mu);
+    h->space = sp;
+}
+
+/* space_wait_ms: how long the writer may sleep before the next look. */
+static int64_t space_wait_ms(const tr_head *h)
+{
+    int64_t left = h->space.at_ms + SPACE_LOOK_MS - tr_now_ms();
+    return !space_matters(h) ? 60000 : left > 1 ? left : 1;
 }
 
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
 {
-    struct statvfs fs;
-    char space[64] = "free space unknown", stores[200];
+    char space[64] = "free space unknown";
 
     if (!h->store_failing) {
         return 0;
     }
-    if (statvfs(h->cfg.state_dir, &fs) == 0) {
-        snprintf(space, sizeof(space), "%.1f MiB free",
-                 (double)fs.f_bavail * (double)fs.f_frsize / (1024.0 * 1024.0));
+    if (h->space.free_b[0] >= 0) {
+        snprintf(space, sizeof(space), "%.1f MiB free", h->space.free_b[0] / (1024.0 * 1024.0));
     }
-    stores_note(h, stores, sizeof(stores));
     tr_rpc_reply_error(
         call, TROUPE_RESOURCE_EXHAUSTED,
         "the head takes no new work: it cannot save changes in %s (%s on its disk): %s; %s. "
         "Free space there (delete finished jobs, lower metrics_max_bytes/traces_max_bytes); it "
         "retries and takes work again once a write succeeds",
-        h->cfg.state_dir, space, h->store_error, stores);
+        h->cfg.state_dir, space, h->store_error, h->space.stores);
     return 1;
 }
 
 int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
 {
-    const char *dirs[3] = {h->cfg.state_dir, h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir,
-                           h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir};
-    struct statvfs fs;
-    char stores[200];
+    const char *dirs[TR_SPACE_DIRS];
 
     if (tr_head_store_refuse(h, call)) {
         return 1;
     }
-    for (int i = 0; h->cfg.min_free_bytes > 0 && i < 3; i++) {
-        double free_b;
-        if (statvfs(dirs[i], &fs) != 0) {
-            continue; /* a disk the head cannot look at: its writes say */
+    space_dirs(&h->cfg, dirs);
+    for (int i = 0; h->cfg.min_free_bytes > 0 && i < TR_SPACE_DIRS; i++) {
+        double free_b = h->space.free_b[i];
+        if (free_b < 0 || free_b >= (double)h->cfg.min_free_bytes) {
+            continue; /* room, or a disk the head cannot look at: its writes say */
         }
-        free_b = (double)fs.f_bavail * (double)fs.f_frsize;
-        if (free_b >= (double)h->cfg.min_free_bytes) {
-            continue;
-        }
-        stores_note(h, stores, sizeof(stores));
         tr_rpc_reply_error(
             call, TROUPE_RESOURCE_EXHAUSTED,
             "the head takes no new work: the disk of %s has %.2f MiB free (min_free_bytes %.2f "
             "MiB); %s. Free space there, delete finished jobs (troupe delete) or lower "
             "metrics_max_bytes/traces_max_bytes; new work is taken again once there is room",
-            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, stores);
+            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, h->space.stores);
         return 1;
     }
     return 0;
@@ -636,11 +675,14 @@ static void give_up(tr_head *h, batch *b, const tr_err *err)
     answer(h, b, TROUPE_UNAVAILABLE, err);
 }
 
-/* backoff_wait sleeps until retry_at (tr_now_ms) or a stop. */
+/* backoff_wait sleeps until retry_at (tr_now_ms) or a stop, looking at the
+ * disks when due. */
 static void backoff_wait(tr_head *h, int64_t retry_at)
 {
     while (!h->commit_stop && tr_now_ms() < retry_at) {
-        wait_cv(h, retry_at - tr_now_ms());
+        int64_t left = retry_at - tr_now_ms(), look = space_wait_ms(h);
+        wait_cv(h, left < look ? left : look);
+        space_refresh(h, 0);
     }
 }
 
@@ -655,7 +697,8 @@ static void *committer_main(void *arg)
         tr_err err;
         int rv;
         while (!pending(h) && !h->commit_stop) {
-            pthread_cond_wait(&h->commit_cv, &h->mu);
+            wait_cv(h, space_wait_ms(h));
+            space_refresh(h, 0);
         }
         if (!pending(h) && h->commit_stop) {
             break;
@@ -671,6 +714,7 @@ static void *committer_main(void *arg)
         }
         if (rv == TROUPE_OK) {
             saved(h, &b, &err);
+            space_refresh(h, 0);
             backoff = 0;
         } else if (h->commit_stop) {
             give_up(h, &b, &err);
@@ -679,6 +723,7 @@ static void *committer_main(void *arg)
         } else {
             requeue(h, &b, &err);
             store_failed(h, &err);
+            space_refresh(h, 1); /* what the refusals from now on say */
             settle_readers(h);
             backoff = backoff ? (backoff * 2 > 2000 ? 2000 : backoff * 2) : 100;
             backoff_wait(h, tr_now_ms() + backoff);
@@ -696,6 +741,7 @@ int tr_head_commit_start(tr_head *h, const tr_commit_source *const *sources, siz
     pthread_cond_init(&h->commit_cv, NULL);
     h->events_tail = &h->events;
     h->waiters_tail = &h->waiters;
+    space_look(&h->cfg, &h->space); /* before any handler reads it */
     if (pthread_create(&h->committer, NULL, committer_main, h) != 0) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the state writer thread");
     }

@@ -76,6 +76,16 @@ void *tr_commit_alloc(size_t n, size_t size);
 /* tr_commit_wake tells the writer that something was marked (h->mu held). */
 void tr_commit_wake(tr_head *h);
 
+/* tr_commit_space: the disks of the head's stores as the committer last
+ * looked (state dir, metrics dir, traces dir), read by the refusals below
+ * without I/O under h->mu. */
+enum { TR_SPACE_DIRS = 3 };
+typedef struct tr_commit_space {
+    double free_b[TR_SPACE_DIRS]; /* bytes free to the head; < 0: could not look */
+    char stores[200];             /* each store's size and bound, for messages */
+    int64_t at_ms;                /* tr_now_ms() of the look */
+} tr_commit_space;
+
 /* Group commit (commit.c); all under h->mu except start/stop. The sources
  * are written in their order, each batch's records first, then its events,
  * then its deletions (a deleted job's events of the same batch go too). */
@@ -98,13 +108,15 @@ int tr_head_wait_saved(tr_head *h, uint64_t seq, int64_t ms);
  * what waits for saved_seq to move is answered). */
 void tr_head_commit_nudge(tr_head *h);
 /* tr_head_store_refuse answers call RESOURCE_EXHAUSTED (with a hint naming
- * the state dir and its free space) and returns 1 while the store cannot
- * write; 0 otherwise. Handlers that would make new changes call it first. */
+ * the state dir and its free space, as the committer last looked) and
+ * returns 1 while the store cannot write; 0 otherwise. Handlers that would
+ * make new changes call it first. No I/O. */
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call);
 /* tr_head_space_refuse is tr_head_store_refuse for new work (submit): it
  * also refuses, RESOURCE_EXHAUSTED, while the disk of the state dir, of
  * metrics.db or of traces.db has less than min_free_bytes free, whichever
- * file filled it, with the sizes of the stores and what to do. Under h->mu. */
+ * file filled it, with the sizes of the stores and what to do. Under h->mu;
+ * reads the committer's look (at most 100 ms old), no I/O. */
 int tr_head_space_refuse(tr_head *h, tr_rpc_call *call);
 /* tr_head_store_unsaved counts changes waiting for the disk. */
 size_t tr_head_store_unsaved(const tr_head *h);

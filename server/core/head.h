@@ -129,6 +129,7 @@ typedef struct tr_head {
     uint64_t store_failed_writes;   /* batches that could not be written, ever */
     char store_error[512];
     int store_code;       /* the status of the last failed write (RESOURCE_EXHAUSTED: full) */
+    tr_commit_space space; /* the stores' disks, as the committer last looked */
     struct tr_auth *auth; /* credentials (auth.c) */
     /* Connections closed, noted by the RPC server's pipe callback (which
      * must not take mu) and turned into node state by the reaper. */
