@@ -17,7 +17,8 @@
  *   log files; it holds h->mu only to take work and publish results.
  * - The reaper thread (head.c) moves node liveness along, expires job waits
  *   and applies job retention (jobs_retain.c), under h->mu, without I/O; the
- *   services' timers (rdzv.c, profile.c) likewise expire their own waits.
+ *   services' timers (rdzv.c, kv.c, profile.c: background workers, bgw.h)
+ *   likewise expire their own waits.
  * - The RPC server's sweeper answers deferred calls whose deadline passed and
  *   then calls their on_expire hooks, which take h->mu to forget them.
  * One mutex (mu) guards everything below it; once the head serves, nothing

@@ -21,10 +21,7 @@ typedef struct tr_rdzv_svc {
     tr_head *h;
     tr_rdzv_job **jobs; /* by id */
     size_t n_jobs, cap_jobs;
-    pthread_t timer;
-    pthread_cond_t cv; /* with h->mu: a new earliest deadline, or stop */
-    int stop, timer_started;
-    int64_t next_until;
+    struct tr_bgw *timer; /* answers waits at their deadline (under h->mu) */
     /* decorate: the RdzvStatus messages lent to a reply (freed at on = 0) */
     Troupe__V1__RdzvStatus **status;
     size_t n_status;
