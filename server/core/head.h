@@ -1,8 +1,9 @@
 /* head.h - troupe-head's state, shared by its modules: the head struct, its
  * lock, start and stop. Its parts have headers of their own, included here:
  * the settings (head_config.h), a node's record (head_node.h), the service
- * table (head_service.h), the group commit (commit.h) and the events the
- * core publishes (events.h).
+ * table (head_service.h), the group commit (commit.h), the events the core
+ * publishes (events.h), the state dir's lock (statedir.h) and the stop
+ * signals (shutdown.h).
  *
  * What runs where:
  * - RPC handlers run on nng's aio callback threads, which must never block.
@@ -40,6 +41,8 @@
 #include "head_service.h"
 #include "liveness.h"
 #include "rpc.h"
+#include "shutdown.h"
+#include "statedir.h"
 #include "store.h"
 #include "troupe/v1/troupe.pb-c.h"
 
@@ -144,27 +147,6 @@ typedef struct tr_head {
 } tr_head;
 
 enum { TR_ID_NODES = 0, TR_ID_JOBS = 1 };
-
-/* State dir checks at start (statedir.c): the exclusive lock (FAILED_PRECONDITION
- * naming the holder's pid when another head has it), and ids that never go
- * backwards: tr_head_id_seen raises the counter past an id found on disk. */
-int tr_head_lock_state_dir(tr_head *h, tr_err *err);
-void tr_head_unlock_state_dir(tr_head *h);
-void tr_head_id_seen(tr_head *h, int table, uint64_t id, const char *where);
-void tr_head_ids_past_logs(tr_head *h);
-
-/* Stop signals (shutdown.c). tr_head_stop_signals_catch installs handlers
- * for SIGTERM and SIGINT that write the signal number to a self-pipe and
- * blocks them for the threads started afterwards; call it before any thread
- * starts. tr_head_stop_signal_wait unblocks them in its own thread, blocks
- * until one arrives and returns its number. Whichever thread runs the handler
- * (ours, or one we did not start, like a sanitizer runtime's), the signal
- * reaches the pipe: none is swallowed. tr_head_shutdown_deadline then bounds the shutdown: after
- * timeout_ms, or at a second stop signal, the process logs and exits with
- * status 1. */
-int tr_head_stop_signals_catch(tr_err *err);
-int tr_head_stop_signal_wait(void);
-void tr_head_shutdown_deadline(int64_t timeout_ms);
 
 /* tr_head_start opens the store, recovers state, starts the RPC server and
  * the liveness reaper. */

@@ -12,6 +12,8 @@
  * heartbeat and registers again with its old id, which it keeps. An agent that
  * died meanwhile never comes back and its node goes DEAD on the normal
  * schedule. */
+#include "nodes.h"
+
 #include <stdlib.h>
 #include <string.h>
 

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv_view.h"
+
+#include "jobs.h"
 #include "rdzv_int.h"
 #include "util.h"
 
