@@ -90,7 +90,8 @@ void tr_bgw_stop(tr_bgw *w)
     pthread_mutex_unlock(w->o.mu);
     tr_abstime_in(&ts, STOP_SAY_MS);
     if (pthread_timedjoin_np(w->thread, NULL, &ts) == ETIMEDOUT) {
-        TR_LOG(TR_LOG_ERR, "the %s has not stopped %d ms after it was asked (a tick still runs); waiting for it",
+        TR_LOG(TR_LOG_ERR,
+               "the %s has not stopped %d ms after it was asked (a tick still runs); waiting for it",
                w->o.name, STOP_SAY_MS);
         pthread_join(w->thread, NULL);
     }

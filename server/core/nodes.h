@@ -24,7 +24,8 @@ typedef struct tr_head_node tr_head_node;
 int tr_head_node_validate(const Troupe__V1__RegisterNodeRequest *r, tr_err *err);
 int tr_head_node_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__RegisterNodeRequest *r,
                           uint64_t *id_out, tr_err *err);
-int64_t tr_head_node_beat(tr_head *h, tr_head_node *hn, tr_rpc_call *call, const Troupe__V1__HeartbeatRequest *r);
+int64_t tr_head_node_beat(tr_head *h, tr_head_node *hn, tr_rpc_call *call,
+                          const Troupe__V1__HeartbeatRequest *r);
 /* tr_head_node_state_name: "ALIVE", "DEAD", ... for a Troupe__V1__NodeState. */
 const char *tr_head_node_state_name(int s);
 int tr_head_nodes_recover(tr_head *h, tr_err *err);

@@ -12,10 +12,11 @@
 int tr_series_fail(tr_series *s, const char *what, tr_err *err)
 {
     char hint[256];
-    snprintf(hint, sizeof(hint),
-             "%s is bounded by %s=%lld; free space on its disk, delete finished jobs (troupe delete) or raise "
-             "the bound",
-             s->def->file, s->def->bound, (long long)s->max_bytes);
+    snprintf(
+        hint, sizeof(hint),
+        "%s is bounded by %s=%lld; free space on its disk, delete finished jobs (troupe delete) or raise "
+        "the bound",
+        s->def->file, s->def->bound, (long long)s->max_bytes);
     return tr_db_err(err, s->db, s->def->name, s->path, what, hint);
 }
 
@@ -38,7 +39,8 @@ static int bound(tr_series *s, tr_err *err)
     sqlite3_stmt *q = NULL;
     char sql[160];
 
-    if (sqlite3_prepare_v2(s->db, "PRAGMA page_size;", -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW) {
+    if (sqlite3_prepare_v2(s->db, "PRAGMA page_size;", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW) {
         page = sqlite3_column_int64(q, 0);
     }
     sqlite3_finalize(q);
@@ -66,16 +68,16 @@ int tr_series_open(tr_series *s, const tr_series_def *def, const char *dir, int 
     if (s->full_if != NULL && s->full_if[0] == '\0') {
         s->full_if = NULL;
     }
-    if (sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | def->open_flags, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | def->open_flags,
+                        NULL) != SQLITE_OK) {
         rv = tr_err_set(err, TROUPE_UNAVAILABLE, "cannot open %s: %s", s->path,
                         s->db ? sqlite3_errmsg(s->db) : "out of memory");
         goto out;
     }
     sqlite3_busy_timeout(s->db, 5000);
     if ((rv = tr_series_exec(s, "PRAGMA journal_mode=WAL;", err)) != TROUPE_OK ||
-        (rv = tr_series_exec(s, sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", err)) !=
-            TROUPE_OK ||
+        (rv = tr_series_exec(s, sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;",
+                             err)) != TROUPE_OK ||
         (rv = tr_series_exec(s, def->schema, err)) != TROUPE_OK) {
         goto out;
     }
@@ -172,10 +174,12 @@ void tr_series_delete_orphans(tr_series *s, const tr_ids *ids)
     if (ids->n == 0) {
         return;
     }
-    TR_LOG(TR_LOG_NOTICE, "%s store: %s of %zu job%s the head no longer has (deleted before a restart): deleting them",
+    TR_LOG(TR_LOG_NOTICE,
+           "%s store: %s of %zu job%s the head no longer has (deleted before a restart): deleting them",
            s->def->name, s->def->rows, ids->n, ids->n == 1 ? "" : "s");
     if (tr_series_delete_jobs(s, ids, &err) != TROUPE_OK) {
-        TR_LOG(TR_LOG_WARNING, "%s store: cannot delete the %s of %zu deleted job%s (the next start does): %s",
-               s->def->name, s->def->rows, ids->n, ids->n == 1 ? "" : "s", err.msg);
+        TR_LOG(TR_LOG_WARNING,
+               "%s store: cannot delete the %s of %zu deleted job%s (the next start does): %s", s->def->name,
+               s->def->rows, ids->n, ids->n == 1 ? "" : "s", err.msg);
     }
 }
