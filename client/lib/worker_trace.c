@@ -244,7 +244,9 @@ static void ship(troupe_worker_ctx *w)
     }
     for (size_t i = 0; rv == TROUPE_OK && (i < n || i == 0); i += PER_CALL) {
         size_t k = n - i < PER_CALL ? n - i : PER_CALL;
-        rv = send_chunk(w, spans + i, k, offset, rtt, dropped, &e);
+        /* n == 0: only the dropped count goes, and spans is NULL (no
+         * offset may be applied to it). */
+        rv = send_chunk(w, n > 0 ? spans + i : NULL, k, offset, rtt, dropped, &e);
         if (rv != TROUPE_OK) {
             pthread_mutex_lock(&t->mu);
             t->dropped += n - i;
@@ -255,7 +257,7 @@ static void ship(troupe_worker_ctx *w)
         }
     }
     if (rv != TROUPE_OK) {
-        snprintf(t->note, sizeof(t->note), "trace: %zu spans not sent: %s", n, e.msg);
+        snprintf(t->note, sizeof(t->note), "trace: %zu spans not sent: %s: %s", n, troupe_strerror(rv), e.msg);
     } else {
         snprintf(t->note, sizeof(t->note), "trace: %zu spans sent (clock offset %lld us, probe round trip %lld us)",
                  n, (long long)offset, (long long)rtt);

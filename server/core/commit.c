@@ -36,15 +36,15 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-#include "jobs.h"
+#include "head.h"
 #include "log.h"
 #include "util.h"
 
-/* Test hook (head.h): NULL - always, outside unit tests - is calloc. */
+/* Test hook (commit.h): NULL - always, outside unit tests - is calloc. */
 void *(*tr_commit_calloc_hook)(size_t n, size_t size);
 void (*tr_commit_write_hook)(void);
 
-static void *commit_calloc(size_t n, size_t size)
+void *tr_commit_alloc(size_t n, size_t size)
 {
     return tr_commit_calloc_hook != NULL ? tr_commit_calloc_hook(n, size) : calloc(n, size);
 }
@@ -73,32 +73,30 @@ typedef struct tr_head_ev {
     struct tr_head_ev *next;
 } tr_head_ev;
 
-typedef struct rec {
-    const char *table;
-    uint64_t id;
-    int state;
-    uint8_t *buf;
-    size_t len;
-} rec;
-
-static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id, int scan)
+int tr_commit_ids_push(tr_commit_ids *l, uint64_t id, int scan)
 {
-    for (size_t i = 0; scan && i < *n; i++) {
-        if ((*arr)[i] == id) {
+    for (size_t i = 0; scan && i < l->n; i++) {
+        if (l->ids[i] == id) {
             return 0; /* already marked: written once per batch */
         }
     }
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 64;
-        uint64_t *p = realloc(*arr, c * sizeof(*p));
+    if (l->n == l->cap) {
+        size_t c = l->cap ? l->cap * 2 : 64;
+        uint64_t *p = realloc(l->ids, c * sizeof(*p));
         if (p == NULL) {
             return -1;
         }
-        *arr = p;
-        *cap = c;
+        l->ids = p;
+        l->cap = c;
     }
-    (*arr)[(*n)++] = id;
+    l->ids[l->n++] = id;
     return 0;
+}
+
+void tr_commit_ids_free(tr_commit_ids *l)
+{
+    free(l->ids);
+    memset(l, 0, sizeof(*l));
 }
 
 /* Broadcast: the writer waits on commit_cv, and so does a handler that had
@@ -106,6 +104,11 @@ static int push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id, int scan
 static void wake(tr_head *h)
 {
     pthread_cond_broadcast(&h->commit_cv);
+}
+
+void tr_commit_wake(tr_head *h)
+{
+    wake(h);
 }
 
 uint64_t tr_head_change_seq(const tr_head *h)
@@ -116,39 +119,6 @@ uint64_t tr_head_change_seq(const tr_head *h)
 void tr_head_commit_nudge(tr_head *h)
 {
     h->commit_nudge = 1;
-    wake(h);
-}
-
-/* A job carries its own mark, so marking it again is O(1) however many jobs
- * a batch touches (a list scan made big batches quadratic); nodes change
- * rarely and keep the scan. A mark that finds no memory for the list is not
- * lost: the job stays marked and the next batch walks every job for marks. */
-void tr_head_dirty_job(tr_head *h, uint64_t id)
-{
-    tr_head_job *hj = tr_jobs_find(h, id);
-    if (hj == NULL) {
-        return;
-    }
-    hj->save_seq = tr_head_change_seq(h);
-    if (hj->dirty) {
-        return;
-    }
-    hj->dirty = 1;
-    if (push_id(&h->dirty_jobs, &h->n_dirty_jobs, &h->cap_dirty_jobs, id, 0) != 0) {
-        h->rescan_jobs = 1;
-        TR_LOG(TR_LOG_ERR, "out of memory listing job=%llu for the store; the writer walks all jobs",
-               (unsigned long long)id);
-    }
-    wake(h);
-}
-
-void tr_head_dirty_node(tr_head *h, uint64_t id)
-{
-    if (push_id(&h->dirty_nodes, &h->n_dirty_nodes, &h->cap_dirty_nodes, id, 1) != 0) {
-        h->rescan_nodes = 1;
-        TR_LOG(TR_LOG_ERR, "out of memory listing node=%llu for the store; the writer writes all nodes",
-               (unsigned long long)id);
-    }
     wake(h);
 }
 
@@ -169,15 +139,6 @@ void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, co
     e->job = job;
     *h->events_tail = e;
     h->events_tail = &e->next;
-    wake(h);
-}
-
-void tr_head_forget_job(tr_head *h, uint64_t id)
-{
-    if (push_id(&h->deleted_jobs, &h->n_deleted_jobs, &h->cap_deleted_jobs, id, 0) != 0) {
-        TR_LOG(TR_LOG_ERR, "out of memory deleting job=%llu from the store; it returns after a restart",
-               (unsigned long long)id);
-    }
     wake(h);
 }
 
@@ -337,86 +298,19 @@ static void settle_readers(tr_head *h)
     }
 }
 
-/* pack_job returns 0 when packed, 1 when the job is gone (nothing to
- * write), -1 when out of memory. */
-static int pack_job(tr_head *h, uint64_t id, rec *r)
-{
-    tr_head_job *hj = tr_jobs_find(h, id);
-    if (hj == NULL) {
-        return 1;
-    }
-    r->table = "jobs";
-    r->id = id;
-    r->state = (int)hj->j->state;
-    r->len = troupe__v1__job__get_packed_size(hj->j);
-    if ((r->buf = commit_calloc(1, r->len ? r->len : 1)) == NULL) {
-        return -1;
-    }
-    troupe__v1__job__pack(hj->j, r->buf);
-    hj->dirty = 0;
-    return 0;
-}
-
-static int pack_node(tr_head *h, uint64_t id, rec *r)
-{
-    tr_head_node *hn = tr_head_node_find(h, id);
-    if (hn == NULL) {
-        return 1;
-    }
-    r->table = "nodes";
-    r->id = id;
-    r->state = (int)hn->n->state;
-    r->len = troupe__v1__node__get_packed_size(hn->n);
-    if ((r->buf = commit_calloc(1, r->len ? r->len : 1)) == NULL) {
-        return -1;
-    }
-    troupe__v1__node__pack(hn->n, r->buf);
-    return 0;
-}
-
 typedef struct batch {
     uint64_t seq;
-    rec *recs;
+    tr_commit_rec *recs;
     size_t n;
     tr_head_ev *events;
     tr_commit_waiter *waiters;
     uint64_t next_id[2];
     int ids;
-    uint64_t *deleted; /* jobs whose record and events go */
-    size_t n_deleted;
 } batch;
-
-/* pack_all packs every marked record into b->recs (sized by the caller);
- * -1 when out of memory (what was packed stays in b for the caller). */
-static int pack_all(tr_head *h, batch *b)
-{
-    int rv = 0;
-    for (size_t i = 0; rv >= 0 && i < h->n_dirty_jobs; i++) {
-        rv = pack_job(h, h->dirty_jobs[i], &b->recs[b->n]);
-        b->n += rv == 0;
-    }
-    /* Jobs marked while their list had no memory: listed ones were just
-     * packed (mark cleared), so only those are still marked. */
-    for (size_t i = 0; rv >= 0 && h->rescan_jobs && i < h->n_jobs; i++) {
-        if (h->jobs[i]->dirty) {
-            rv = pack_job(h, h->jobs[i]->j->id, &b->recs[b->n]);
-            b->n += rv == 0;
-        }
-    }
-    for (size_t i = 0; rv >= 0 && i < h->n_dirty_nodes; i++) {
-        rv = pack_node(h, h->dirty_nodes[i], &b->recs[b->n]);
-        b->n += rv == 0;
-    }
-    for (size_t i = 0; rv >= 0 && h->rescan_nodes && i < h->n_nodes; i++) {
-        rv = pack_node(h, h->nodes[i].n->id, &b->recs[b->n]);
-        b->n += rv == 0;
-    }
-    return rv < 0 ? -1 : 0;
-}
 
 static void recs_free(batch *b)
 {
-    for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->n; i++) { /* deletions have no buf */
         free(b->recs[i].buf);
     }
     free(b->recs);
@@ -425,29 +319,31 @@ static void recs_free(batch *b)
 }
 
 /* take moves everything marked so far into b, or - out of memory - leaves
- * it all marked where it was and returns non-OK. Caller holds h->mu. */
+ * it all marked and returns non-OK. Each source collects all of its marks or
+ * none; those collected before one that failed are marked again. Caller
+ * holds h->mu. */
 static int take(tr_head *h, batch *b, tr_err *err)
 {
-    size_t cap = h->n_dirty_jobs + h->n_dirty_nodes + 1 + (h->rescan_nodes ? h->n_nodes : 0);
+    size_t cap = 1;
+    int rv = 0;
 
     memset(b, 0, sizeof(*b));
     b->seq = ++h->taken_seq;
-    for (size_t i = 0; h->rescan_jobs && i < h->n_jobs; i++) {
-        cap += h->jobs[i]->dirty;
+    for (size_t i = 0; i < h->n_commit_src; i++) {
+        cap += h->commit_src[i]->marked(h);
     }
-    b->recs = commit_calloc(cap, sizeof(*b->recs));
-    if (b->recs == NULL || pack_all(h, b) != 0) {
+    b->recs = tr_commit_alloc(cap, sizeof(*b->recs));
+    for (size_t i = 0; b->recs != NULL && rv == 0 && i < h->n_commit_src; i++) {
+        rv = h->commit_src[i]->collect(h, b->recs, &b->n);
+    }
+    if (b->recs == NULL || rv != 0) {
         for (size_t i = 0; i < b->n; i++) {
-            tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
-            if (hj != NULL) {
-                hj->dirty = 1; /* still listed (or found by the walk) */
-            }
+            b->recs[i].src->requeue(h, &b->recs[i]);
         }
         recs_free(b);
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory packing the records of a batch");
     }
-    h->n_dirty_jobs = h->n_dirty_nodes = 0;
-    h->rescan_jobs = h->rescan_nodes = h->commit_nudge = 0;
+    h->commit_nudge = 0;
     b->events = h->events;
     h->events = NULL;
     h->events_tail = &h->events;
@@ -456,10 +352,6 @@ static int take(tr_head *h, batch *b, tr_err *err)
     h->waiters_tail = &h->waiters;
     b->ids = h->ids_dirty;
     h->ids_dirty = 0;
-    b->deleted = h->deleted_jobs;
-    b->n_deleted = h->n_deleted_jobs;
-    h->deleted_jobs = NULL;
-    h->n_deleted_jobs = h->cap_deleted_jobs = 0;
     memcpy(b->next_id, h->next_id, sizeof(b->next_id));
     return TROUPE_OK;
 }
@@ -476,11 +368,7 @@ static void requeue(tr_head *h, batch *b, const tr_err *err)
     tr_head_ev **ep = &b->events;
 
     for (size_t i = 0; i < b->n; i++) {
-        if (strcmp(b->recs[i].table, "jobs") == 0) {
-            tr_head_dirty_job(h, b->recs[i].id);
-        } else {
-            tr_head_dirty_node(h, b->recs[i].id);
-        }
+        b->recs[i].src->requeue(h, &b->recs[i]);
     }
     h->ids_dirty |= b->ids;
     /* Whatever the batch carried, a write must still succeed: what waits for
@@ -489,9 +377,6 @@ static void requeue(tr_head *h, batch *b, const tr_err *err)
      * nothing pending, so the writer slept, the head refused new work and
      * nothing came to retry (found by integration.runtime.profile_unsaved). */
     h->commit_nudge = 1;
-    for (size_t i = 0; i < b->n_deleted; i++) {
-        tr_head_forget_job(h, b->deleted[i]);
-    }
     while (*ep != NULL) {
         ep = &(*ep)->next;
     }
@@ -532,19 +417,24 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
 {
     int rv = tr_store_begin(h->store, err);
     for (size_t i = 0; rv == TROUPE_OK && i < b->n; i++) {
-        rv = tr_store_put(h->store, b->recs[i].table, b->recs[i].id, b->recs[i].state, b->recs[i].buf,
-                          b->recs[i].len, err);
+        const tr_commit_rec *r = &b->recs[i];
+        if (!r->del) {
+            rv = tr_store_put(h->store, r->src->name, r->id, r->state, r->buf, r->len, err);
+        }
     }
     for (const tr_head_ev *e = b->events; rv == TROUPE_OK && e != NULL; e = e->next) {
         rv = tr_store_event(h->store, e->kind, e->node, e->job, e->msg, err);
     }
-    for (size_t i = 0; rv == TROUPE_OK && i < b->n_deleted; i++) {
-        rv = tr_store_delete_job(h->store, b->deleted[i], err); /* after its events of this batch */
+    for (size_t i = 0; rv == TROUPE_OK && i < b->n; i++) {
+        const tr_commit_rec *r = &b->recs[i];
+        if (r->del) {
+            rv = tr_store_delete(h->store, r->src->name, r->id, err); /* after its events of this batch */
+        }
     }
-    if (rv == TROUPE_OK && b->ids) {
-        rv = tr_store_set_next_id(h->store, "nodes", b->next_id[0], err);
-        if (rv == TROUPE_OK) {
-            rv = tr_store_set_next_id(h->store, "jobs", b->next_id[1], err);
+    for (size_t i = 0; rv == TROUPE_OK && b->ids && i < h->n_commit_src; i++) {
+        const tr_commit_source *src = h->commit_src[i];
+        if (src->id_counter >= 0) {
+            rv = tr_store_set_next_id(h->store, src->name, b->next_id[src->id_counter], err);
         }
     }
     if (rv == TROUPE_OK) {
@@ -560,9 +450,6 @@ static int write_batch(tr_head *h, const batch *b, tr_err *err)
 static void batch_free(batch *b)
 {
     recs_free(b);
-    free(b->deleted);
-    b->deleted = NULL;
-    b->n_deleted = 0;
     while (b->events != NULL) {
         tr_head_ev *e = b->events;
         b->events = e->next;
@@ -622,29 +509,44 @@ static void saved(tr_head *h, batch *b, const tr_err *err)
     h->batched_records += b->n;
     answer(h, b, TROUPE_OK, err);
     for (size_t i = 0; i < b->n; i++) {
-        tr_head_job *hj = strcmp(b->recs[i].table, "jobs") == 0 ? tr_jobs_find(h, b->recs[i].id) : NULL;
-        if (hj != NULL) {
-            tr_events_publish(h, TR_EV_JOB_SAVED, hj, NULL);
+        if (b->recs[i].src->saved != NULL) {
+            b->recs[i].src->saved(h, &b->recs[i]);
         }
     }
     tr_events_publish(h, TR_EV_BATCH_SAVED, NULL, NULL);
     wake(h); /* wait_saved */
 }
 
+static size_t marked(const tr_head *h)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < h->n_commit_src; i++) {
+        n += h->commit_src[i]->marked(h);
+    }
+    return n;
+}
+
 static int pending(const tr_head *h)
 {
-    return h->n_dirty_jobs || h->n_dirty_nodes || h->rescan_jobs || h->rescan_nodes || h->events ||
-           h->waiters || h->ids_dirty || h->commit_nudge || h->n_deleted_jobs;
+    return h->events || h->waiters || h->ids_dirty || h->commit_nudge || marked(h) > 0;
 }
 
 size_t tr_head_store_unsaved(const tr_head *h)
 {
-    size_t n = h->n_dirty_jobs + h->n_dirty_nodes + h->n_deleted_jobs;
+    size_t n = marked(h);
     for (const tr_head_ev *e = h->events; e != NULL; e = e->next) {
         n++;
     }
     return n;
 }
+
+/* The committer looks at the disks (space_look) and handlers read what it
+ * saw (h->space): a refusal is made on every call while the store fails and
+ * a submit checks min_free_bytes, and neither may stat files with h->mu
+ * held (a slow disk would stall every handler behind the lock). The look is
+ * SPACE_LOOK_MS old at most while it matters - min_free_bytes set, or the
+ * store failing - and taken again right after a failed write. */
+#define SPACE_LOOK_MS 100
 
 /* file_mib is the size of DIR/NAME with its WAL in MiB (0 when absent). */
 static double file_mib(const char *dir, const char *name)
@@ -659,67 +561,98 @@ static double file_mib(const char *dir, const char *name)
     return b / (1024.0 * 1024.0);
 }
 
-/* stores_note writes what takes the head's disks: each store's size and
- * bound, so a refusal says which file filled the disk. */
-static void stores_note(const tr_head *h, char *buf, size_t cap)
+static void space_dirs(const tr_head_config *cfg, const char *dirs[TR_SPACE_DIRS])
 {
-    const char *mdir = h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir;
-    const char *tdir = h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir;
-    snprintf(buf, cap,
+    dirs[0] = cfg->state_dir;
+    dirs[1] = cfg->metrics_dir ? cfg->metrics_dir : cfg->state_dir;
+    dirs[2] = cfg->traces_dir ? cfg->traces_dir : cfg->state_dir;
+}
+
+/* space_look measures the disks of the stores and what each store takes,
+ * so a refusal says which file filled the disk. No lock held (cfg does not
+ * change while the head runs). */
+static void space_look(const tr_head_config *cfg, tr_commit_space *sp)
+{
+    const char *dirs[TR_SPACE_DIRS];
+    struct statvfs fs;
+
+    space_dirs(cfg, dirs);
+    for (int i = 0; i < TR_SPACE_DIRS; i++) {
+        sp->free_b[i] = statvfs(dirs[i], &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1;
+    }
+    snprintf(sp->stores, sizeof(sp->stores),
              "head.db %.2f MiB, metrics.db %.2f MiB (bound %.0f MiB), traces.db %.2f MiB (bound %.0f MiB)",
-             file_mib(h->cfg.state_dir, "head.db"), file_mib(mdir, "metrics.db"),
-             (double)h->cfg.metrics_max_bytes / 1048576.0, file_mib(tdir, "traces.db"),
-             (double)h->cfg.traces_max_bytes / 1048576.0);
+             file_mib(dirs[0], "head.db"), file_mib(dirs[1], "metrics.db"),
+             (double)cfg->metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
+             (double)cfg->traces_max_bytes / 1048576.0);
+    sp->at_ms = tr_now_ms();
+}
+
+static int space_matters(const tr_head *h)
+{
+    return h->cfg.min_free_bytes > 0 || h->store_failing;
+}
+
+/* space_refresh looks again (h->mu held, released while looking) when the
+ * look is due or force is set. */
+static void space_refresh(tr_head *h, int force)
+{
+    tr_commit_space sp;
+
+    if (!force && (!space_matters(h) || tr_now_ms() - h->space.at_ms < SPACE_LOOK_MS)) {
+        return;
+    }
+    pthread_mutex_unlock(&h->mu);
+    space_look(&h->cfg, &sp);
+    pthread_mutex_lock(&h->mu);
+    h->space = sp;
+}
+
+/* space_wait_ms: how long the writer may sleep before the next look. */
+static int64_t space_wait_ms(const tr_head *h)
+{
+    int64_t left = h->space.at_ms + SPACE_LOOK_MS - tr_now_ms();
+    return !space_matters(h) ? 60000 : left > 1 ? left : 1;
 }
 
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
 {
-    struct statvfs fs;
-    char space[64] = "free space unknown", stores[200];
+    char space[64] = "free space unknown";
 
     if (!h->store_failing) {
         return 0;
     }
-    if (statvfs(h->cfg.state_dir, &fs) == 0) {
-        snprintf(space, sizeof(space), "%.1f MiB free",
-                 (double)fs.f_bavail * (double)fs.f_frsize / (1024.0 * 1024.0));
+    if (h->space.free_b[0] >= 0) {
+        snprintf(space, sizeof(space), "%.1f MiB free", h->space.free_b[0] / (1024.0 * 1024.0));
     }
-    stores_note(h, stores, sizeof(stores));
     tr_rpc_reply_error(
         call, TROUPE_RESOURCE_EXHAUSTED,
         "the head takes no new work: it cannot save changes in %s (%s on its disk): %s; %s. "
         "Free space there (delete finished jobs, lower metrics_max_bytes/traces_max_bytes); it "
         "retries and takes work again once a write succeeds",
-        h->cfg.state_dir, space, h->store_error, stores);
+        h->cfg.state_dir, space, h->store_error, h->space.stores);
     return 1;
 }
 
 int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
 {
-    const char *dirs[3] = {h->cfg.state_dir, h->cfg.metrics_dir ? h->cfg.metrics_dir : h->cfg.state_dir,
-                           h->cfg.traces_dir ? h->cfg.traces_dir : h->cfg.state_dir};
-    struct statvfs fs;
-    char stores[200];
+    const char *dirs[TR_SPACE_DIRS];
 
     if (tr_head_store_refuse(h, call)) {
         return 1;
     }
-    for (int i = 0; h->cfg.min_free_bytes > 0 && i < 3; i++) {
-        double free_b;
-        if (statvfs(dirs[i], &fs) != 0) {
-            continue; /* a disk the head cannot look at: its writes say */
+    space_dirs(&h->cfg, dirs);
+    for (int i = 0; h->cfg.min_free_bytes > 0 && i < TR_SPACE_DIRS; i++) {
+        double free_b = h->space.free_b[i];
+        if (free_b < 0 || free_b >= (double)h->cfg.min_free_bytes) {
+            continue; /* room, or a disk the head cannot look at: its writes say */
         }
-        free_b = (double)fs.f_bavail * (double)fs.f_frsize;
-        if (free_b >= (double)h->cfg.min_free_bytes) {
-            continue;
-        }
-        stores_note(h, stores, sizeof(stores));
         tr_rpc_reply_error(
             call, TROUPE_RESOURCE_EXHAUSTED,
             "the head takes no new work: the disk of %s has %.2f MiB free (min_free_bytes %.2f "
             "MiB); %s. Free space there, delete finished jobs (troupe delete) or lower "
             "metrics_max_bytes/traces_max_bytes; new work is taken again once there is room",
-            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, stores);
+            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, h->space.stores);
         return 1;
     }
     return 0;
@@ -742,11 +675,14 @@ static void give_up(tr_head *h, batch *b, const tr_err *err)
     answer(h, b, TROUPE_UNAVAILABLE, err);
 }
 
-/* backoff_wait sleeps until retry_at (tr_now_ms) or a stop. */
+/* backoff_wait sleeps until retry_at (tr_now_ms) or a stop, looking at the
+ * disks when due. */
 static void backoff_wait(tr_head *h, int64_t retry_at)
 {
     while (!h->commit_stop && tr_now_ms() < retry_at) {
-        wait_cv(h, retry_at - tr_now_ms());
+        int64_t left = retry_at - tr_now_ms(), look = space_wait_ms(h);
+        wait_cv(h, left < look ? left : look);
+        space_refresh(h, 0);
     }
 }
 
@@ -761,7 +697,8 @@ static void *committer_main(void *arg)
         tr_err err;
         int rv;
         while (!pending(h) && !h->commit_stop) {
-            pthread_cond_wait(&h->commit_cv, &h->mu);
+            wait_cv(h, space_wait_ms(h));
+            space_refresh(h, 0);
         }
         if (!pending(h) && h->commit_stop) {
             break;
@@ -777,6 +714,7 @@ static void *committer_main(void *arg)
         }
         if (rv == TROUPE_OK) {
             saved(h, &b, &err);
+            space_refresh(h, 0);
             backoff = 0;
         } else if (h->commit_stop) {
             give_up(h, &b, &err);
@@ -785,6 +723,7 @@ static void *committer_main(void *arg)
         } else {
             requeue(h, &b, &err);
             store_failed(h, &err);
+            space_refresh(h, 1); /* what the refusals from now on say */
             settle_readers(h);
             backoff = backoff ? (backoff * 2 > 2000 ? 2000 : backoff * 2) : 100;
             backoff_wait(h, tr_now_ms() + backoff);
@@ -795,11 +734,14 @@ static void *committer_main(void *arg)
     return NULL;
 }
 
-int tr_head_commit_start(tr_head *h, tr_err *err)
+int tr_head_commit_start(tr_head *h, const tr_commit_source *const *sources, size_t n, tr_err *err)
 {
+    h->commit_src = sources;
+    h->n_commit_src = n;
     pthread_cond_init(&h->commit_cv, NULL);
     h->events_tail = &h->events;
     h->waiters_tail = &h->waiters;
+    space_look(&h->cfg, &h->space); /* before any handler reads it */
     if (pthread_create(&h->committer, NULL, committer_main, h) != 0) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the state writer thread");
     }
@@ -818,9 +760,10 @@ void tr_head_commit_stop(tr_head *h)
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->committer, NULL); /* flushes what is left first */
     h->commit_started = 0;
-    free(h->dirty_jobs);
-    free(h->dirty_nodes);
-    free(h->deleted_jobs);
-    h->dirty_jobs = h->dirty_nodes = h->deleted_jobs = NULL;
+    for (size_t i = 0; i < h->n_commit_src; i++) {
+        if (h->commit_src[i]->stop != NULL) {
+            h->commit_src[i]->stop(h);
+        }
+    }
     pthread_cond_destroy(&h->commit_cv);
 }

@@ -26,15 +26,73 @@ extern void *(*tr_commit_calloc_hook)(size_t n, size_t size);
  * writer with a batch taken, h->mu released, right before it is written. */
 extern void (*tr_commit_write_hook)(void);
 
-/* Group commit (commit.c); all under h->mu except start/stop. */
-int tr_head_commit_start(tr_head *h, tr_err *err);
+/* tr_commit_rec: one record of a batch, made by its source's collect. */
+typedef struct tr_commit_rec {
+    const struct tr_commit_source *src;
+    uint64_t id;
+    int state;    /* the store's state column */
+    int del;      /* delete the record (and what belongs to it) rather than write it */
+    uint8_t *buf; /* the packed record (tr_commit_alloc); NULL for a deletion */
+    size_t len;
+} tr_commit_rec;
+
+/* tr_commit_source: a kind of record the head keeps in head.db, registered
+ * by the module that owns it (jobs_save.c, nodes.c) and handed to
+ * tr_head_commit_start, so the committer knows no record type. The source
+ * keeps its own marks of what changed; every hook runs under h->mu on the
+ * committer thread, except marked (any thread holding h->mu). */
+typedef struct tr_commit_source {
+    const char *name; /* its table in head.db */
+    int id_counter;   /* its slot in h->next_id, saved with a batch that took a new id; -1: none */
+    /* marked: how many records collect would make now, at most (it sizes the
+     * batch; 0 when nothing is marked). Also what `troupe status` counts as
+     * unsaved. */
+    size_t (*marked)(const tr_head *h);
+    /* collect appends a record for everything marked (room for marked()
+     * records at out + *n), packing with tr_commit_alloc, and clears its
+     * marks. Out of memory: -1, its marks as they were and *n unchanged
+     * (what it packed freed). */
+    int (*collect)(tr_head *h, tr_commit_rec *out, size_t *n);
+    /* requeue marks r's record again: its batch was not written. */
+    void (*requeue)(tr_head *h, const tr_commit_rec *r);
+    /* saved: r's batch is on disk (may be NULL). */
+    void (*saved)(tr_head *h, const tr_commit_rec *r);
+    /* stop frees the marks once the last batch is written (may be NULL). */
+    void (*stop)(tr_head *h);
+} tr_commit_source;
+
+/* tr_commit_ids: a list of record ids marked for the next batch, kept by a
+ * source (push; the source clears n once collected). */
+typedef struct tr_commit_ids {
+    uint64_t *ids;
+    size_t n, cap;
+} tr_commit_ids;
+/* tr_commit_ids_push appends id (with scan, only if not listed yet);
+ * -1 when out of memory (nothing changed). */
+int tr_commit_ids_push(tr_commit_ids *l, uint64_t id, int scan);
+void tr_commit_ids_free(tr_commit_ids *l);
+/* tr_commit_alloc: calloc, or tr_commit_calloc_hook in unit tests. */
+void *tr_commit_alloc(size_t n, size_t size);
+/* tr_commit_wake tells the writer that something was marked (h->mu held). */
+void tr_commit_wake(tr_head *h);
+
+/* tr_commit_space: the disks of the head's stores as the committer last
+ * looked (state dir, metrics dir, traces dir), read by the refusals below
+ * without I/O under h->mu. */
+enum { TR_SPACE_DIRS = 3 };
+typedef struct tr_commit_space {
+    double free_b[TR_SPACE_DIRS]; /* bytes free to the head; < 0: could not look */
+    char stores[200];             /* each store's size and bound, for messages */
+    int64_t at_ms;                /* tr_now_ms() of the look */
+} tr_commit_space;
+
+/* Group commit (commit.c); all under h->mu except start/stop. The sources
+ * are written in their order, each batch's records first, then its events,
+ * then its deletions (a deleted job's events of the same batch go too). */
+int tr_head_commit_start(tr_head *h, const tr_commit_source *const *sources, size_t n, tr_err *err);
 void tr_head_commit_stop(tr_head *h); /* writes what is left, then stops */
-void tr_head_dirty_job(tr_head *h, uint64_t id);
-void tr_head_dirty_node(tr_head *h, uint64_t id);
 void tr_head_event(tr_head *h, const char *kind, uint64_t node, uint64_t job, const char *msg);
 uint64_t tr_head_new_id(tr_head *h, int table);
-/* tr_head_forget_job: the next batch deletes the job's record and events. */
-void tr_head_forget_job(tr_head *h, uint64_t id);
 void tr_head_after_commit(tr_head *h, tr_rpc_call *call, tr_commit_fn fn, uint64_t arg);
 /* tr_head_after_commit_owned: arg is a pointer that drop frees once the call
  * is answered, fails or expires (fn must not free it). */
@@ -50,13 +108,15 @@ int tr_head_wait_saved(tr_head *h, uint64_t seq, int64_t ms);
  * what waits for saved_seq to move is answered). */
 void tr_head_commit_nudge(tr_head *h);
 /* tr_head_store_refuse answers call RESOURCE_EXHAUSTED (with a hint naming
- * the state dir and its free space) and returns 1 while the store cannot
- * write; 0 otherwise. Handlers that would make new changes call it first. */
+ * the state dir and its free space, as the committer last looked) and
+ * returns 1 while the store cannot write; 0 otherwise. Handlers that would
+ * make new changes call it first. No I/O. */
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call);
 /* tr_head_space_refuse is tr_head_store_refuse for new work (submit): it
  * also refuses, RESOURCE_EXHAUSTED, while the disk of the state dir, of
  * metrics.db or of traces.db has less than min_free_bytes free, whichever
- * file filled it, with the sizes of the stores and what to do. Under h->mu. */
+ * file filled it, with the sizes of the stores and what to do. Under h->mu;
+ * reads the committer's look (at most 100 ms old), no I/O. */
 int tr_head_space_refuse(tr_head *h, tr_rpc_call *call);
 /* tr_head_store_unsaved counts changes waiting for the disk. */
 size_t tr_head_store_unsaved(const tr_head *h);

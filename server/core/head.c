@@ -292,6 +292,10 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
+/* What the committer saves (commit.h), in this order: a batch's jobs, then
+ * its nodes. */
+static const tr_commit_source *const commit_sources[] = {&tr_jobs_save_source, &tr_head_nodes_source};
+
 int tr_head_start(tr_head *h, tr_err *err)
 {
     tr_rpc_server_opts so = {0};
@@ -330,7 +334,8 @@ int tr_head_start(tr_head *h, tr_err *err)
     }
     if ((rv = tr_store_get_next_id(h->store, "nodes", &h->next_id[TR_ID_NODES], err)) != TROUPE_OK ||
         (rv = tr_store_get_next_id(h->store, "jobs", &h->next_id[TR_ID_JOBS], err)) != TROUPE_OK ||
-        (rv = tr_head_commit_start(h, err)) != TROUPE_OK || (rv = tr_joblog_start(h, err)) != TROUPE_OK) {
+        (rv = tr_head_commit_start(h, commit_sources, sizeof(commit_sources) / sizeof(commit_sources[0]), err)) !=
+            TROUPE_OK || (rv = tr_joblog_start(h, err)) != TROUPE_OK) {
         goto fail;
     }
     if (h->cfg.token != NULL && h->cfg.token[0] != '\0' &&

@@ -1,8 +1,9 @@
 /* head.h - troupe-head's state, shared by its modules: the head struct, its
  * lock, start and stop. Its parts have headers of their own, included here:
  * the settings (head_config.h), a node's record (head_node.h), the service
- * table (head_service.h), the group commit (commit.h) and the events the
- * core publishes (events.h).
+ * table (head_service.h), the group commit (commit.h), the events the core
+ * publishes (events.h), the state dir's lock (statedir.h) and the stop
+ * signals (shutdown.h).
  *
  * What runs where:
  * - RPC handlers run on nng's aio callback threads, which must never block.
@@ -17,7 +18,8 @@
  *   log files; it holds h->mu only to take work and publish results.
  * - The reaper thread (head.c) moves node liveness along, expires job waits
  *   and applies job retention (jobs_retain.c), under h->mu, without I/O; the
- *   services' timers (rdzv.c, profile.c) likewise expire their own waits.
+ *   services' timers (rdzv.c, kv.c, profile.c: background workers, bgw.h)
+ *   likewise expire their own waits.
  * - The RPC server's sweeper answers deferred calls whose deadline passed and
  *   then calls their on_expire hooks, which take h->mu to forget them.
  * One mutex (mu) guards everything below it; once the head serves, nothing
@@ -39,6 +41,8 @@
 #include "head_service.h"
 #include "liveness.h"
 #include "rpc.h"
+#include "shutdown.h"
+#include "statedir.h"
 #include "store.h"
 #include "troupe/v1/troupe.pb-c.h"
 
@@ -88,8 +92,13 @@ typedef struct tr_head {
     pthread_t committer;
     pthread_cond_t commit_cv;
     int commit_started, commit_stop;
-    uint64_t *dirty_jobs, *dirty_nodes;
-    size_t n_dirty_jobs, cap_dirty_jobs, n_dirty_nodes, cap_dirty_nodes;
+    const tr_commit_source *const *commit_src; /* what it saves, in order (head.c) */
+    size_t n_commit_src;
+    /* The sources' marks: jobs_save.c's (changed, deleted; a job also
+     * carries its own mark) and nodes.c's. A mark that found no memory for
+     * its list sets rescan: the next batch walks every record. */
+    tr_commit_ids dirty_jobs, deleted_jobs, dirty_nodes;
+    int rescan_jobs, rescan_nodes;
     struct tr_head_ev *events, **events_tail;
     struct tr_commit_waiter *waiters, **waiters_tail;
     uint64_t next_id[2]; /* TR_ID_NODES, TR_ID_JOBS: never reused */
@@ -114,8 +123,6 @@ typedef struct tr_head {
     uint64_t (*group_step)(struct tr_head *h, const struct tr_head_job *hj, const char *group, void *arg);
     void *group_step_arg;
     tr_rpc_method *methods; /* core_methods and the services' (head.c) */
-    uint64_t *deleted_jobs; /* deleted since the last batch (commit.c) */
-    size_t n_deleted_jobs, cap_deleted_jobs;
     int64_t retained_ms; /* tr_now_ms() of the last retention pass (jobs_retain.c) */
 
     /* Store health (commit.c). Batches are numbered as they are taken: a
@@ -125,11 +132,12 @@ typedef struct tr_head {
      * its records are marked again and retried, its callers stay parked,
      * and until a write succeeds the head refuses new work. */
     uint64_t taken_seq, saved_seq;
-    int store_failing, rescan_jobs, rescan_nodes, commit_nudge;
+    int store_failing, commit_nudge;
     int64_t store_failing_since_ms; /* wall clock */
     uint64_t store_failed_writes;   /* batches that could not be written, ever */
     char store_error[512];
     int store_code;       /* the status of the last failed write (RESOURCE_EXHAUSTED: full) */
+    tr_commit_space space; /* the stores' disks, as the committer last looked */
     struct tr_auth *auth; /* credentials (auth.c) */
     /* Connections closed, noted by the RPC server's pipe callback (which
      * must not take mu) and turned into node state by the reaper. */
@@ -143,27 +151,6 @@ typedef struct tr_head {
 } tr_head;
 
 enum { TR_ID_NODES = 0, TR_ID_JOBS = 1 };
-
-/* State dir checks at start (statedir.c): the exclusive lock (FAILED_PRECONDITION
- * naming the holder's pid when another head has it), and ids that never go
- * backwards: tr_head_id_seen raises the counter past an id found on disk. */
-int tr_head_lock_state_dir(tr_head *h, tr_err *err);
-void tr_head_unlock_state_dir(tr_head *h);
-void tr_head_id_seen(tr_head *h, int table, uint64_t id, const char *where);
-void tr_head_ids_past_logs(tr_head *h);
-
-/* Stop signals (shutdown.c). tr_head_stop_signals_catch installs handlers
- * for SIGTERM and SIGINT that write the signal number to a self-pipe and
- * blocks them for the threads started afterwards; call it before any thread
- * starts. tr_head_stop_signal_wait unblocks them in its own thread, blocks
- * until one arrives and returns its number. Whichever thread runs the handler
- * (ours, or one we did not start, like a sanitizer runtime's), the signal
- * reaches the pipe: none is swallowed. tr_head_shutdown_deadline then bounds the shutdown: after
- * timeout_ms, or at a second stop signal, the process logs and exits with
- * status 1. */
-int tr_head_stop_signals_catch(tr_err *err);
-int tr_head_stop_signal_wait(void);
-void tr_head_shutdown_deadline(int64_t timeout_ms);
 
 /* tr_head_start opens the store, recovers state, starts the RPC server and
  * the liveness reaper. */

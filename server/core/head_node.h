@@ -1,5 +1,5 @@
-/* head_node.h - a node's record in the head's registry (nodes.c) and what
- * the core does with it (nodes.c, node_life.c; lookups in records.c). */
+/* head_node.h - a node's record in the head's registry, and the headers of
+ * what the core does with it (nodes.h, node_life.h; lookups in records.h). */
 #ifndef TR_HEAD_NODE_H
 #define TR_HEAD_NODE_H
 
@@ -47,37 +47,8 @@ typedef struct tr_head_node {
     int64_t told_ms, judged_ms;
 } tr_head_node;
 
-
-/* Node registry (nodes.c); the methods are rpc/nodes_rpc.c's. Under h->mu
- * but tr_head_node_validate. tr_head_node_validate checks a registration's
- * fields (INVALID_ARGUMENT naming the field); tr_head_node_register records
- * it (a new node, or the same one again) for the next commit and tells jobs;
- * tr_head_node_beat applies a heartbeat (seen now, GPU figures, SUSPECT ->
- * ALIVE) and returns the period to tell the agent. */
-int tr_head_node_validate(const Troupe__V1__RegisterNodeRequest *r, tr_err *err);
-int tr_head_node_register(tr_head *h, tr_rpc_call *call, const Troupe__V1__RegisterNodeRequest *r,
-                          uint64_t *id_out, tr_err *err);
-int64_t tr_head_node_beat(tr_head *h, tr_head_node *hn, tr_rpc_call *call, const Troupe__V1__HeartbeatRequest *r);
-/* tr_head_node_state_name: "ALIVE", "DEAD", ... for a Troupe__V1__NodeState. */
-const char *tr_head_node_state_name(int s);
-int tr_head_nodes_recover(tr_head *h, tr_err *err);
-void tr_head_nodes_reap(tr_head *h); /* caller holds h->mu */
-/* tr_head_heartbeat_period (h->mu held): the period to ask of agents now,
- * from the number of ALIVE and SUSPECT nodes (tr_liveness_period_ms); a
- * change is logged once. tr_head_node_told also records it as told to hn,
- * whose silence is then judged by the longer of its last two periods. */
-int64_t tr_head_heartbeat_period(tr_head *h);
-int64_t tr_head_node_told(tr_head *h, tr_head_node *hn);
-void tr_head_nodes_free(tr_head *h);
-/* tr_head_node_transition moves a node to a state, commits and logs it, and
- * tells jobs; caller holds h->mu. */
-void tr_head_node_transition(tr_head *h, tr_head_node *hn, int state, const char *reason);
-
-/* Node lifecycle (node_life.c). */
-void tr_head_pipe_closed(uint32_t pipe, void *user);  /* RPC server callback */
-void tr_head_nodes_check_pipes(tr_head *h);           /* reaper, under h->mu */
-void tr_head_node_seen(tr_head *h, tr_head_node *hn, tr_rpc_call *call); /* under h->mu */
-
-#include "records.h" /* the registry's lookups */
+#include "node_life.h" /* liveness beyond heartbeats */
+#include "nodes.h"     /* the registry */
+#include "records.h"   /* the registry's lookups */
 
 #endif

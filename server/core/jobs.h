@@ -7,6 +7,8 @@
 
 #include "head.h"
 #include "joblog.h"
+#include "jobs_retain.h"
+#include "jobs_save.h"
 #include "records.h"
 #include "sched/sched.h"
 
@@ -34,25 +36,17 @@ typedef struct tr_head_job {
     int64_t deadline; /* tr_now_ms() timeout; 0 = none */
     int requeue;      /* back to PENDING once the GPUs are released */
     int64_t not_before; /* tr_now_ms(): a lost node's lease still runs (fencing) */
-    int dirty;        /* marked for the next group commit (commit.c) */
+    int dirty;        /* marked for the next group commit (jobs_save.c) */
     tr_job_log log; /* joblog.c */
     tr_head_wait *job_waiters;
     tr_head_wait *log_waiters;
-    uint64_t save_seq; /* the batch carrying its latest change (commit.c) */
+    uint64_t save_seq; /* the batch carrying its latest change (jobs_save.c) */
     size_t sync_oversize; /* a worker's assignment that fits no NodeSync reply (bytes); 0 = none */
 } tr_head_job;
 
 int tr_jobs_init(tr_head *h, tr_err *err); /* scheduler, recovery */
 void tr_jobs_fini(tr_head *h);
 void tr_jobs_tick(tr_head *h); /* timeouts, waiter expiry; under h->mu */
-/* tr_jobs_retain deletes settled jobs past keep_jobs / keep_days (at most
- * once a second; jobs_retain.c). Under h->mu. */
-void tr_jobs_retain(tr_head *h);
-/* tr_jobs_remove_if deletes every settled job pred picks, in one pass over
- * the job array, from memory now and from the store in the next batch
- * (TR_EV_JOB_DELETED first); returns how many went. Under h->mu. */
-typedef int (*tr_jobs_pred)(tr_head *h, const tr_head_job *hj, void *arg);
-size_t tr_jobs_remove_if(tr_head *h, tr_jobs_pred pred, void *arg);
 /* tr_jobs_free_one frees a job already taken out of h->jobs. */
 void tr_jobs_free_one(tr_head_job *hj);
 

@@ -7,6 +7,8 @@
  * settled job at once. A deleted job leaves memory (its record, waiters and
  * node index entries), the store (record and events, in the next group
  * commit) and the disk (its log file, through the log I/O thread) together. */
+#include "jobs_retain.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 

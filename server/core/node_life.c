@@ -22,6 +22,8 @@
  * (fenced_workers, recounted from every report in jobs_sync.c). The methods
  * themselves (DeregisterNode, DrainNode) are rpc/nodes_rpc.c's; the fence's
  * end is records.c's (tr_head_node_fence_until). */
+#include "node_life.h"
+
 #include <stdlib.h>
 #include <string.h>
 

@@ -12,6 +12,8 @@
  * heartbeat and registers again with its old id, which it keeps. An agent that
  * died meanwhile never comes back and its node goes DEAD on the normal
  * schedule. */
+#include "nodes.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,6 +318,88 @@ int tr_head_nodes_recover(tr_head *h, tr_err *err)
     }
     return rv;
 }
+
+/* The node records' source for the group commit (commit.h). Nodes change
+ * rarely, so their list is scanned to mark each once; a mark that found no
+ * memory makes the next batch write every node. */
+void tr_head_dirty_node(tr_head *h, uint64_t id)
+{
+    if (tr_commit_ids_push(&h->dirty_nodes, id, 1) != 0) {
+        h->rescan_nodes = 1;
+        TR_LOG(TR_LOG_ERR, "out of memory listing node=%llu for the store; the writer writes all nodes",
+               (unsigned long long)id);
+    }
+    tr_commit_wake(h);
+}
+
+static size_t nodes_marked(const tr_head *h)
+{
+    return h->dirty_nodes.n + (h->rescan_nodes ? h->n_nodes : 0);
+}
+
+/* pack_node returns 0 when packed, 1 when the node is unknown, -1 when out
+ * of memory. */
+static int pack_node(tr_head *h, uint64_t id, tr_commit_rec *r)
+{
+    tr_head_node *hn = tr_head_node_find(h, id);
+    if (hn == NULL) {
+        return 1;
+    }
+    r->src = &tr_head_nodes_source;
+    r->id = id;
+    r->state = (int)hn->n->state;
+    r->len = troupe__v1__node__get_packed_size(hn->n);
+    if ((r->buf = tr_commit_alloc(1, r->len ? r->len : 1)) == NULL) {
+        return -1;
+    }
+    troupe__v1__node__pack(hn->n, r->buf);
+    return 0;
+}
+
+static int nodes_collect(tr_head *h, tr_commit_rec *out, size_t *n)
+{
+    size_t k = *n;
+    int rv = 0;
+
+    for (size_t i = 0; rv >= 0 && i < h->dirty_nodes.n; i++) {
+        rv = pack_node(h, h->dirty_nodes.ids[i], &out[k]);
+        k += rv == 0;
+    }
+    for (size_t i = 0; rv >= 0 && h->rescan_nodes && i < h->n_nodes; i++) {
+        rv = pack_node(h, h->nodes[i].n->id, &out[k]);
+        k += rv == 0;
+    }
+    if (rv < 0) {
+        for (size_t i = *n; i < k; i++) { /* the marks are still where they were */
+            free(out[i].buf);
+            out[i].buf = NULL;
+        }
+        return -1;
+    }
+    h->dirty_nodes.n = 0;
+    h->rescan_nodes = 0;
+    *n = k;
+    return 0;
+}
+
+static void nodes_requeue(tr_head *h, const tr_commit_rec *r)
+{
+    tr_head_dirty_node(h, r->id);
+}
+
+static void nodes_stop(tr_head *h)
+{
+    tr_commit_ids_free(&h->dirty_nodes);
+}
+
+const tr_commit_source tr_head_nodes_source = {
+    .name = "nodes",
+    .id_counter = TR_ID_NODES,
+    .marked = nodes_marked,
+    .collect = nodes_collect,
+    .requeue = nodes_requeue,
+    .stop = nodes_stop,
+};
 
 void tr_head_nodes_free(tr_head *h)
 {

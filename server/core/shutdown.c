@@ -16,6 +16,8 @@
  * sigwait on a blocked set: every thread must then block them, and a thread
  * we do not start (a sanitizer runtime's) may not, taking the second signal
  * before the watchdog sees it (integration.jobs.shutdown under ASan). */
+#include "shutdown.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -14,6 +14,8 @@
  * otherwise give a new job the id, and so the log file, of an old one. The
  * counters are raised past every id stored in the tables and every
  * logs/job-N.log at start. */
+#include "statedir.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -195,9 +195,13 @@ int tr_store_put(tr_store *st, const char *table, uint64_t id, int state, const 
     return step_done(st, s, "put", err);
 }
 
-int tr_store_delete_job(tr_store *st, uint64_t id, tr_err *err)
+int tr_store_delete(tr_store *st, const char *table, uint64_t id, tr_err *err)
 {
     int rv = TROUPE_OK;
+
+    if (strcmp(table, "jobs") != 0) {
+        return tr_err_set(err, TROUPE_INTERNAL, "state store: no deletions from table %s", table);
+    }
     for (int which = ST_DEL_JOB; rv == TROUPE_OK && which <= ST_DEL_JOB_EVENTS; which++) {
         sqlite3_stmt *s = cached(st, which, "prepare delete job", err);
         if (s == NULL) {

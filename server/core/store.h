@@ -26,8 +26,9 @@ void tr_store_close(tr_store *st);
 int tr_store_put(tr_store *st, const char *table, uint64_t id, int state, const uint8_t *data, size_t len,
                  tr_err *err);
 
-/* tr_store_delete_job removes a job's record and its events. */
-int tr_store_delete_job(tr_store *st, uint64_t id, tr_err *err);
+/* tr_store_delete removes record id of table and what belongs to it (a
+ * job's events); INTERNAL for a table whose records are never deleted. */
+int tr_store_delete(tr_store *st, const char *table, uint64_t id, tr_err *err);
 
 /* tr_store_scan calls fn for every record of table in id order; fn's data is
  * valid only during the call. A non-OK return from fn stops the scan. */

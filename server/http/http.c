@@ -40,6 +40,8 @@
 
 #include "auth.h"
 #include "http.h"
+#include "http_api.h"
+#include "http_prom.h"
 #include "http_socks.h"
 #include "log.h"
 #include "rpc.h"

@@ -55,12 +55,6 @@ typedef struct tr_http_res {
     char set_cookie[1200]; /* Set-Cookie value, "" for none */
 } tr_http_res;
 
-/* /metrics (http_prom.c): the Prometheus text exposition, version 0.0.4. */
-void tr_http_prom(tr_head *h, FILE *out);
-
-/* /api/ (http_api.c): fills res (status, JSON body). */
-void tr_http_api(tr_head *h, const tr_http_req *req, tr_http_res *res);
-
 /* tr_http_query_get copies the value of key in a query string (URL-decoded)
  * into buf; 1 if present. */
 int tr_http_query_get(const char *query, const char *key, char *buf, size_t size);

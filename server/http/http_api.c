@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_api.h"
+
 #include "http.h"
 #include "jobs.h"
 #include "json.h"

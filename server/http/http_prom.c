@@ -22,6 +22,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "http_prom.h"
+
 #include "http.h"
 #include "jobs.h"
 #include "metrics.h"

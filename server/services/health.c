@@ -6,9 +6,9 @@
  * kept packed (a JobHealth message) so that replies and tr_health_job copy
  * it without looking at the trackers.
  *
- * The judge thread wakes every health_tick_ms, takes h->mu then s->mu, and
- * for every RUNNING job with trackers judges each group's RUNNING workers
- * (health_judge.c). What changed since the last tick (a rank stalled or
+ * The judge (a background worker, bgw.h) runs every health_tick_ms under
+ * h->mu, takes s->mu, and for every RUNNING job with trackers judges each
+ * group's RUNNING workers (health_judge.c). What changed since the last tick (a rank stalled or
  * stepping again, a new straggler, a new memory warning) becomes an event in
  * the job's history; a stall in a job with on_stall: fail fails the stalled
  * group once per attempt (tr_jobs_worker_failed: restart rules apply). The
@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bgw.h"
 #include "health_judge.h"
 #include "jobs.h"
 #include "log.h"
@@ -80,9 +81,8 @@ typedef struct action {
 typedef struct health_svc {
     tr_head *h;
     pthread_mutex_t mu; /* after h->mu */
-    pthread_cond_t cv;
-    int stop;
-    pthread_t thread;
+    tr_bgw *judge;      /* judges every health_tick_ms, under h->mu */
+    int64_t judge_at;   /* tr_now_ms() of its next judgement (under h->mu) */
     hjob *jobs;
     decorated *dec;
     size_t n_dec, cap_dec;
@@ -663,14 +663,13 @@ static void apply_actions(health_svc *s, action *acts, size_t n)
     }
 }
 
-static void tick(health_svc *s)
+static void judge(health_svc *s)
 {
     tr_head *h = s->h;
     action *acts = NULL;
     size_t n = 0;
     int64_t mono = tr_now_ms();
 
-    pthread_mutex_lock(&h->mu);
     pthread_mutex_lock(&s->mu);
     s->n_actions = 0;
     for (hjob **pp = &s->jobs; *pp != NULL;) {
@@ -702,28 +701,20 @@ static void tick(health_svc *s)
     }
     pthread_mutex_unlock(&s->mu);
     apply_actions(s, acts, n);
-    pthread_mutex_unlock(&h->mu);
     free(acts);
 }
 
-static void *judge_main(void *arg)
+/* judge_tick (the judge, h->mu held): a judgement every health_tick_ms,
+ * the first one period after the start. */
+static int64_t judge_tick(void *arg, int64_t now)
 {
     health_svc *s = arg;
 
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        struct timespec until;
-        tr_abstime_in(&until, s->h->cfg.health_tick_ms);
-        pthread_cond_timedwait(&s->cv, &s->mu, &until);
-        if (s->stop) {
-            break;
-        }
-        pthread_mutex_unlock(&s->mu);
-        tick(s); /* takes h->mu, then s->mu */
-        pthread_mutex_lock(&s->mu);
+    if (now >= s->judge_at) {
+        judge(s); /* takes s->mu */
+        s->judge_at = now + s->h->cfg.health_tick_ms;
     }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    return s->judge_at;
 }
 
 /* ---- what replies and readers see --------------------------------------------- */
@@ -898,6 +889,8 @@ static uint64_t group_step(tr_head *h, const tr_head_job *hj, const char *group,
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     health_svc *s = calloc(1, sizeof(*s));
+    tr_bgw_opts jo = {.name = "health judge", .mu = &h->mu, .tick = judge_tick, .arg = s,
+                      .max_wait_ms = h->cfg.health_tick_ms};
     int rv = tr_health_check_config(&h->cfg, err);
 
     if (rv != TROUPE_OK || s == NULL) {
@@ -906,22 +899,21 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
     }
     s->h = h;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    s->judge_at = tr_now_ms() + h->cfg.health_tick_ms;
     seed_running(s);
     /* Without the metrics service (a head built for tests) nothing reports
      * steps, and every job stays unjudged. */
     (void)tr_metrics_on_report(h, health_feed, s);
-    if (pthread_create(&s->thread, NULL, judge_main, s) != 0) {
+    if ((rv = tr_bgw_start(&s->judge, &jo, err)) != TROUPE_OK) {
         tr_metrics_on_report(h, NULL, NULL);
         while (s->jobs != NULL) {
             hjob *j = s->jobs;
             s->jobs = j->next;
             job_free(j);
         }
-        pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
         free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the health judge");
+        return rv;
     }
     *state = s;
     pthread_mutex_lock(&h->mu);
@@ -940,11 +932,7 @@ static void svc_stop(tr_head *h, void *state)
     h->group_step = NULL;
     h->group_step_arg = NULL;
     pthread_mutex_unlock(&h->mu);
-    pthread_mutex_lock(&s->mu);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
+    tr_bgw_stop(s->judge);
     while (s->jobs != NULL) {
         hjob *j = s->jobs;
         s->jobs = j->next;
@@ -955,7 +943,6 @@ static void svc_stop(tr_head *h, void *state)
         troupe__v1__job_health__free_unpacked(s->dec[i].health, NULL);
     }
     free(s->dec);
-    pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

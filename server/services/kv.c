@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bgw.h"
 #include "jobs.h"
 #include "kv.h"
 #include "kv_state.h"
@@ -48,10 +49,7 @@ typedef struct kv_svc {
     tr_head *h;
     kv_job **jobs;
     size_t n_jobs;
-    pthread_t timer;
-    pthread_cond_t cv; /* with h->mu: an earlier deadline, or stop */
-    int stop, timer_started;
-    int64_t next_until;
+    tr_bgw *timer; /* answers waits at their deadline (under h->mu) */
 } kv_svc;
 
 static kv_svc *svc_of(void *head)
@@ -345,10 +343,7 @@ static void wait_keys(kv_svc *s, tr_rpc_call *call, tr_kv_space *sp, Troupe__V1_
         tr_rpc_reply_error(call, rv, "%s", err.msg);
     } else if (parked) {
         tr_rpc_defer(call, on_call_expire, s);
-        if (until < s->next_until) {
-            s->next_until = until;
-            pthread_cond_signal(&s->cv);
-        }
+        tr_bgw_poke(s->timer, until);
     } else {
         for (size_t i = 0; get && i < n; i++) {
             (void)tr_kv_get(sp, keys[i], &vals[i], &lens[i]);
@@ -411,29 +406,21 @@ static void handle(tr_rpc_call *call, void *user)
 
 /* ---- deadlines -------------------------------------------------------------------- */
 
-static void *timer_main(void *arg)
+/* tick (the timer, under h->mu): answers the waits whose deadline passed;
+ * returns the next deadline. */
+static int64_t tick(void *arg, int64_t now)
 {
     kv_svc *s = arg;
+    int64_t next = INT64_MAX;
 
-    pthread_mutex_lock(&s->h->mu);
-    while (!s->stop) {
-        int64_t now = tr_now_ms(), next = INT64_MAX, wait_ms;
-        struct timespec ts;
-        for (size_t k = 0; k < s->n_jobs; k++) {
-            for (size_t i = 0; i < s->jobs[k]->n_spaces; i++) {
-                tr_kv_space *sp = s->jobs[k]->spaces[i];
-                int64_t n = tr_kv_expire(sp, now, answer, epoch_ctx(sp));
-                next = n < next ? n : next;
-            }
+    for (size_t k = 0; k < s->n_jobs; k++) {
+        for (size_t i = 0; i < s->jobs[k]->n_spaces; i++) {
+            tr_kv_space *sp = s->jobs[k]->spaces[i];
+            int64_t n = tr_kv_expire(sp, now, answer, epoch_ctx(sp));
+            next = n < next ? n : next;
         }
-        s->next_until = next;
-        wait_ms = next == INT64_MAX ? 1000 : next - now;
-        wait_ms = wait_ms < 1 ? 1 : wait_ms > 1000 ? 1000 : wait_ms;
-        tr_abstime_in(&ts, wait_ms);
-        pthread_cond_timedwait(&s->cv, &s->h->mu, &ts);
     }
-    pthread_mutex_unlock(&s->h->mu);
-    return NULL;
+    return next;
 }
 
 /* ---- the service -------------------------------------------------------------------- */
@@ -454,19 +441,17 @@ static const tr_rpc_method kv_methods[] = {
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     kv_svc *s = calloc(1, sizeof(*s));
+    tr_bgw_opts to = {.name = "store timer", .mu = &h->mu, .tick = tick, .arg = s};
+    int rv;
 
     if (s == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     s->h = h;
-    s->next_until = INT64_MAX;
-    pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->timer, NULL, timer_main, s) != 0) {
-        pthread_cond_destroy(&s->cv);
+    if ((rv = tr_bgw_start(&s->timer, &to, err)) != TROUPE_OK) {
         free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the store's timer");
+        return rv;
     }
-    s->timer_started = 1;
     *state = s;
     return TROUPE_OK;
 }
@@ -475,20 +460,13 @@ static void svc_stop(tr_head *h, void *state)
 {
     kv_svc *s = state;
 
-    pthread_mutex_lock(&h->mu);
-    s->stop = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (s->timer_started) {
-        pthread_join(s->timer, NULL);
-    }
+    tr_bgw_stop(s->timer);
     pthread_mutex_lock(&h->mu);
     while (s->n_jobs > 0) {
         job_drop(s, s->jobs[s->n_jobs - 1]->id, "the head is stopping");
     }
     pthread_mutex_unlock(&h->mu);
     free(s->jobs);
-    pthread_cond_destroy(&s->cv);
     free(s);
 }
 

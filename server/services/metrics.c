@@ -26,13 +26,12 @@
 
 #include <sqlite3.h>
 
-#include "dberr.h"
 #include "jobs.h"
 #include "log.h"
 #include "metric_buf.h"
 #include "metrics.h"
 #include "metrics_follow.h"
-#include "report_queue.h"
+#include "series.h"
 #include "util.h"
 
 #define MAX_POINTS_PER_REPORT 20000
@@ -107,12 +106,11 @@ typedef struct job_count {
 
 typedef struct metrics_svc {
     tr_head *h;
-    tr_rq *q; /* ReportMetrics calls waiting for the writer, and deleted jobs */
+    /* metrics.db (under dbmu), and its writer: ReportMetrics calls waiting
+     * to be written, and deleted jobs. */
+    tr_series store;
 
     pthread_mutex_t dbmu;
-    sqlite3 *db;
-    char path[1024];
-    const char *full_if; /* TROUPE_TEST_STORE_FULL_IF, as in store.c */
     stream *streams;
     stream **sbuckets; /* the streams by (job, worker, attempt): every report looks its stream up */
     size_t sbucket_cap, n_streams;
@@ -256,21 +254,9 @@ static job_count *count_of(metrics_svc *s, uint64_t job, int create)
 
 /* ---- the database ------------------------------------------------------------ */
 
-/* metrics_err sets err from the connection's last error (dberr.h): a full
- * file is RESOURCE_EXHAUSTED, and says which bound applies. */
 static int metrics_err(metrics_svc *s, const char *what, tr_err *err)
 {
-    char hint[256];
-    snprintf(hint, sizeof(hint),
-             "metrics.db is bounded by metrics_max_bytes=%lld; free space on its disk, delete finished jobs "
-             "(troupe delete) or raise the bound",
-             (long long)s->h->cfg.metrics_max_bytes);
-    return tr_db_err(err, s->db, "metrics", s->path, what, hint);
-}
-
-static int db_exec(metrics_svc *s, const char *sql, tr_err *err)
-{
-    return tr_rq_db_exec(s->db, "metrics", s->path, sql, err);
+    return tr_series_fail(&s->store, what, err);
 }
 
 /* metric_points.id is a plain rowid key (no AUTOINCREMENT, which read and
@@ -293,7 +279,7 @@ static int load(metrics_svc *s, tr_err *err)
     sqlite3_stmt *q = NULL;
     int rv = TROUPE_OK;
 
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(s->store.db,
                            "SELECT job, worker, attempt, last_seq, stored, dropped, reported, worker_dropped "
                            "FROM metric_streams",
                            -1, &q, NULL) != SQLITE_OK) {
@@ -314,7 +300,7 @@ static int load(metrics_svc *s, tr_err *err)
     }
     sqlite3_finalize(q);
     if (rv != TROUPE_OK ||
-        sqlite3_prepare_v2(s->db, "SELECT job, count(*) FROM metric_points GROUP BY job", -1, &q, NULL) != SQLITE_OK) {
+        sqlite3_prepare_v2(s->store.db, "SELECT job, count(*) FROM metric_points GROUP BY job", -1, &q, NULL) != SQLITE_OK) {
         return rv != TROUPE_OK ? rv : metrics_err(s, "load", err);
     }
     while (rv == TROUPE_OK && sqlite3_step(q) == SQLITE_ROW) {
@@ -329,27 +315,28 @@ static int load(metrics_svc *s, tr_err *err)
     return rv;
 }
 
+static const char *const job_tables[] = {"metric_points", "metric_streams", NULL};
+
+/* NOMUTEX: every use of this connection is under s->dbmu (or at start,
+ * before the writer runs), so SQLite's own per-call connection mutex only
+ * cost time: with 8 binds, a step and a reset per point it was ~10
+ * lock/unlock pairs per point, ~10 % of the head's samples under
+ * bench/metrics (perf). */
+static const tr_series_def metrics_db = {
+    .name = "metrics",
+    .rows = "metrics",
+    .file = "metrics.db",
+    .bound = "metrics_max_bytes",
+    .schema = schema,
+    .job_tables = job_tables,
+    .open_flags = SQLITE_OPEN_NOMUTEX,
+};
+
 static int db_open(metrics_svc *s, tr_err *err)
 {
-    int rv;
-
-    snprintf(s->path, sizeof(s->path), "%s/metrics.db",
-             s->h->cfg.metrics_dir ? s->h->cfg.metrics_dir : s->h->cfg.state_dir);
-    s->full_if = getenv("TROUPE_TEST_STORE_FULL_IF");
-    if (s->full_if != NULL && s->full_if[0] == '\0') {
-        s->full_if = NULL;
-    }
-    /* NOMUTEX: every use of this connection is under s->dbmu (or at start,
-     * before the writer runs), so SQLite's own per-call connection mutex
-     * only cost time: with 8 binds, a step and a reset per point it was
-     * ~10 lock/unlock pairs per point, ~10 % of the head's samples under
-     * bench/metrics (perf). */
-    rv = tr_rq_db_open("metrics", s->path, SQLITE_OPEN_NOMUTEX, s->h->cfg.sync_full,
-                       s->h->cfg.metrics_max_bytes, schema, &s->db, err);
-    if (rv != TROUPE_OK) {
-        return rv;
-    }
-    return load(s, err);
+    int rv = tr_series_open(&s->store, &metrics_db, s->h->cfg.metrics_dir ? s->h->cfg.metrics_dir : s->h->cfg.state_dir,
+                            s->h->cfg.sync_full, s->h->cfg.metrics_max_bytes, err);
+    return rv != TROUPE_OK ? rv : load(s, err);
 }
 
 /* ---- the writer ---------------------------------------------------------------- */
@@ -377,7 +364,7 @@ static int insert_rows(metrics_svc *s, const row *rows, size_t n, tr_err *err)
         for (size_t i = 0; i < n; i++) {
             off += (size_t)snprintf(sql + off, sizeof(sql) - off, "%s(?,?,?,?,?,?,?,?)", i ? "," : "");
         }
-        if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->ins[n], NULL) != SQLITE_OK) {
+        if (sqlite3_prepare_v3(s->store.db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->ins[n], NULL) != SQLITE_OK) {
             return metrics_err(s, "insert", err);
         }
         q = s->ins[n];
@@ -463,7 +450,7 @@ static int save_stream(metrics_svc *s, sqlite3_stmt *up, sqlite3_stmt *add, cons
         if (sqlite3_step(q) != SQLITE_DONE) {
             return metrics_err(s, "streams", err);
         }
-        if (pass == 0 && sqlite3_changes(s->db) > 0) {
+        if (pass == 0 && sqlite3_changes(s->store.db) > 0) {
             break; /* updated */
         }
     }
@@ -483,7 +470,7 @@ static int64_t stored_between(metrics_svc *s, const stream *st, uint64_t a, uint
     sqlite3_stmt *q = NULL;
     int64_t n = -1;
 
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(s->store.db,
                            "SELECT COUNT(*) FROM metric_points WHERE job = ?1 AND worker = ?2 AND attempt = ?3 "
                            "AND seq BETWEEN ?4 AND ?5",
                            -1, &q, NULL) != SQLITE_OK) {
@@ -555,14 +542,14 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
     sqlite3_stmt *up = NULL, *add = NULL;
     row rows[ROWS_PER_INSERT];
     size_t n_rows = 0;
-    int rv = db_exec(s, "BEGIN IMMEDIATE;", err);
+    int rv = tr_series_begin(&s->store, err);
 
     if (rv == TROUPE_OK &&
-        (sqlite3_prepare_v2(s->db,
+        (sqlite3_prepare_v2(s->store.db,
                             "UPDATE metric_streams SET last_seq = ?4, stored = ?5, dropped = ?6, reported = ?7, "
                             "worker_dropped = ?8 WHERE job = ?1 AND worker = ?2 AND attempt = ?3",
                             -1, &up, NULL) != SQLITE_OK ||
-         sqlite3_prepare_v2(s->db, "INSERT INTO metric_streams VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", -1, &add,
+         sqlite3_prepare_v2(s->store.db, "INSERT INTO metric_streams VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", -1, &add,
                             NULL) != SQLITE_OK)) {
         rv = metrics_err(s, "prepare", err);
     }
@@ -597,15 +584,11 @@ static int write_round(metrics_svc *s, tr_rq_item *round, tr_err *err)
     }
     sqlite3_finalize(up);
     sqlite3_finalize(add);
-    if (rv == TROUPE_OK && s->full_if != NULL && access(s->full_if, F_OK) == 0) {
-        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "metrics store %s: database or disk is full (injected by "
-                        "TROUPE_TEST_STORE_FULL_IF)", s->path);
-    }
     if (rv == TROUPE_OK) {
-        rv = db_exec(s, "COMMIT;", err);
+        rv = tr_series_failpoint(&s->store, err);
     }
+    rv = tr_series_commit(&s->store, rv, err);
     if (rv != TROUPE_OK) {
-        sqlite3_exec(s->db, "ROLLBACK;", NULL, NULL, NULL);
         /* undo newest first: a stream may appear in several batches */
         tr_rq_item *rev = NULL;
         while (round != NULL) { /* reverse the round, undo, reverse back (the queue's order again) */
@@ -648,14 +631,14 @@ static void retain(metrics_svc *s, tr_rq_item *round)
         if (c->kept <= keep) {
             continue;
         }
-        if (sqlite3_prepare_v2(s->db,
+        if (sqlite3_prepare_v2(s->store.db,
                                "DELETE FROM metric_points WHERE job = ?1 AND id <= (SELECT id FROM metric_points "
                                "WHERE job = ?1 ORDER BY id LIMIT 1 OFFSET ?2)",
                                -1, &q, NULL) == SQLITE_OK) {
             sqlite3_bind_int64(q, 1, (sqlite3_int64)c->job);
             sqlite3_bind_int64(q, 2, (sqlite3_int64)(c->kept - keep - 1));
             if (sqlite3_step(q) == SQLITE_DONE) {
-                c->kept -= (uint64_t)sqlite3_changes(s->db);
+                c->kept -= (uint64_t)sqlite3_changes(s->store.db);
             }
         }
         sqlite3_finalize(q); /* a failed trim is retried after the next round */
@@ -774,36 +757,6 @@ static void snap_round(metrics_svc *s, tr_rq_item *round)
 }
 
 /* delete_rows deletes the points and streams of jobs in one transaction. */
-static int delete_rows(metrics_svc *s, const tr_ids *ids, tr_err *err)
-{
-    sqlite3_stmt *pts = NULL, *sts = NULL;
-    int rv = db_exec(s, "BEGIN IMMEDIATE;", err);
-
-    if (rv == TROUPE_OK &&
-        (sqlite3_prepare_v2(s->db, "DELETE FROM metric_points WHERE job = ?1", -1, &pts, NULL) != SQLITE_OK ||
-         sqlite3_prepare_v2(s->db, "DELETE FROM metric_streams WHERE job = ?1", -1, &sts, NULL) != SQLITE_OK)) {
-        rv = metrics_err(s, "prepare", err);
-    }
-    for (size_t i = 0; rv == TROUPE_OK && i < ids->n; i++) {
-        sqlite3_reset(pts);
-        sqlite3_reset(sts);
-        sqlite3_bind_int64(pts, 1, (sqlite3_int64)ids->v[i]);
-        sqlite3_bind_int64(sts, 1, (sqlite3_int64)ids->v[i]);
-        if (sqlite3_step(pts) != SQLITE_DONE || sqlite3_step(sts) != SQLITE_DONE) {
-            rv = metrics_err(s, "delete", err);
-        }
-    }
-    sqlite3_finalize(pts);
-    sqlite3_finalize(sts);
-    if (rv == TROUPE_OK) {
-        rv = db_exec(s, "COMMIT;", err);
-    }
-    if (rv != TROUPE_OK) {
-        sqlite3_exec(s->db, "ROLLBACK;", NULL, NULL, NULL);
-    }
-    return rv;
-}
-
 /* forget_memory drops the streams, counts and /metrics snapshots of jobs. */
 static void forget_memory(metrics_svc *s, const tr_ids *ids)
 {
@@ -851,7 +804,7 @@ static void forget_jobs(metrics_svc *s, const tr_ids *ids)
     for (size_t i = 0; i < ids->n; i++) {
         tr_ids_add(&s->gone, ids->v[i]); /* out of memory: not remembered */
     }
-    if (delete_rows(s, ids, &err) != TROUPE_OK) {
+    if (tr_series_delete_jobs(&s->store, ids, &err) != TROUPE_OK) {
         TR_LOG(TR_LOG_WARNING, "metrics of %zu deleted job%s stay in the store until the next start: %s",
                ids->n, ids->n == 1 ? "" : "s", err.msg);
     } else {
@@ -880,7 +833,7 @@ static int commit_round(void *arg, tr_rq_item *round, tr_err *err)
         snap_round(s, round);
         retain(s, round);
         if (s->failing) {
-            TR_LOG(TR_LOG_NOTICE, "metrics store writes again: %s", s->path);
+            TR_LOG(TR_LOG_NOTICE, "metrics store writes again: %s", s->store.path);
         }
     } else {
         atomic_fetch_add(&s->rounds_failed, 1);
@@ -1047,7 +1000,7 @@ static void report_metrics(tr_rpc_call *call, void *user)
         }
     }
     if (rv == TROUPE_OK) {
-        rv = tr_rq_submit(s->q, call, &req->base, req->n_points, &err); /* OK: req is the queue's */
+        rv = tr_rq_submit(s->store.q, call, &req->base, req->n_points, &err); /* OK: req is the queue's */
     }
     if (rv != TROUPE_OK) {
         atomic_fetch_add(&s->refused, 1);
@@ -1169,8 +1122,8 @@ static int query_points(metrics_svc *s, const Troupe__V1__GetMetricsRequest *req
     if ((rep->points = calloc(limit + 1, sizeof(*rep->points))) == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
     }
-    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
-        return tr_err_set(err, TROUPE_INTERNAL, "metrics query: %s", sqlite3_errmsg(s->db));
+    if (sqlite3_prepare_v2(s->store.db, sql, -1, &q, NULL) != SQLITE_OK) {
+        return tr_err_set(err, TROUPE_INTERNAL, "metrics query: %s", sqlite3_errmsg(s->store.db));
     }
     sqlite3_bind_int64(q, 1, (sqlite3_int64)req->job_id);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)req->after_id);
@@ -1194,7 +1147,7 @@ static int query_points(metrics_svc *s, const Troupe__V1__GetMetricsRequest *req
         rep->n_points++;
     }
     if (rv == TROUPE_OK && step != SQLITE_ROW && step != SQLITE_DONE) {
-        rv = tr_err_set(err, TROUPE_INTERNAL, "metrics query: %s", sqlite3_errmsg(s->db));
+        rv = tr_err_set(err, TROUPE_INTERNAL, "metrics query: %s", sqlite3_errmsg(s->store.db));
     }
     sqlite3_finalize(q);
     for (size_t i = 0; tail && i < rep->n_points / 2; i++) { /* newest first -> in order */
@@ -1205,7 +1158,7 @@ static int query_points(metrics_svc *s, const Troupe__V1__GetMetricsRequest *req
     if (tail) {
         /* following on from a tail starts after the newest point of the job */
         sqlite3_stmt *mx = NULL;
-        if (sqlite3_prepare_v2(s->db, "SELECT coalesce(max(id), 0) FROM metric_points WHERE job = ?1", -1, &mx,
+        if (sqlite3_prepare_v2(s->store.db, "SELECT coalesce(max(id), 0) FROM metric_points WHERE job = ?1", -1, &mx,
                                NULL) == SQLITE_OK) {
             sqlite3_bind_int64(mx, 1, (sqlite3_int64)req->job_id);
             if (sqlite3_step(mx) == SQLITE_ROW) {
@@ -1348,13 +1301,13 @@ int tr_metrics_ingest_get(tr_head *h, tr_metrics_ingest *out)
     if (s == NULL) {
         return TROUPE_UNAVAILABLE;
     }
-    out->reports = tr_rq_submitted(s->q);
+    out->reports = tr_rq_submitted(s->store.q);
     out->refused = atomic_load(&s->refused);
     out->points_stored = atomic_load(&s->stored);
     out->points_dropped = atomic_load(&s->dropped);
     out->rounds = atomic_load(&s->rounds);
     out->rounds_failed = atomic_load(&s->rounds_failed);
-    out->queued_points = tr_rq_weight(s->q);
+    out->queued_points = tr_rq_weight(s->store.q);
     return TROUPE_OK;
 }
 
@@ -1399,7 +1352,7 @@ int tr_metrics_last_steps(tr_head *h, uint64_t job,
     pthread_mutex_lock(&s->dbmu);
     /* The job's index (job, id) read backwards: every step has a step_ms
      * point, so the newest is among the last few rows of the stream. */
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(s->store.db,
                            "SELECT step FROM metric_points WHERE job = ?1 AND worker = ?2 AND attempt = ?3 "
                            "AND name = 'step_ms' ORDER BY id DESC LIMIT 1",
                            -1, &q, NULL) == SQLITE_OK) {
@@ -1435,10 +1388,7 @@ static void job_deleted(tr_head *h, uint64_t job_id, void *state)
     metrics_svc *s = state;
 
     (void)h;
-    if (tr_rq_delete(s->q, job_id) != 0) {
-        TR_LOG(TR_LOG_WARNING, "job=%llu: out of memory; its metrics are deleted at the next start",
-               (unsigned long long)job_id);
-    }
+    tr_series_job_deleted(&s->store, job_id);
 }
 
 /* forget_orphans, at start: metrics of jobs the head no longer has (deleted
@@ -1472,11 +1422,17 @@ static void forget_orphans(metrics_svc *s)
     tr_ids_fini(&ids);
 }
 
-/* svc_free stops the writer first (its rounds use everything below), then
- * the follower (its queries use the connection). */
-static void svc_free(metrics_svc *s)
+/* svc_free (the service's stop, and a failed start's undo) stops the
+ * writer first (its rounds use everything below), then the follower (its
+ * queries use the connection). The RPC server stopped by then:
+ * every queued call was answered and expired out of the queue, so the
+ * writer has at most deletions left. */
+static void svc_free(tr_head *h, void *state)
 {
-    tr_rq_close(s->q);
+    metrics_svc *s = state;
+
+    (void)h;
+    tr_series_stop(&s->store);
     tr_mfollow_stop(s->follow);
     while (s->snaps != NULL) {
         snap *sn = s->snaps;
@@ -1498,7 +1454,7 @@ static void svc_free(metrics_svc *s)
     for (size_t i = 0; i <= ROWS_PER_INSERT; i++) {
         sqlite3_finalize(s->ins[i]); /* NULL is a no-op; before the close, which would fail with them */
     }
-    sqlite3_close(s->db);
+    tr_series_close(&s->store);
     tr_ids_fini(&s->gone);
     pthread_mutex_destroy(&s->dbmu);
     free(s);
@@ -1507,7 +1463,6 @@ static void svc_free(metrics_svc *s)
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     metrics_svc *s = calloc(1, sizeof(*s));
-    tr_rq_opts qo = {0};
     int rv;
 
     if (s == NULL) {
@@ -1524,25 +1479,14 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the metrics follower");
         goto out;
     }
-    qo.nice = (int)h->cfg.ingest_nice;
-    rv = tr_rq_open(&s->q, &metrics_queue, &qo, s, err); /* last: its writer may run at once */
+    rv = tr_series_start(&s->store, &metrics_queue, (int)h->cfg.ingest_nice, s, err); /* last: it may run at once */
 out:
     if (rv != TROUPE_OK) {
-        svc_free(s);
+        svc_free(h, s);
         return rv;
     }
     *state = s;
     return TROUPE_OK;
-}
-
-static void svc_stop(tr_head *h, void *state)
-{
-    metrics_svc *s = state;
-
-    (void)h;
-    /* The RPC server stopped: every queued call was answered and expired out
-     * of the queue, so the writer has at most deletions left. */
-    svc_free(s);
 }
 
 /* job_changed (under h->mu): an ended job's snapshots are no longer shown
@@ -1570,7 +1514,7 @@ const tr_head_service tr_metrics_service = {
     .name = "metrics",
     .methods = metrics_methods,
     .start = svc_start,
-    .stop = svc_stop,
+    .stop = svc_free,
     .job_changed = job_changed,
     .job_deleted = job_deleted,
 };

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bgw.h"
 #include "elastic.h"
 #include "jobs.h"
 #include "jobspec.h"
@@ -42,10 +43,7 @@ typedef struct ctl_wait {
 typedef struct profile_svc {
     tr_head *h;
     ctl_wait *waiters;
-    pthread_t timer;
-    pthread_cond_t cv;
-    int stop, timer_started;
-    int64_t next_until;
+    tr_bgw *timer; /* answers polls at their deadline (under h->mu) */
 } profile_svc;
 
 static profile_svc *svc_of(void *head)
@@ -195,34 +193,28 @@ static void on_call_expire(tr_rpc_call *call, void *arg)
     pthread_mutex_unlock(&s->h->mu);
 }
 
-static void *timer_main(void *arg)
+/* tick (the timer, under h->mu): answers the polls that are due; returns
+ * when the next one is. */
+static int64_t tick(void *arg, int64_t now)
 {
     profile_svc *s = arg;
+    int64_t next = INT64_MAX;
 
-    pthread_mutex_lock(&s->h->mu);
-    while (!s->stop) {
-        int64_t now = tr_now_ms(), next = INT64_MAX;
-        struct timespec ts;
-        for (ctl_wait *w = s->waiters; w != NULL;) {
-            tr_head_job *hj = tr_jobs_find(s->h, w->job_id);
-            int64_t at;
-            if (due(w, hj, hj != NULL && tr_jobs_saved(s->h, hj), now)) {
-                answer_job(s, w->job_id, now); /* answers w and every other due waiter of its job */
-                w = s->waiters;                /* the list changed */
-                continue;
-            }
-            /* Past `until`, a waiter of an unsaved job waits for the save
-             * (job_saved answers it) until `last`. */
-            at = w->until > now ? w->until : w->last;
-            next = at < next ? at : next;
-            w = w->next;
+    for (ctl_wait *w = s->waiters; w != NULL;) {
+        tr_head_job *hj = tr_jobs_find(s->h, w->job_id);
+        int64_t at;
+        if (due(w, hj, hj != NULL && tr_jobs_saved(s->h, hj), now)) {
+            answer_job(s, w->job_id, now); /* answers w and every other due waiter of its job */
+            w = s->waiters;                /* the list changed */
+            continue;
         }
-        s->next_until = next;
-        tr_abstime_in(&ts, next == INT64_MAX ? 1000 : next - now < 1 ? 1 : next - now > 1000 ? 1000 : next - now);
-        pthread_cond_timedwait(&s->cv, &s->h->mu, &ts);
+        /* Past `until`, a waiter of an unsaved job waits for the save
+         * (job_saved answers it) until `last`. */
+        at = w->until > now ? w->until : w->last;
+        next = at < next ? at : next;
+        w = w->next;
     }
-    pthread_mutex_unlock(&s->h->mu);
-    return NULL;
+    return next;
 }
 
 /* ---- WorkerControl ---------------------------------------------------------- */
@@ -276,10 +268,7 @@ static void worker_control(tr_rpc_call *call, void *user)
         tr_rpc_defer(call, on_call_expire, s);
         TR_LOG(TR_LOG_DEBUG, "profile control parked job=%llu worker=%s after=%llu", (unsigned long long)w->job_id,
                w->worker, (unsigned long long)w->after_version);
-        if (w->until < s->next_until) {
-            s->next_until = w->until;
-            pthread_cond_signal(&s->cv);
-        }
+        tr_bgw_poke(s->timer, w->until);
     }
     pthread_mutex_unlock(&s->h->mu);
 out:
@@ -418,19 +407,17 @@ static const tr_rpc_method profile_methods[] = {
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     profile_svc *s = calloc(1, sizeof(*s));
+    tr_bgw_opts to = {.name = "profile-control timer", .mu = &h->mu, .tick = tick, .arg = s};
+    int rv;
 
     if (s == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     s->h = h;
-    s->next_until = INT64_MAX;
-    pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->timer, NULL, timer_main, s) != 0) {
-        pthread_cond_destroy(&s->cv);
+    if ((rv = tr_bgw_start(&s->timer, &to, err)) != TROUPE_OK) {
         free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the profile-control timer");
+        return rv;
     }
-    s->timer_started = 1;
     *state = s;
     return TROUPE_OK;
 }
@@ -439,13 +426,8 @@ static void svc_stop(tr_head *h, void *state)
 {
     profile_svc *s = state;
 
-    pthread_mutex_lock(&h->mu);
-    s->stop = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (s->timer_started) {
-        pthread_join(s->timer, NULL);
-    }
+    (void)h;
+    tr_bgw_stop(s->timer);
     /* The RPC server already answered deferred calls and ran on_call_expire. */
     while (s->waiters != NULL) {
         ctl_wait *w = s->waiters;
@@ -453,7 +435,6 @@ static void svc_stop(tr_head *h, void *state)
         tr_rpc_call_release(w->call);
         free(w);
     }
-    pthread_cond_destroy(&s->cv);
     free(s);
 }
 

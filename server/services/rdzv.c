@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bgw.h"
 #include "jobs.h"
 #include "log.h"
 #include "rdzv.h"
@@ -385,10 +386,7 @@ out:
 static void parked(tr_rdzv_svc *s, tr_rpc_call *call, int64_t until)
 {
     tr_rpc_defer(call, on_call_expire, s);
-    if (until < s->next_until) {
-        s->next_until = until;
-        pthread_cond_signal(&s->cv);
-    }
+    tr_bgw_poke(s->timer, until);
 }
 
 /* settle finishes a wait call: refused, parked (deferred until answered or
@@ -512,28 +510,20 @@ static void gather(tr_rpc_call *call, void *user)
 
 /* The timer answers waits at their own deadline, naming the missing ranks; it
  * sleeps until the earliest one (parked() wakes it for an earlier one). */
-static void *timer_main(void *arg)
+/* tick (the timer, under h->mu): answers the waits whose deadline passed;
+ * returns the next deadline. */
+static int64_t tick(void *arg, int64_t now)
 {
     tr_rdzv_svc *s = arg;
+    int64_t next = INT64_MAX;
 
-    pthread_mutex_lock(&s->h->mu);
-    while (!s->stop) {
-        int64_t now = tr_now_ms(), next = INT64_MAX, wait_ms;
-        struct timespec ts;
-        for (size_t k = 0; k < s->n_jobs; k++) {
-            for (size_t i = 0; i < s->jobs[k]->n_comms; i++) {
-                int64_t n = tr_rdzv_expire(s->jobs[k]->comms[i], now, answer_ids, s);
-                next = n < next ? n : next;
-            }
+    for (size_t k = 0; k < s->n_jobs; k++) {
+        for (size_t i = 0; i < s->jobs[k]->n_comms; i++) {
+            int64_t n = tr_rdzv_expire(s->jobs[k]->comms[i], now, answer_ids, s);
+            next = n < next ? n : next;
         }
-        s->next_until = next;
-        wait_ms = next == INT64_MAX ? 1000 : next - now;
-        wait_ms = wait_ms < 1 ? 1 : wait_ms > 1000 ? 1000 : wait_ms;
-        tr_abstime_in(&ts, wait_ms);
-        pthread_cond_timedwait(&s->cv, &s->h->mu, &ts);
     }
-    pthread_mutex_unlock(&s->h->mu);
-    return NULL;
+    return next;
 }
 
 /* ---- `troupe job`: waits in progress ---------------------------------------- */
@@ -651,13 +641,13 @@ tr_rdzv_svc *tr_rdzv_svc_of(void *head)
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     tr_rdzv_svc *s = calloc(1, sizeof(*s));
+    tr_bgw_opts to = {.name = "rendezvous timer", .mu = &h->mu, .tick = tick, .arg = s};
+    int rv;
 
     if (s == NULL) {
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     s->h = h;
-    s->next_until = INT64_MAX;
-    pthread_cond_init(&s->cv, NULL);
     /* A head that stopped while a job ended may still hold its IDs. */
     pthread_mutex_lock(&h->mu);
     for (size_t k = 0; k < h->n_jobs; k++) {
@@ -666,12 +656,10 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
         }
     }
     pthread_mutex_unlock(&h->mu);
-    if (pthread_create(&s->timer, NULL, timer_main, s) != 0) {
-        pthread_cond_destroy(&s->cv);
+    if ((rv = tr_bgw_start(&s->timer, &to, err)) != TROUPE_OK) {
         free(s);
-        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the rendezvous timer");
+        return rv;
     }
-    s->timer_started = 1;
     *state = s;
     return TROUPE_OK;
 }
@@ -680,13 +668,7 @@ static void svc_stop(tr_head *h, void *state)
 {
     tr_rdzv_svc *s = state;
 
-    pthread_mutex_lock(&h->mu);
-    s->stop = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (s->timer_started) {
-        pthread_join(s->timer, NULL);
-    }
+    tr_bgw_stop(s->timer);
     pthread_mutex_lock(&h->mu);
     while (s->n_jobs > 0) {
         job_drop(s, s->jobs[s->n_jobs - 1], "the head is stopping");
@@ -694,7 +676,6 @@ static void svc_stop(tr_head *h, void *state)
     pthread_mutex_unlock(&h->mu);
     decorate_clear(s);
     free(s->jobs);
-    pthread_cond_destroy(&s->cv);
     free(s);
 }
 

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv_view.h"
+
 #include "elastic.h"
+#include "jobs.h"
 #include "rdzv_int.h"
 #include "util.h"
 

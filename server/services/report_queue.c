@@ -28,7 +28,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "dberr.h"
 #include "log.h"
 #include "report_queue.h"
 
@@ -328,73 +327,6 @@ size_t tr_rq_weight(tr_rq *q)
 uint64_t tr_rq_submitted(tr_rq *q)
 {
     return atomic_load(&q->submitted);
-}
-
-/* ---- the file ------------------------------------------------------------------ */
-
-int tr_rq_db_exec(sqlite3 *db, const char *name, const char *path, const char *sql, tr_err *err)
-{
-    char *msg = NULL;
-    int rv = TROUPE_OK;
-
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-    if (rc != SQLITE_OK) {
-        rv = tr_err_set(err, tr_db_status(rc), "%s store %s: %s", name, path, msg ? msg : "error");
-    }
-    sqlite3_free(msg);
-    return rv;
-}
-
-int tr_rq_db_open(const char *name, const char *path, int flags, int sync_full, int64_t max_bytes,
-                  const char *schema, sqlite3 **db, tr_err *err)
-{
-    int rv = TROUPE_OK;
-    char sql[160];
-
-    *db = NULL;
-    if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | flags, NULL) != SQLITE_OK) {
-        rv = tr_err_set(err, TROUPE_UNAVAILABLE, "cannot open %s: %s", path,
-                        *db ? sqlite3_errmsg(*db) : "out of memory");
-        goto out;
-    }
-    sqlite3_busy_timeout(*db, 5000);
-    if ((rv = tr_rq_db_exec(*db, name, path, "PRAGMA journal_mode=WAL;", err)) != TROUPE_OK ||
-        (rv = tr_rq_db_exec(*db, name, path,
-                            sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", err)) !=
-            TROUPE_OK) {
-        goto out;
-    }
-    if ((rv = tr_rq_db_exec(*db, name, path, schema, err)) != TROUPE_OK) {
-        goto out;
-    }
-    if (max_bytes > 0) {
-        /* The file's bound: past it a write is SQLITE_FULL, as on a full
-         * disk. Its WAL is checkpointed (and cut back) every 1/16 of it, so
-         * the WAL adds at most that much beside the file. */
-        sqlite3_int64 page = 4096, pages;
-        sqlite3_stmt *q = NULL;
-        if (sqlite3_prepare_v2(*db, "PRAGMA page_size;", -1, &q, NULL) == SQLITE_OK &&
-            sqlite3_step(q) == SQLITE_ROW) {
-            page = sqlite3_column_int64(q, 0);
-        }
-        sqlite3_finalize(q);
-        pages = max_bytes / (page > 0 ? page : 4096);
-        snprintf(
-            sql, sizeof(sql),
-            "PRAGMA max_page_count=%lld; PRAGMA wal_autocheckpoint=%lld; PRAGMA journal_size_limit=%lld;",
-            (long long)(pages > 1 ? pages : 1),
-            (long long)(pages / 16 > 1000 ? 1000
-                        : pages / 16 > 8  ? pages / 16
-                                          : 8),
-            (long long)(max_bytes / 16));
-        rv = tr_rq_db_exec(*db, name, path, sql, err);
-    }
-out:
-    if (rv != TROUPE_OK) {
-        sqlite3_close(*db); /* NULL is a no-op */
-        *db = NULL;
-    }
-    return rv;
 }
 
 int tr_rq_open(tr_rq **out, const tr_rq_ops *ops, const tr_rq_opts *opts, void *arg, tr_err *err)

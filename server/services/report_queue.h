@@ -21,13 +21,13 @@
  * (which starts with a tr_rq_item), how much fits the queue and how a full
  * queue is refused, and three callbacks run with no queue lock held: write
  * and deleted on the writer thread, answer on the answerer (possibly while
- * write runs for the next round: answer reads only its own entry). Each service keeps its rows in its own SQLite file, opened
- * the one way tr_rq_db_open says. */
+ * write runs for the next round: answer reads only its own entry). Each
+ * service keeps its rows in its own SQLite file, a series store (series.h),
+ * which opens the queue with the file. */
 #ifndef TR_REPORT_QUEUE_H
 #define TR_REPORT_QUEUE_H
 
 #include <protobuf-c/protobuf-c.h>
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -142,21 +142,5 @@ int tr_rq_delete(tr_rq *q, uint64_t job_id);
  * them (so before their answer). Any thread, no lock taken. */
 size_t tr_rq_weight(tr_rq *q);
 uint64_t tr_rq_submitted(tr_rq *q);
-
-/* tr_rq_db_open opens (creating it) a report store, the file STATE_DIR/...db
- * of one service: WAL, so the head's own head.db never waits for it;
- * synchronous FULL when sync_full (the head's sync setting) else NORMAL; a
- * 5 s busy timeout; then schema (CREATE ... IF NOT EXISTS). flags: 0, or
- * SQLITE_OPEN_NOMUTEX where the service serialises every use itself. On OK
- * *db is the caller's (sqlite3_close); otherwise *db is NULL and err says why
- * (UNAVAILABLE: "cannot open PATH: ..." or "NAME store PATH: ..."). Any
- * thread; the caller serialises the uses of *db, as SQLite's flags demand. */
-int tr_rq_db_open(const char *name, const char *path, int flags, int sync_full, int64_t max_bytes,
-                  const char *schema, sqlite3 **db, tr_err *err);
-
-/* tr_rq_db_exec runs sql on a report store: OK, or the status of SQLite's
- * error (dberr.h: RESOURCE_EXHAUSTED for a full file) with "NAME store PATH:
- * SQLite's message". The thread that may use db. */
-int tr_rq_db_exec(sqlite3 *db, const char *name, const char *path, const char *sql, tr_err *err);
 
 #endif

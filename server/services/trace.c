@@ -34,10 +34,9 @@
 
 #include <sqlite3.h>
 
-#include "dberr.h"
 #include "jobs.h"
 #include "log.h"
-#include "report_queue.h"
+#include "series.h"
 #include "trace.h"
 #include "util.h"
 
@@ -108,10 +107,7 @@ typedef struct trace_svc {
     size_t total;    /* spans kept, all jobs */
     size_t pending;  /* spans of the round being written, all jobs */
 
-    tr_rq *q; /* ReportTrace calls waiting for the writer, and deleted jobs */
-
-    sqlite3 *db;
-    char path[1024];
+    tr_series store; /* traces.db, and the writer of ReportTrace calls and deleted jobs */
 } trace_svc;
 
 #define MAX_QUEUED 64 /* reports waiting for the writer; past it UNAVAILABLE (the worker counts them dropped) */
@@ -345,21 +341,20 @@ static const char schema[] =
     " step INTEGER NOT NULL, tid INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS trace_spans_job ON trace_spans(job);";
 
-static int db_exec(trace_svc *s, const char *sql, tr_err *err)
-{
-    return tr_rq_db_exec(s->db, "trace", s->path, sql, err);
-}
+static const char *const job_tables[] = {"trace_spans", "trace_reports", NULL};
 
-/* db_fail sets err from the connection's last error (dberr.h): a full file
- * is RESOURCE_EXHAUSTED, and says which bound applies. */
-static int db_fail(trace_svc *s, tr_err *err)
+static const tr_series_def traces_db = {
+    .name = "trace",
+    .rows = "traces",
+    .file = "traces.db",
+    .bound = "traces_max_bytes",
+    .schema = schema,
+    .job_tables = job_tables,
+};
+
+static int db_fail(trace_svc *s, const char *what, tr_err *err)
 {
-    char hint[256];
-    snprintf(hint, sizeof(hint),
-             "traces.db is bounded by traces_max_bytes=%lld; free space on its disk, delete finished jobs "
-             "(troupe delete) or raise the bound",
-             (long long)s->h->cfg.traces_max_bytes);
-    return tr_db_err(err, s->db, "trace", s->path, "write", hint);
+    return tr_series_fail(&s->store, what, err);
 }
 
 /* write_item inserts one report's row and its kept spans. */
@@ -381,7 +376,7 @@ static int write_item(trace_svc *s, sqlite3_stmt *rep, sqlite3_stmt *ins, const 
     sqlite3_bind_int64(rep, 11, (sqlite3_int64)req->n_spans);
     sqlite3_bind_int64(rep, 12, (sqlite3_int64)req->dropped);
     if (sqlite3_step(rep) != SQLITE_DONE) {
-        return db_fail(s, err);
+        return db_fail(s, "write", err);
     }
     for (size_t i = 0; i < it->n_keep; i++) {
         const Troupe__V1__TraceSpan *sp = req->spans[i];
@@ -396,7 +391,7 @@ static int write_item(trace_svc *s, sqlite3_stmt *rep, sqlite3_stmt *ins, const 
         sqlite3_bind_int64(ins, 8, (sqlite3_int64)sp->step);
         sqlite3_bind_int64(ins, 9, sp->tid);
         if (sqlite3_step(ins) != SQLITE_DONE) {
-            return db_fail(s, err);
+            return db_fail(s, "write", err);
         }
     }
     return TROUPE_OK;
@@ -405,21 +400,20 @@ static int write_item(trace_svc *s, sqlite3_stmt *rep, sqlite3_stmt *ins, const 
 /* write_round writes a round's reports in one transaction (nothing when it fails). */
 static int write_round(trace_svc *s, tr_rq_item *round, tr_err *err)
 {
+    sqlite3 *db = s->store.db;
     sqlite3_stmt *rep = NULL, *ins = NULL;
-    int rv = db_exec(s, "BEGIN", err);
+    int rv = tr_series_begin(&s->store, err);
 
-    if (rv != TROUPE_OK) {
-        return rv;
-    }
-    if (sqlite3_prepare_v2(s->db,
-                           "INSERT INTO trace_reports(job, worker, grp, node, rank, group_rank, attempt, offset_us,"
-                           " rtt_us, kept, sent, dropped_worker) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &rep, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(s->db,
-                           "INSERT INTO trace_spans(job, worker, attempt, name, cat, ts_us, dur_us, step, tid)"
-                           " VALUES(?,?,?,?,?,?,?,?,?)",
-                           -1, &ins, NULL) != SQLITE_OK) {
-        rv = db_fail(s, err);
+    if (rv == TROUPE_OK &&
+        (sqlite3_prepare_v2(db,
+                            "INSERT INTO trace_reports(job, worker, grp, node, rank, group_rank, attempt, offset_us,"
+                            " rtt_us, kept, sent, dropped_worker) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                            -1, &rep, NULL) != SQLITE_OK ||
+         sqlite3_prepare_v2(db,
+                            "INSERT INTO trace_spans(job, worker, attempt, name, cat, ts_us, dur_us, step, tid)"
+                            " VALUES(?,?,?,?,?,?,?,?,?)",
+                            -1, &ins, NULL) != SQLITE_OK)) {
+        rv = db_fail(s, "prepare", err);
     }
     for (tr_rq_item *r = round; rv == TROUPE_OK && r != NULL; r = r->next) {
         if (!item_of(r)->gone) {
@@ -428,52 +422,17 @@ static int write_round(trace_svc *s, tr_rq_item *round, tr_err *err)
     }
     sqlite3_finalize(rep);
     sqlite3_finalize(ins);
-    if (rv == TROUPE_OK) {
-        rv = db_exec(s, "COMMIT", err);
-    }
-    if (rv != TROUPE_OK) {
-        tr_err e2;
-        db_exec(s, "ROLLBACK", &e2);
-    }
-    return rv;
+    return tr_series_commit(&s->store, rv, err);
 }
 
-/* delete_jobs removes the rows of deleted jobs in one transaction: the
- * queue's deleted (after the round taken with them), and the start's, for
- * what a crash left behind. A failure leaves the rows to the next start. */
+/* delete_jobs (the queue's deleted, after the round taken with them): a
+ * failure leaves the rows to the next start. */
 static void delete_jobs(void *arg, const tr_ids *ids)
 {
     trace_svc *s = arg;
-    sqlite3_stmt *q[2] = {NULL, NULL};
     tr_err err;
-    int rv = db_exec(s, "BEGIN", &err);
 
-    if (rv != TROUPE_OK) {
-        goto out;
-    }
-    if (sqlite3_prepare_v2(s->db, "DELETE FROM trace_spans WHERE job = ?", -1, &q[0], NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(s->db, "DELETE FROM trace_reports WHERE job = ?", -1, &q[1], NULL) != SQLITE_OK) {
-        rv = db_fail(s, &err);
-        goto out;
-    }
-    for (size_t i = 0; i < ids->n * 2; i++) { /* each job: its spans, then its reports */
-        sqlite3_stmt *d = q[i % 2];
-        sqlite3_reset(d);
-        sqlite3_bind_int64(d, 1, (sqlite3_int64)ids->v[i / 2]);
-        if (sqlite3_step(d) != SQLITE_DONE) {
-            rv = db_fail(s, &err);
-            goto out;
-        }
-    }
-    sqlite3_finalize(q[0]);
-    sqlite3_finalize(q[1]);
-    q[0] = q[1] = NULL;
-    rv = db_exec(s, "COMMIT", &err);
-out:
-    sqlite3_finalize(q[0]);
-    sqlite3_finalize(q[1]);
-    if (rv != TROUPE_OK) {
-        db_exec(s, "ROLLBACK", &(tr_err){0}); /* none open (BEGIN failed): an error, ignored */
+    if (tr_series_delete_jobs(&s->store, ids, &err) != TROUPE_OK) {
         TR_LOG(TR_LOG_WARNING,
                "trace store: cannot delete the traces of %zu deleted job%s (the next start does): %s", ids->n,
                ids->n == 1 ? "" : "s", err.msg);
@@ -487,11 +446,11 @@ static int load_reports(trace_svc *s, tr_ids *orphans, tr_err *err)
     sqlite3_stmt *q = NULL;
     int rv = TROUPE_OK;
 
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(s->store.db,
                            "SELECT job, worker, grp, node, rank, group_rank, attempt, offset_us, rtt_us, kept, sent,"
                            " dropped_worker FROM trace_reports ORDER BY id",
                            -1, &q, NULL) != SQLITE_OK) {
-        return db_fail(s, err);
+        return db_fail(s, "load", err);
     }
     while (rv == TROUPE_OK && sqlite3_step(q) == SQLITE_ROW) {
         uint64_t job = (uint64_t)sqlite3_column_int64(q, 0);
@@ -517,7 +476,7 @@ static int load_reports(trace_svc *s, tr_ids *orphans, tr_err *err)
         t->workers[wi].dropped_worker = (uint64_t)sqlite3_column_int64(q, 11);
     }
     sqlite3_finalize(q);
-    return rv == TROUPE_RESOURCE_EXHAUSTED ? tr_err_set(err, rv, "out of memory loading %s", s->path) : rv;
+    return rv == TROUPE_RESOURCE_EXHAUSTED ? tr_err_set(err, rv, "out of memory loading %s", s->store.path) : rv;
 }
 
 /* load_spans puts the stored spans back in memory, in arrival order. Under h->mu. */
@@ -526,11 +485,11 @@ static int load_spans(trace_svc *s, tr_err *err)
     sqlite3_stmt *q = NULL;
     size_t n = 0;
 
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(s->store.db,
                            "SELECT job, worker, attempt, name, cat, ts_us, dur_us, step, tid FROM trace_spans"
                            " ORDER BY rowid",
                            -1, &q, NULL) != SQLITE_OK) {
-        return db_fail(s, err);
+        return db_fail(s, "load", err);
     }
     while (sqlite3_step(q) == SQLITE_ROW) {
         jtrace *t = trace_of(s, (uint64_t)sqlite3_column_int64(q, 0), 0);
@@ -548,14 +507,14 @@ static int load_spans(trace_svc *s, tr_err *err)
                       sqlite3_column_int64(q, 5), sqlite3_column_int64(q, 6), (uint64_t)sqlite3_column_int64(q, 7),
                       (uint32_t)sqlite3_column_int64(q, 8))) {
             sqlite3_finalize(q);
-            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory loading %s", s->path);
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory loading %s", s->store.path);
         }
         t->workers[wi].spans++;
         n++;
     }
     sqlite3_finalize(q);
     if (n > 0) {
-        TR_LOG(TR_LOG_NOTICE, "trace store: %zu spans of earlier profiled steps loaded from %s", n, s->path);
+        TR_LOG(TR_LOG_NOTICE, "trace store: %zu spans of earlier profiled steps loaded from %s", n, s->store.path);
     }
     return TROUPE_OK;
 }
@@ -563,12 +522,9 @@ static int load_spans(trace_svc *s, tr_err *err)
 static int db_open(trace_svc *s, tr_err *err)
 {
     tr_ids orphans = {0};
-    int rv;
+    int rv = tr_series_open(&s->store, &traces_db, s->h->cfg.traces_dir ? s->h->cfg.traces_dir : s->h->cfg.state_dir,
+                            s->h->cfg.sync_full, s->h->cfg.traces_max_bytes, err);
 
-    snprintf(s->path, sizeof(s->path), "%s/traces.db",
-             s->h->cfg.traces_dir ? s->h->cfg.traces_dir : s->h->cfg.state_dir);
-    rv = tr_rq_db_open("trace", s->path, 0, s->h->cfg.sync_full, s->h->cfg.traces_max_bytes, schema, &s->db,
-                       err);
     if (rv != TROUPE_OK) {
         return rv;
     }
@@ -578,12 +534,8 @@ static int db_open(trace_svc *s, tr_err *err)
         rv = load_spans(s, err);
     }
     pthread_mutex_unlock(&s->h->mu);
-    if (rv == TROUPE_OK && orphans.n > 0) {
-        TR_LOG(TR_LOG_NOTICE,
-               "trace store: traces of %zu job%s the head no longer has (deleted before a restart): "
-               "deleting them",
-               orphans.n, orphans.n == 1 ? "" : "s");
-        delete_jobs(s, &orphans);
+    if (rv == TROUPE_OK) {
+        tr_series_delete_orphans(&s->store, &orphans);
     }
     tr_ids_fini(&orphans);
     return rv;
@@ -748,7 +700,7 @@ static void report_trace(tr_rpc_call *call, void *user)
         return;
     }
     if (rv == TROUPE_OK) {
-        rv = tr_rq_submit(s->q, call, &req->base, 1, &err); /* OK: req is the queue's */
+        rv = tr_rq_submit(s->store.q, call, &req->base, 1, &err); /* OK: req is the queue's */
     }
     if (rv != TROUPE_OK) {
         TR_LOG(TR_LOG_INFO, "refused ReportTrace job=%llu: %s",
@@ -855,24 +807,28 @@ static const tr_rpc_method trace_methods[] = {
     {NULL, NULL, 0},
 };
 
-/* svc_free stops the writer first: its rounds use the traces and the
- * connection. */
-static void svc_free(trace_svc *s)
+/* svc_free (the service's stop, and a failed start's undo) stops the
+ * writer first: its rounds use the traces and the connection. The RPC
+ * server stopped by then: every queued call was answered and expired out of
+ * the queue. */
+static void svc_free(tr_head *h, void *state)
 {
-    tr_rq_close(s->q);
+    trace_svc *s = state;
+
+    (void)h;
+    tr_series_stop(&s->store);
     while (s->jobs != NULL) {
         jtrace *t = s->jobs;
         s->jobs = t->next;
         jtrace_free(s, t);
     }
-    sqlite3_close(s->db);
+    tr_series_close(&s->store);
     free(s);
 }
 
 static int svc_start(tr_head *h, void **state, tr_err *err)
 {
     trace_svc *s = calloc(1, sizeof(*s));
-    tr_rq_opts qo = {0};
     int rv;
 
     if (s == NULL) {
@@ -881,25 +837,14 @@ static int svc_start(tr_head *h, void **state, tr_err *err)
     s->h = h;
     rv = db_open(s, err);
     if (rv == TROUPE_OK) {
-        qo.nice = (int)h->cfg.ingest_nice;
-        rv = tr_rq_open(&s->q, &trace_queue, &qo, s, err); /* after the load: its writer may run at once */
+        rv = tr_series_start(&s->store, &trace_queue, (int)h->cfg.ingest_nice, s, err); /* after the load */
     }
     if (rv != TROUPE_OK) {
-        svc_free(s);
+        svc_free(h, s);
         return rv;
     }
     *state = s;
     return TROUPE_OK;
-}
-
-static void svc_stop(tr_head *h, void *state)
-{
-    trace_svc *s = state;
-
-    (void)h;
-    /* The RPC server stopped: every queued call was answered and expired out
-     * of the queue, so the writer has at most deletions left. */
-    svc_free(s);
 }
 
 /* job_deleted (under h->mu): the trace leaves memory now, its rows at the
@@ -910,16 +855,13 @@ static void job_deleted(tr_head *h, uint64_t job_id, void *state)
 
     (void)h;
     forget(s, job_id);
-    if (tr_rq_delete(s->q, job_id) != 0) {
-        TR_LOG(TR_LOG_WARNING, "job=%llu: out of memory; its trace leaves %s at the next start",
-               (unsigned long long)job_id, s->path);
-    }
+    tr_series_job_deleted(&s->store, job_id);
 }
 
 const tr_head_service tr_trace_service = {
     .name = "trace",
     .methods = trace_methods,
     .start = svc_start,
-    .stop = svc_stop,
+    .stop = svc_free,
     .job_deleted = job_deleted,
 };

@@ -84,7 +84,7 @@ static int traced_steps(troupe_worker_ctx *w, long steps, long step_ms)
     troupe_coll *c = NULL;
     troupe_error err;
     float g[1000];
-    char note[256] = "";
+    char note[1024] = ""; /* a refusal's whole message (troupe_worker_trace_note) */
 
     if (troupe_worker_coll_open(w, NULL, &c, NULL, &err) != TROUPE_OK) {
         printf("rt: coll open: %s: %s\n", troupe_strerror(err.code), err.message);

@@ -22,6 +22,7 @@
  * The writer is held (tr_commit_write_hook) between taking the batch and
  * writing it, so both readers are parked behind it every time. */
 #include <pthread.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "head.h"
@@ -335,6 +336,80 @@ static void readers_answered_on_failure(void **state)
     tr_cfg_free(tr_head_config_table, &h.cfg);
 }
 
+/* Every statvfs(3) of the head, by thread (the executable is linked with
+ * --wrap=statvfs): the refusals run on the handler threads under h->mu and
+ * must read what the committer saw, not look at the disk themselves. */
+static tr_head *looked_head;
+static int statvfs_committer, statvfs_elsewhere;
+
+int __real_statvfs(const char *path, struct statvfs *buf);
+int __wrap_statvfs(const char *path, struct statvfs *buf);
+int __wrap_statvfs(const char *path, struct statvfs *buf)
+{
+    tr_head *h = __atomic_load_n(&looked_head, __ATOMIC_ACQUIRE);
+    if (h != NULL) {
+        __atomic_add_fetch(pthread_equal(pthread_self(), h->committer) ? &statvfs_committer : &statvfs_elsewhere,
+                           1, __ATOMIC_RELAXED);
+    }
+    return __real_statvfs(path, buf);
+}
+
+/* refusals_read_the_look: a submit checks min_free_bytes, and while the
+ * store fails every change is refused naming the free space; neither may
+ * stat the disk under h->mu (re-plant: statvfs in tr_head_store_refuse or
+ * tr_head_space_refuse). */
+static void refusals_read_the_look(void **state)
+{
+    static const char yaml[] = "name: j\ncluster: {nodes: [1]}\n"
+                               "groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sleep, '60']}]\n";
+    char dir[256], url[300], full[300];
+    tr_head h;
+    troupe_client_opts co = {0};
+    troupe_client *c = NULL;
+    troupe_error terr;
+    tr_rpc_client *agent;
+    uint64_t id = 0;
+    troupe_status rv;
+
+    (void)state;
+    head_start_failpoint(&h, dir, url, full);
+    assert_true(h.cfg.min_free_bytes > 0); /* so every submit checks the disks */
+    agent = tr_fixture_register_node(url);
+    co.head_url = url;
+    co.timeout_ms = 8000;
+    assert_int_equal(troupe_client_open(&c, &co, &terr), TROUPE_OK);
+    __atomic_store_n(&looked_head, &h, __ATOMIC_RELEASE);
+
+    if (troupe_submit_yaml(c, yaml, sizeof(yaml) - 1, "j.yaml", NULL, &id, &terr) != TROUPE_OK) {
+        fail_msg("submit with room on the disk: %s: %s", troupe_strerror(terr.code), terr.message);
+    }
+    pthread_mutex_lock(&h.mu);
+    touch_file(full);
+    tr_head_commit_nudge(&h);
+    if (!until_state(&h, 1, 0)) {
+        fail_msg("the store did not fail on the full disk within 5 s");
+    }
+    pthread_mutex_unlock(&h.mu);
+    rv = troupe_submit_yaml(c, yaml, sizeof(yaml) - 1, "j.yaml", NULL, &id, &terr);
+    if (rv != TROUPE_RESOURCE_EXHAUSTED || strstr(terr.message, "MiB free on its disk") == NULL) {
+        fail_msg("submit while the store fails: want RESOURCE_EXHAUSTED naming the free space, got %s: %s",
+                 troupe_strerror(rv), terr.message);
+    }
+    for (int i = 0; i < 500 && __atomic_load_n(&statvfs_committer, __ATOMIC_RELAXED) < 2; i++) {
+        usleep(10000);
+    }
+    __atomic_store_n(&looked_head, NULL, __ATOMIC_RELEASE);
+    if (statvfs_elsewhere != 0 || statvfs_committer < 2) {
+        fail_msg("statvfs: %d calls on other threads than the committer (want 0), %d on it (want >= 2 in 5 s)",
+                 statvfs_elsewhere, statvfs_committer);
+    }
+    assert_int_equal(unlink(full), 0);
+    troupe_client_close(c);
+    tr_rpc_client_close(agent);
+    tr_head_stop(&h);
+    tr_cfg_free(tr_head_config_table, &h.cfg);
+}
+
 /* Every allocation for a while: several retries, then it goes through. */
 static void many_fail(void **state)
 {
@@ -350,6 +425,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(many_fail),
         cmocka_unit_test(nudge_only_recovers),
         cmocka_unit_test(readers_answered_on_failure),
+        cmocka_unit_test(refusals_read_the_look),
     };
     return TR_TEST_MAIN("unit.server.commit", tests, argc, argv);
 }

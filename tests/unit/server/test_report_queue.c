@@ -21,6 +21,7 @@
 
 #include "dberr.h"
 #include "report_queue.h"
+#include "series.h"
 #include "rpc.h"
 #include "test_helpers.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -704,32 +705,86 @@ static void ids(void **state)
     tr_rq_close(NULL); /* a no-op */
 }
 
-/* db_bound: a report store opened with a size bound stops at it, and the
- * write past it is RESOURCE_EXHAUSTED (as on a full disk), not UNAVAILABLE. */
+/* db_bound: a series store opened with a size bound stops at it, and the
+ * write past it is RESOURCE_EXHAUSTED (as on a full disk), not UNAVAILABLE,
+ * with what to do: the file, its bound's setting and value, troupe delete.
+ * Before the series store, a full file met by a statement run whole (BEGIN,
+ * COMMIT, an INSERT) said only "database or disk is full" (re-plant: map
+ * tr_series_exec's errors with tr_db_status alone). */
+static const char *const bounded_tables[] = {"t", NULL};
+static const tr_series_def bounded_db = {
+    .name = "bounded",
+    .rows = "rows",
+    .file = "bounded.db",
+    .bound = "bounded_max_bytes",
+    .schema = "CREATE TABLE IF NOT EXISTS t(job INTEGER, x BLOB);",
+    .job_tables = bounded_tables,
+};
+
 static void db_bound(void **state)
 {
-    char dir[320], path[400], sql[96];
-    sqlite3 *db = NULL;
+    char dir[320];
+    tr_series s;
     tr_err err = {0};
     struct stat st;
     int rv = TROUPE_OK, i;
 
     (void)state;
     tr_test_tmpdir(dir, sizeof(dir), "rqdb"); /* under $TMPDIR, removed at exit */
-    snprintf(path, sizeof(path), "%s/bounded.db", dir);
-    assert_int_equal(tr_rq_db_open("bounded", path, 0, 0, 65536, "CREATE TABLE t(x BLOB);", &db, &err),
-                     TROUPE_OK);
+    TR_ASSERT_OK(tr_series_open(&s, &bounded_db, dir, 0, 65536, &err), &err);
     for (i = 0; i < 1000 && rv == TROUPE_OK; i++) {
-        snprintf(sql, sizeof(sql), "INSERT INTO t VALUES(zeroblob(1024));");
-        rv = tr_rq_db_exec(db, "bounded", path, sql, &err);
+        rv = tr_series_begin(&s, &err);
+        if (rv == TROUPE_OK) {
+            rv = tr_series_exec(&s, "INSERT INTO t VALUES(1, zeroblob(1024));", &err);
+        }
+        rv = tr_series_commit(&s, rv, &err);
     }
     assert_int_equal(rv, TROUPE_RESOURCE_EXHAUSTED);
     assert_true(i > 10); /* it took rows before the bound */
-    assert_non_null(strstr(err.msg, path));
-    assert_int_equal(tr_rq_db_exec(db, "bounded", path, "PRAGMA wal_checkpoint(TRUNCATE);", &err), TROUPE_OK);
-    assert_int_equal(stat(path, &st), 0);
+    if (strstr(err.msg, s.path) == NULL || strstr(err.msg, "bounded.db is bounded by bounded_max_bytes=65536") == NULL ||
+        strstr(err.msg, "troupe delete") == NULL) {
+        fail_msg("a full series store should name its file, its bound and what to do: %s", err.msg);
+    }
+    assert_int_equal(tr_series_exec(&s, "PRAGMA wal_checkpoint(TRUNCATE);", &err), TROUPE_OK);
+    assert_int_equal(stat(s.path, &st), 0);
     assert_true(st.st_size <= 65536);
-    sqlite3_close(db);
+    tr_series_close(&s);
+}
+
+static int count_rows(tr_series *s, int job)
+{
+    sqlite3_stmt *q = NULL;
+    int n = -1;
+    char sql[64];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM t WHERE job = %d", job);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW) {
+        n = sqlite3_column_int(q, 0);
+    }
+    sqlite3_finalize(q);
+    return n;
+}
+
+/* db_delete_jobs: a deleted job's rows go from every job table, in one
+ * transaction, and only its. */
+static void db_delete_jobs(void **state)
+{
+    char dir[320];
+    tr_series s;
+    tr_err err = {0};
+    tr_ids ids = {0};
+
+    (void)state;
+    tr_test_tmpdir(dir, sizeof(dir), "rqdel");
+    TR_ASSERT_OK(tr_series_open(&s, &bounded_db, dir, 0, 0, &err), &err);
+    TR_ASSERT_OK(tr_series_exec(&s, "INSERT INTO t VALUES(1, 'a'), (2, 'b'), (1, 'c'), (3, 'd');", &err), &err);
+    assert_int_equal(tr_ids_add(&ids, 1), 0);
+    assert_int_equal(tr_ids_add(&ids, 3), 0);
+    TR_ASSERT_OK(tr_series_delete_jobs(&s, &ids, &err), &err);
+    assert_int_equal(count_rows(&s, 1), 0);
+    assert_int_equal(count_rows(&s, 3), 0);
+    assert_int_equal(count_rows(&s, 2), 1);
+    tr_ids_fini(&ids);
+    tr_series_close(&s);
 }
 
 /* db_status: one mapping of SQLite's codes for the head's three stores. */
@@ -751,7 +806,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(answer_after_write), cmocka_unit_test(bound),     cmocka_unit_test(expiry),
         cmocka_unit_test(failed_round),       cmocka_unit_test(deletions), cmocka_unit_test(pipelined),
         cmocka_unit_test(thread_nice),        cmocka_unit_test(ids),       cmocka_unit_test(stop_waits_for_release),
-        cmocka_unit_test(db_bound),           cmocka_unit_test(db_status),
+        cmocka_unit_test(db_bound),           cmocka_unit_test(db_status),  cmocka_unit_test(db_delete_jobs),
     };
     return TR_TEST_MAIN("unit.server.report_queue", tests, argc, argv);
 }
