@@ -315,7 +315,9 @@ static int store_call(tr_rpc_client *rpc, const rank_ctx *r, const char *method,
  * TCPStore's constructor (connect, then its first round trip) on our side. */
 static int rank_connect(rank_ctx *r, tr_err *err)
 {
-    tr_rpc_client_opts o = {.url = r->url, .token = r->token};
+    /* As the worker runtime opens its connection (libtroupe's worker.c): the
+     * dial goes on in the background and the first call waits for it. */
+    tr_rpc_client_opts o = {.url = r->url, .token = r->token, .wait_for_server = 1};
     Troupe__V1__StoreReply *rep = NULL;
     int rv;
 

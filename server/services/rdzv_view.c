@@ -95,11 +95,13 @@ int tr_rdzv_view_of(const Troupe__V1__Job *j, const char *comm, const Troupe__V1
         offset += gs ? gs->workers : 0;
     }
     v->size = offset;
-    /* Every store and rendezvous call resolves its view: the attempt is
-     * compared before the group's name, so a job whose workers share one
-     * attempt costs no string comparison per worker (a call per rank made
-     * the names' comparisons quadratic in the ranks). */
-    for (size_t i = 0; i < j->n_workers; i++) {
+    /* Every store and rendezvous call resolves its view, so this loop ran
+     * once per call of every rank (quadratic in the ranks). A worker's
+     * attempt is only ever set to the job's restart count (jobs.c), so no
+     * epoch exceeds it: the loop ends once the epoch reaches it (at once in
+     * a job that never restarted), and compares a worker's attempt before
+     * its group's name. */
+    for (size_t i = 0; i < j->n_workers && v->epoch < j->restarts; i++) {
         if (j->workers[i]->attempt <= v->epoch) {
             continue;
         }

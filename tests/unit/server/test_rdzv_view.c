@@ -2,7 +2,8 @@
  * caller found by its name whether or not the job's workers are laid out
  * group by group in rank order (the one-comparison guess, and the scan when
  * the guess misses), names that do not match the layout, and the epoch as
- * the highest attempt of the communicator's own groups only. */
+ * the highest attempt of the communicator's own groups only (found before or
+ * after the other groups' workers, with the job's restarts as its bound). */
 #include "test_helpers.h"
 
 #include "rdzv_int.h"
@@ -117,6 +118,7 @@ static void epoch_of_own_groups(void **state)
     assert_int_equal(v.epoch, 0);
     assert_int_equal(v.size, 2);
     assert_int_equal(v.rank, 1);
+    f.j.restarts = 3; /* attempts are set from the job's restarts (jobs.c) */
     f.w[1].attempt = 3; /* pol-a restarted: gen's epoch is not its */
     f.w[3].attempt = 2;
     TR_ASSERT_OK(tr_rdzv_view_of(&f.j, "gen", &f.w[4], &v, &err), &err);
@@ -124,6 +126,12 @@ static void epoch_of_own_groups(void **state)
     TR_ASSERT_OK(tr_rdzv_view_of(&f.j, "pol-a", NULL, &v, &err), &err);
     assert_int_equal(v.epoch, 3);
     assert_int_equal(v.size, 3);
+    f.j.restarts = 4; /* gen restarted once more: its last worker holds the epoch */
+    f.w[4].attempt = 4;
+    TR_ASSERT_OK(tr_rdzv_view_of(&f.j, "gen", NULL, &v, &err), &err);
+    assert_int_equal(v.epoch, 4);
+    TR_ASSERT_OK(tr_rdzv_view_of(&f.j, "pol-a", NULL, &v, &err), &err);
+    assert_int_equal(v.epoch, 3);
 }
 
 int main(int argc, char **argv)
