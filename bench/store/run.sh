@@ -57,10 +57,14 @@ troupe_one() { # N ROUND
     done
     "$build/bench/rdzv/rdzv_bench" --store --connect "$connect" --head "tcp://127.0.0.1:$port" \
         --token-file "$state/token" --ranks "$1" --json "$out/store-troupe-$1-r$2.json" >/dev/null
+    # The head's CPU time over the size (its start is a few ms): what the
+    # ranks cost it, less noisy than wall times on a loaded machine.
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f\n", ($12 + $13) / hz }' \
+        "/proc/$head_pid/stat" >"$out/store-troupe-$1-r$2.head_cpu_s"
     kill $head_pid
     wait $head_pid 2>/dev/null || true
     head_pid=
-    echo "round $2: troupe   $1 ranks: $(cat "$out/store-troupe-$1-r$2.json")"
+    echo "round $2: troupe   $1 ranks: $(cat "$out/store-troupe-$1-r$2.json"), head CPU $(cat "$out/store-troupe-$1-r$2.head_cpu_s") s"
 }
 
 tcpstore_one() { # N ROUND

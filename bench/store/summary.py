@@ -35,15 +35,22 @@ def main():
         row = {"ranks": n}
         for side in ("troupe", "tcpstore"):
             runs = [load(os.path.join(a.out, f"store-{side}-{n}-r{r}.json")) for r in range(1, a.rounds + 1)]
+            for r, d in enumerate(runs, 1):
+                cpu = os.path.join(a.out, f"store-{side}-{n}-r{r}.head_cpu_s")
+                if d and os.path.exists(cpu):
+                    d["head_cpu_s"] = float(open(cpu).read())
             ok = [d for d in runs if d and not d.get("hang") and "total_ms" in d]
             hangs = [d for d in runs if d and d.get("hang")]
             med = {k: statistics.median(d[k] for d in ok) for k in keys} if ok else {}
+            if ok and all("head_cpu_s" in d for d in ok):
+                med["head_cpu_s"] = statistics.median(d["head_cpu_s"] for d in ok)
             row[side] = dict(med, runs=len(ok), hangs=len(hangs),
-                             each=[{k: d[k] for k in keys} for d in ok],
+                             each=[{k: d[k] for k in keys + ("head_cpu_s",) if k in d} for d in ok],
                              why=[w for d in hangs for w in d.get("why", [])][:3])
             if ok:
                 print(f"{n:>6} {side:>9} {med['connect_ms']:>10.1f} {med['last_ms']:>13.1f} {med['median_ms']:>15.1f}"
-                      f" {med['total_ms']:>11.1f} {len(ok):>5}" + (f"  ({len(hangs)} hung)" if hangs else ""))
+                      f" {med['total_ms']:>11.1f} {len(ok):>5}" + (f"  ({len(hangs)} hung)" if hangs else "") +
+                      (f"  head CPU {med['head_cpu_s']:.2f} s" if "head_cpu_s" in med else ""))
             elif any(runs):
                 print(f"{n:>6} {side:>9} {'HANG':>10}  {row[side]['why']}")
         t, p = row["troupe"], row["tcpstore"]
