@@ -2,12 +2,17 @@
  * rank 0's publish until the last rank holds the ID, for N ranks each on its
  * own connection (its own thread and nng socket), as the worker runtime does.
  *
- *   rdzv_bench [--control | --store] --head URL [--ranks 2,16,128,...] [--json FILE]
+ *   rdzv_bench [--control | --store [--connect seq|burst]] --head URL [--token-file F]
+ *              [--ranks 2,16,128,...] [--json FILE]
  *
  * --store measures the job store (StoreSet/StoreGet, what troupe.torch's
  * Store does for torch.distributed) the way tcpstore.py measures TCPStore:
  * every rank but 0 blocks in a get of one 128-byte key, rank 0 sets it; the
- * figure is from the set until the last get is answered.
+ * figure is from the set until the last get is answered. Before that each
+ * rank connects as the worker runtime does and makes its first call
+ * (StoreCheck): "connect ms" is that, one rank after the other (seq, the
+ * default, as TCPStore's constructors in tcpstore.py) or every rank's thread
+ * at once (burst). --token-file: the credential every connection presents.
  *
  * --control measures instead how long a run-time profile change (SetProfile,
  * as `troupe profile` sends it) takes to reach N waiting workers: each
