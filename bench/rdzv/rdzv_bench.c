@@ -2,12 +2,17 @@
  * rank 0's publish until the last rank holds the ID, for N ranks each on its
  * own connection (its own thread and nng socket), as the worker runtime does.
  *
- *   rdzv_bench [--control | --store] --head URL [--ranks 2,16,128,...] [--json FILE]
+ *   rdzv_bench [--control | --store [--connect seq|burst]] --head URL [--token-file F]
+ *              [--ranks 2,16,128,...] [--json FILE]
  *
  * --store measures the job store (StoreSet/StoreGet, what troupe.torch's
  * Store does for torch.distributed) the way tcpstore.py measures TCPStore:
  * every rank but 0 blocks in a get of one 128-byte key, rank 0 sets it; the
- * figure is from the set until the last get is answered.
+ * figure is from the set until the last get is answered. Before that each
+ * rank connects as the worker runtime does and makes its first call
+ * (StoreCheck): "connect ms" is that, one rank after the other (seq, the
+ * default, as TCPStore's constructors in tcpstore.py) or every rank's thread
+ * at once (burst). --token-file: the credential every connection presents.
  *
  * --control measures instead how long a run-time profile change (SetProfile,
  * as `troupe profile` sends it) takes to reach N waiting workers: each
@@ -32,6 +37,7 @@
 #include <unistd.h>
 
 #include "rpc.h"
+#include "safefile.h"
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
 
@@ -39,10 +45,12 @@
 
 typedef struct rank_ctx {
     const char *url;
+    const char *token; /* the credential every rank presents (--token-file), or NULL */
     uint64_t job_id;
     char worker[64];
     tr_rpc_client *rpc;
     int64_t got_ns;
+    int64_t ready_ns; /* --store: its connection is up and its first call answered */
     int rv;
     char why[256];
     void *(*fn)(void *); /* what the rank does (rank_main runs it) */
@@ -230,6 +238,8 @@ static int publish(tr_rpc_client *rpc, uint64_t id, tr_err *err)
 /* ---- --control: a run-time profile change reaching N waiting workers ---- */
 
 static atomic_uint ctl_ready;
+static const char *g_token; /* --token-file's credential */
+static int g_burst;         /* --connect burst */
 
 /* control_main is one worker runtime's control thread: one immediate poll
  * (its connection is up, it knows the version), then the long poll that the
@@ -305,19 +315,44 @@ static int store_call(tr_rpc_client *rpc, const rank_ctx *r, const char *method,
                               wait_ms + 5000, 0, err);
 }
 
-/* store_main is one rank of a torch process group's rendezvous: a first call
- * (its connection is up), then the get that rank 0's set must answer. */
+/* rank_connect opens r's connection and makes its first call (StoreCheck,
+ * what troupe.torch's Store does first): the connection set-up measured,
+ * TCPStore's constructor (connect, then its first round trip) on our side. */
+static int rank_connect(rank_ctx *r, tr_err *err)
+{
+    /* As the worker runtime opens its connection (libtroupe's worker.c): the
+     * dial goes on in the background and the first call waits for it. */
+    tr_rpc_client_opts o = {.url = r->url, .token = r->token, .wait_for_server = 1};
+    Troupe__V1__StoreReply *rep = NULL;
+    int rv;
+
+    if ((rv = tr_rpc_client_open(&o, &r->rpc, err)) != TROUPE_OK) {
+        snprintf(r->why, sizeof(r->why), "connect: %.200s", err->msg);
+        return rv;
+    }
+    rv = store_call(r->rpc, r, "troupe.v1.Head/StoreCheck", "nccl_id", NULL, 0, 0, &rep, err);
+    if (rep != NULL) {
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    }
+    if (rv != TROUPE_OK) {
+        snprintf(r->why, sizeof(r->why), "first call: %.200s", err->msg);
+    }
+    return rv;
+}
+
+/* store_main is one rank of a torch process group's rendezvous: its
+ * connection (already made by the harness, or made here in a burst), then the
+ * get that rank 0's set must answer. */
 static void *store_main(void *arg)
 {
     rank_ctx *r = arg;
     Troupe__V1__StoreReply *rep = NULL;
     tr_err err;
 
-    r->rv = store_call(r->rpc, r, "troupe.v1.Head/StoreCheck", "nccl_id", NULL, 0, 0, &rep, &err);
-    if (rep != NULL) {
-        protobuf_c_message_free_unpacked(&rep->base, NULL);
-        rep = NULL;
+    if (r->rpc == NULL) { /* --connect burst: the rank opens its own connection, as a process would */
+        r->rv = rank_connect(r, &err);
     }
+    r->ready_ns = now_ns();
     atomic_fetch_add(&ctl_ready, 1);
     if (r->rv == TROUPE_OK) {
         r->rv = store_call(r->rpc, r, "troupe.v1.Head/StoreGet", "nccl_id", NULL, 0, 120000, &rep, &err);
@@ -379,12 +414,19 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
     rv = (r && th && lat) ? submit(ctl, n, &id, err) : tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     tc = now_ns();
     for (uint32_t k = 1; rv == TROUPE_OK && k < n; k++) {
-        tr_rpc_client_opts o = {.url = url};
+        tr_rpc_client_opts o = {.url = url, .token = g_token};
         r[k].job_id = id;
+        r[k].url = url;
+        r[k].token = g_token;
         snprintf(r[k].worker, sizeof(r[k].worker), "job%" PRIu64 "-g-%u", id, k);
-        rv = tr_rpc_client_open(&o, &r[k].rpc, err);
+        if (control != 2) {
+            rv = tr_rpc_client_open(&o, &r[k].rpc, err);
+        } else if (!g_burst && (rv = rank_connect(&r[k], err)) != TROUPE_OK) {
+            rv = tr_err_set(err, rv, "rank %u: %s", k, r[k].why);
+        }
     }
     res->connect_ms = (double)(now_ns() - tc) / 1e6;
+    tc = g_burst && control == 2 ? now_ns() : tc;
     atomic_store(&ctl_ready, 0);
     for (uint32_t k = 1; rv == TROUPE_OK && k < n; k++) {
         r[k].fn = control == 2 ? store_main : control ? control_main : waiter_main;
@@ -408,6 +450,13 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
         if (atomic_load(&ctl_ready) < n - 1) {
             rv = tr_err_set(err, TROUPE_DEADLINE_EXCEEDED, "only %u of %u control threads ready in 120 s",
                             atomic_load(&ctl_ready), n - 1);
+        }
+        if (rv == TROUPE_OK && control == 2 && g_burst) {
+            int64_t last = tc;
+            for (uint32_t k = 1; k < n; k++) {
+                last = r[k].ready_ns > last ? r[k].ready_ns : last;
+            }
+            res->connect_ms = (double)(last - tc) / 1e6;
         }
         tr_sleep_ms(500 + n / 2);
     }
@@ -446,7 +495,8 @@ static int one_size(const char *url, tr_rpc_client *ctl, uint32_t n, int control
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *ranks = "2,16,128,512,1024,2048,4096", *json = NULL;
+    const char *url = NULL, *ranks = "2,16,128,512,1024,2048,4096", *json = NULL, *token_file = NULL;
+    char *token = NULL;
     int control = 0;
     tr_rpc_client_opts o = {0};
     tr_rpc_client *ctl = NULL;
@@ -467,16 +517,30 @@ int main(int argc, char **argv)
             ranks = argv[++i];
         } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
+        } else if (strcmp(argv[i], "--token-file") == 0 && i + 1 < argc) {
+            token_file = argv[++i];
+        } else if (strcmp(argv[i], "--connect") == 0 && i + 1 < argc) {
+            g_burst = strcmp(argv[++i], "burst") == 0;
         }
     }
+    if (token_file != NULL) {
+        int loose = 0;
+        if (tr_secret_file_read(token_file, &token, &loose, &err) != TROUPE_OK) {
+            fprintf(stderr, "rdzv_bench: %s\n", err.msg);
+            return 2;
+        }
+        g_token = token;
+    }
     if (url == NULL) {
-        fprintf(stderr, "usage: rdzv_bench [--control | --store] --head URL [--ranks 2,16,...] [--json FILE]\n");
+        fprintf(stderr, "usage: rdzv_bench [--control | --store [--connect seq|burst]] --head URL [--token-file F] "
+                        "[--ranks 2,16,...] [--json FILE]\n");
         return 2;
     }
     for (const char *p = ranks; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
         total += strtoul(p, NULL, 10);
     }
     o.url = url;
+    o.token = g_token;
     if ((rv = tr_rpc_client_open(&o, &ctl, &err)) != TROUPE_OK ||
         (rv = register_nodes(ctl, (total + GPUS_PER_NODE - 1) / GPUS_PER_NODE + 1, &err)) != TROUPE_OK) {
         fprintf(stderr, "rdzv_bench: %s\n", err.msg);
@@ -503,12 +567,14 @@ int main(int argc, char **argv)
                 : control    ? "profile change -> last waiting worker has it"
                              : "rank 0 publish -> last rank holds the ID");
         for (size_t i = 0; i < nres; i++) {
-            fprintf(jf, "%s{\"ranks\":%u,\"last_ms\":%.3f,\"median_ms\":%.3f,\"connect_ms\":%.1f}", i ? "," : "",
-                    res[i].ranks, res[i].last_ms, res[i].median_ms, res[i].connect_ms);
+            fprintf(jf, "%s{\"ranks\":%u,\"last_ms\":%.3f,\"median_ms\":%.3f,\"connect_ms\":%.1f,\"total_ms\":%.1f}",
+                    i ? "," : "", res[i].ranks, res[i].last_ms, res[i].median_ms, res[i].connect_ms,
+                    res[i].connect_ms + res[i].last_ms);
         }
         fprintf(jf, "]}\n");
         fclose(jf);
     }
     tr_rpc_client_close(ctl);
+    free(token);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* rdzv_view.c - who is who in a communicator: its member groups, size,
  * epoch and each worker's rank, computed from the job record (so it is
  * always current: a restart changes attempts, hence the epoch). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,9 +121,18 @@ int tr_rdzv_view_of(const Troupe__V1__Job *j, const char *comm, const Troupe__V1
         offset += gs ? gs->workers : 0;
     }
     v->size = offset;
-    for (size_t i = 0; i < j->n_workers; i++) {
+    /* Every store and rendezvous call resolves its view, so this loop ran
+     * once per call of every rank (quadratic in the ranks). A worker's
+     * attempt is only ever set to the job's restart count (jobs.c), so no
+     * epoch exceeds it: the loop ends once the epoch reaches it (at once in
+     * a job that never restarted), and compares a worker's attempt before
+     * its group's name. */
+    for (size_t i = 0; i < j->n_workers && v->epoch < j->restarts; i++) {
+        if (j->workers[i]->attempt <= v->epoch) {
+            continue;
+        }
         for (size_t k = 0; k < v->n_groups; k++) {
-            if (strcmp(j->workers[i]->group, v->groups[k]) == 0 && j->workers[i]->attempt > v->epoch) {
+            if (strcmp(j->workers[i]->group, v->groups[k]) == 0) {
                 v->epoch = j->workers[i]->attempt;
             }
         }
@@ -137,8 +147,44 @@ int tr_rdzv_view_of(const Troupe__V1__Job *j, const char *comm, const Troupe__V1
     return TROUPE_OK;
 }
 
-static const Troupe__V1__WorkerInfo *worker_find(const Troupe__V1__Job *j, const char *name)
+/* worker_guess is where worker `name` ("job7-policy-3": its group and rank)
+ * sits when the job's workers are laid out group by group in rank order, as
+ * placements make them: the declared workers of the groups before its own
+ * plus its rank; SIZE_MAX when the name does not say. Only a guess: the
+ * caller checks the name found there. */
+static size_t worker_guess(const Troupe__V1__Job *j, const char *name)
 {
+    const char *dash = strrchr(name, '-'), *group = strchr(name, '-');
+    size_t offset = 0, glen;
+    char *end;
+    unsigned long rank;
+
+    if (dash == NULL || group == NULL || group >= dash || dash[1] == '\0') {
+        return SIZE_MAX;
+    }
+    rank = strtoul(dash + 1, &end, 10);
+    group++;
+    glen = (size_t)(dash - group);
+    for (size_t g = 0; *end == '\0' && g < j->spec->n_groups; g++) {
+        const Troupe__V1__GroupSpec *gs = j->spec->groups[g];
+        if (strlen(gs->name) == glen && memcmp(gs->name, group, glen) == 0) {
+            return rank < gs->workers ? offset + rank : SIZE_MAX;
+        }
+        offset += gs->workers;
+    }
+    return SIZE_MAX;
+}
+
+/* Every store and rendezvous call looks its caller up, so the layout's guess
+ * is tried first (one comparison) before the scan: a scan per call of every
+ * rank was quadratic in the ranks. */
+const Troupe__V1__WorkerInfo *tr_rdzv_worker_find(const Troupe__V1__Job *j, const char *name)
+{
+    size_t at = worker_guess(j, name);
+
+    if (at < j->n_workers && strcmp(j->workers[at]->name, name) == 0) {
+        return j->workers[at];
+    }
     for (size_t i = 0; i < j->n_workers; i++) {
         if (strcmp(j->workers[i]->name, name) == 0) {
             return j->workers[i];
@@ -162,7 +208,7 @@ int tr_rdzv_resolve(tr_head *h, const Troupe__V1__WorkerRef *from, const char *c
     }
     /* A worker credential was held to this worker by tr_rpc_require_worker;
      * other callers name a worker the job must have. */
-    if ((w = worker_find(job->j, from->worker)) == NULL) {
+    if ((w = tr_rdzv_worker_find(job->j, from->worker)) == NULL) {
         return tr_err_set(err, TROUPE_PERMISSION_DENIED,
                           "worker %s is not part of job %llu: a worker's calls are scoped to its own job",
                           from->worker, (unsigned long long)from->job_id);

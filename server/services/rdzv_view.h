@@ -32,6 +32,11 @@ typedef struct tr_rdzv_view {
 int tr_rdzv_view_of(const Troupe__V1__Job *j, const char *comm, const Troupe__V1__WorkerInfo *worker,
                     tr_rdzv_view *v, tr_err *err);
 
+/* tr_rdzv_worker_find returns job j's worker called name (borrowed from j),
+ * or NULL: in one comparison where the workers are laid out group by group
+ * in rank order (as placements make them), by a scan otherwise. */
+const Troupe__V1__WorkerInfo *tr_rdzv_worker_find(const Troupe__V1__Job *j, const char *name);
+
 /* tr_rdzv_resolve checks a worker call: the job exists and runs, the worker
  * is part of it at its current attempt, and the communicator is one it
  * belongs to. On OK *hj is the job and v its view. */
