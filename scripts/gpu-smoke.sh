@@ -7,6 +7,9 @@
 # made 1777 (README, "Isolation") and each worker's uid is checked.
 set -u
 BIN=${1:?usage: gpu-smoke.sh BIN_DIR}
+# Absolute: the agent starts workers in their own directories, where a
+# relative PATH entry names nothing.
+BIN=$(cd "$BIN" && pwd) || { echo "gpu-smoke: no folder $1" >&2; exit 2; }
 OUTDIR=${OUT:-/tmp}
 # A folder of the four programs, or a build tree (or tests/gpu/runtime/stage.sh's
 # .device/bin), where each lives in its own subfolder.
