@@ -15,7 +15,9 @@
  *
  * Lanes. One handler thread is kept back: the methods flagged
  * TR_METHOD_QUICK (Ping) run on any thread, every other method on at most
- * threads - 1 at a time. A request that finds those busy waits in the
+ * threads - 1 at a time. The callback puts a request naming a quick method
+ * (a look at the frame's first field, no decoding) on a queue of its own that
+ * the threads take first, so Ping does not wait behind a flood of reports. A request that finds those busy waits in the
  * waiting list, in arrival order; when opts.queue are already waiting it is
  * answered UNAVAILABLE at once (clients retry idempotent calls with back-off)
  * rather than left in the socket until its client gives up, and one that
@@ -153,6 +155,7 @@ struct tr_rpc_server {
      * mu, nor while a handler runs or nng is called. */
     pthread_mutex_t qmu;
     pthread_cond_t qcv;
+    call_fifo quick;    /* received, naming a quick method (peek_quick): taken first */
     call_fifo incoming; /* received, not yet admitted */
     call_fifo waiting;  /* admitted, for a thread of the general lane */
     call_fifo sends;    /* deferred calls' replies to hand to nng */
@@ -160,6 +163,7 @@ struct tr_rpc_server {
     size_t queue_max;
     int q_stop;      /* stop: no new work; threads answer what waits and leave */
     int pool_done;   /* threads joined: answer() sends deferred replies itself */
+    const tr_rpc_method **quick_methods; /* the table's TR_METHOD_QUICK entries, NULL-terminated */
     pthread_t *handler_tids;
     int n_handler_tids;
     atomic_uint_least64_t busy_refused, busy_expired;
@@ -583,6 +587,25 @@ static int methods_index(tr_rpc_server *srv)
         }
         if (!dup) {
             srv->by_name[k] = (uint32_t)i + 1;
+        }
+    }
+    return 0;
+}
+
+/* quick_index lists the table's quick methods for peek_quick. */
+static int quick_index(tr_rpc_server *srv)
+{
+    size_t n = 0, k = 0;
+
+    for (const tr_rpc_method *m = srv->opts.methods; m->name != NULL; m++) {
+        n += (m->scopes & TR_METHOD_QUICK) != 0;
+    }
+    if ((srv->quick_methods = calloc(n + 1, sizeof(*srv->quick_methods))) == NULL) {
+        return -1;
+    }
+    for (const tr_rpc_method *m = srv->opts.methods; m->name != NULL; m++) {
+        if (m->scopes & TR_METHOD_QUICK) {
+            srv->quick_methods[k++] = m;
         }
     }
     return 0;
@@ -1338,9 +1361,9 @@ static void run_waiting(tr_rpc_call *call)
     finish_handler(call);
 }
 
-/* handler_main is one handler thread: it sends queued replies first (they
- * finish calls), then runs a waiting call when a general slot is free, then
- * admits the next received request. At stop it finishes what it holds and
+/* handler_main is one handler thread: it takes a quick request first, then
+ * sends queued replies (they finish calls), then runs a waiting call when a
+ * general slot is free, then admits the next received request. At stop it finishes what it holds and
  * answers what waits. */
 static void *handler_main(void *arg)
 {
@@ -1349,7 +1372,10 @@ static void *handler_main(void *arg)
 
     pthread_mutex_lock(&srv->qmu);
     for (;;) {
-        if ((c = fifo_pop(&srv->sends)) != NULL) {
+        if ((c = fifo_pop(&srv->quick)) != NULL) {
+            pthread_mutex_unlock(&srv->qmu);
+            dispatch(c);
+        } else if ((c = fifo_pop(&srv->sends)) != NULL) {
             nng_msg *msg = c->pending;
             c->pending = NULL;
             pthread_mutex_unlock(&srv->qmu);
@@ -1379,6 +1405,34 @@ static void *handler_main(void *arg)
     return NULL;
 }
 
+/* peek_quick says whether a frame names a quick method, from its first
+ * field alone (protobuf-c writes fields in number order; the method is field
+ * 1): it only picks the queue, admit() decodes and checks the request. */
+static int peek_quick(const tr_rpc_server *srv, nng_msg *msg)
+{
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg), n = 0, i = 1;
+
+    if (srv->quick_methods == NULL || srv->quick_methods[0] == NULL || len < 2 || b[0] != 0x0A) {
+        return 0;
+    }
+    for (int shift = 0; i < len && shift < 14; shift += 7) { /* a method name is shorter than 16 KiB */
+        n |= (size_t)(b[i] & 0x7F) << shift;
+        if ((b[i++] & 0x80) == 0) {
+            break;
+        }
+    }
+    if (n == 0 || n > len - i) {
+        return 0;
+    }
+    for (const tr_rpc_method **m = srv->quick_methods; *m != NULL; m++) {
+        if (strlen((*m)->name) == n && memcmp((*m)->name, b + i, n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* on_received (the aio callback) only queues the request for the handler
  * threads: no decoding, no allocation, no lock but the queue's. */
 static void on_received(tr_rpc_call *call)
@@ -1402,7 +1456,7 @@ static void on_received(tr_rpc_call *call)
         nng_msg_free(msg);
         return;
     }
-    fifo_push(&srv->incoming, call);
+    fifo_push(peek_quick(srv, msg) ? &srv->quick : &srv->incoming, call);
     if (srv->idle_threads > 0) {
         pthread_cond_signal(&srv->qcv);
     }
@@ -1697,7 +1751,9 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
     if (opts->token != NULL && opts->token[0] != '\0') {
         srv->token = strdup(opts->token);
     }
-    if ((rv = stats_alloc(srv)) != 0 || (rv = methods_index(srv)) != 0) {
+    if ((rv = stats_alloc(srv)) != 0 || (rv = methods_index(srv)) != 0 || (rv = quick_index(srv)) != 0) {
+        free(srv->quick_methods);
+        free(srv->by_name);
         free(srv->stats);
         free(srv->token);
         free(srv);
@@ -1769,6 +1825,7 @@ fail:
     free(srv->pool);
     free(srv->stats);
     free(srv->by_name);
+    free(srv->quick_methods);
     free(srv->token);
     free(srv);
     return rv;
@@ -1872,6 +1929,7 @@ void tr_rpc_server_stop(tr_rpc_server *srv)
     free(srv->pool);
     free(srv->stats);
     free(srv->by_name);
+    free(srv->quick_methods);
     free(srv->token);
     tr_conns_free(&srv->conns);
     pthread_mutex_destroy(&srv->conns_mu);
