@@ -274,6 +274,12 @@ ProtobufCMessage *tr_rpc_unpack_scratch(tr_rpc_call *call, const ProtobufCMessag
  * answered (e.g. by the deadline sweeper). Thread-safe. */
 int tr_rpc_reply(tr_rpc_call *call, const ProtobufCMessage *msg);
 
+/* tr_rpc_thread_sends_replies declares that the calling thread never holds a
+ * lock when it answers deferred calls: their replies are then written on it
+ * rather than handed to a handler thread (which is what a reply made under a
+ * lock needs). For answerer threads; lasts for the thread's life. */
+void tr_rpc_thread_sends_replies(void);
+
 /* tr_rpc_reply_error answers with a non-OK code and a message. Thread-safe. */
 int tr_rpc_reply_error(tr_rpc_call *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -304,14 +304,26 @@ static void start_send(tr_rpc_call *call, nng_msg *msg)
     nng_ctx_send(call->ctx, call->aio);
 }
 
+/* Set on threads that never hold a lock when they answer deferred calls
+ * (tr_rpc_thread_sends_replies): their replies are written where they are
+ * made, which spares a hand-off and keeps the cost on that thread (a report
+ * queue's answerer, niced with ingest_nice, writes a round of replies). */
+static __thread int sends_here;
+
+void tr_rpc_thread_sends_replies(void)
+{
+    sends_here = 1;
+}
+
 /* queue_send gives a deferred call's reply to a handler thread to send; once
- * the threads have been joined (stop) it is sent here. */
+ * the threads have been joined (stop), or on a thread that sends its own
+ * replies, it is sent here. */
 static void queue_send(tr_rpc_server *srv, tr_rpc_call *call)
 {
     nng_msg *msg;
 
     pthread_mutex_lock(&srv->qmu);
-    if (!srv->pool_done) {
+    if (!srv->pool_done && !sends_here) {
         fifo_push(&srv->sends, call);
         if (srv->idle_threads > 0) {
             pthread_cond_signal(&srv->qcv);
@@ -1581,6 +1593,7 @@ static void *sweeper_main(void *arg)
 {
     tr_rpc_server *srv = arg;
 
+    tr_rpc_thread_sends_replies(); /* it answers with no lock held */
     pthread_mutex_lock(&srv->mu);
     while (!srv->stopping) {
         int64_t now = tr_now_ms();
