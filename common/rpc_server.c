@@ -16,8 +16,9 @@
  * Lanes. One handler thread is kept back: the methods flagged
  * TR_METHOD_QUICK (Ping) run on any thread, every other method on at most
  * threads - 1 at a time. The callback puts a request naming a quick method
- * (a look at the frame's first field, no decoding) on a queue of its own that
- * the threads take first, so Ping does not wait behind a flood of reports. A request that finds those busy waits in the
+ * (a look at the frame's first field, no decoding) on a queue of its own
+ * that the threads take first, so Ping does not wait behind a flood of
+ * reports. A request that finds the general threads busy waits in the
  * waiting list, in arrival order; when opts.queue are already waiting it is
  * answered UNAVAILABLE at once (clients retry idempotent calls with back-off)
  * rather than left in the socket until its client gives up, and one that
@@ -25,7 +26,8 @@
  *
  * Replies to deferred calls (answered later from any thread, often under
  * the owner's lock) are not written there either: answer() queues them and a
- * handler thread hands them to nng.
+ * handler thread hands them to nng, unless the answering thread declared it
+ * holds no lock then (tr_rpc_thread_sends_replies).
  *
  * A deferred call leaves the cycle: its context stays open until a later reply
  * (from any thread, or the deadline sweeper), and a fresh call is opened so the
