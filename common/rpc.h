@@ -142,8 +142,8 @@ typedef struct tr_rpc_server_opts {
     int contexts;                /* receiving contexts; 0 = 64 */
     int threads;                 /* handler threads; 0 = 4. One of them runs only TR_METHOD_QUICK methods
                                   * while the others are busy */
-    int queue;                   /* requests waiting for a busy handler thread at most; 0 = contexts / 2.
-                                  * One more is answered UNAVAILABLE ("busy, retry") at once */
+    int queue;                   /* requests waiting for a busy handler thread at most; 0 = contexts (never
+                                  * reached). One more is answered UNAVAILABLE ("busy, retry") at once */
     uint32_t default_timeout_ms; /* for requests that carry none; 0 = 30000 */
     uint32_t max_timeout_ms;     /* clamp on request deadlines; 0 = 24 h */
     const tr_rpc_method *methods;

@@ -1782,7 +1782,7 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
     srv->threads = opts->threads > 0 ? opts->threads : 4;
     srv->threads = srv->threads < 2 ? 2 : srv->threads; /* one kept for quick methods */
     srv->general_max = srv->threads - 1;
-    srv->queue_max = opts->queue > 0 ? (size_t)opts->queue : (size_t)(n / 2 > 0 ? n / 2 : 1);
+    srv->queue_max = opts->queue > 0 ? (size_t)opts->queue : (size_t)n;
     if ((rv = conns_open(srv, err)) != TROUPE_OK) {
         goto fail;
     }
