@@ -3,7 +3,9 @@
  * TR_LOG checks the level before formatting (Redis serverLog), so a debug line
  * in a hot path costs one comparison when debug is off. Lines go to stderr:
  *   2026-11-22T10:55:01.123Z troupe-head[412] info: node registered node=3 gpus=8
- * Thread-safe: each line is written with one write(2). */
+ * Thread-safe: each line is written with one write(2), or, once
+ * tr_log_async_start was called (the head), copied to a ring that one writer
+ * thread writes out, so no caller blocks on stderr while it holds a lock. */
 #ifndef TR_LOG_H
 #define TR_LOG_H
 
@@ -29,6 +31,21 @@ void tr_log_init(const char *prog, int level);
 
 /* tr_log_write formats and writes one line; use TR_LOG instead. */
 void tr_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* tr_log_async_start starts the writer thread: from then on TR_LOG only
+ * formats and copies its line (a full ring waits up to 1 s for room, then
+ * drops the line and the writer counts it). Returns -1 when the thread cannot
+ * start (lines are then written directly, as before). Call before other
+ * threads log. */
+int tr_log_async_start(void);
+
+/* tr_log_flush waits up to timeout_ms until every line so far is written
+ * (before _exit). Any thread. */
+void tr_log_flush(int timeout_ms);
+
+/* tr_log_async_stop writes what is left and stops the writer; later lines
+ * are written directly. No-op when it was not started. */
+void tr_log_async_stop(void);
 
 /* tr_log_level_parse maps "err|warning|notice|info|debug" (or a digit) to a
  * level; returns -1 for anything else. */

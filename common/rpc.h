@@ -4,7 +4,9 @@
  * (proto/troupe/v1/troupe.proto). Status codes are gRPC's (troupe_status).
  *
  * Server: a REP socket with a pool of contexts, each driven by its own aio
- * callback (nng's async server pattern), so one slow call never blocks another.
+ * callback (nng's async server pattern). The callback only hands a received
+ * request to a small pool of handler threads (nng's callbacks must not block),
+ * one of which is kept for quick methods, so slow calls never hold up Ping.
  * A handler either replies before it returns, or defers the call (long waits:
  * rendezvous, log follow) and replies later from any thread; a deferred call
  * holds its context, and the server opens another so receiving never stalls.
@@ -43,8 +45,9 @@ int tr_rpc_from_nng(int nng_rv, const char *what, tr_err *err);
 typedef struct tr_rpc_server tr_rpc_server;
 typedef struct tr_rpc_call tr_rpc_call;
 
-/* A handler runs on an nng worker thread. It must reply (tr_rpc_reply*) or
- * defer (tr_rpc_defer) before returning. */
+/* A handler runs on one of the server's handler threads (never on nng's own
+ * callback threads, which only hand requests over). It must reply
+ * (tr_rpc_reply*) or defer (tr_rpc_defer) before returning. */
 typedef void (*tr_rpc_handler)(tr_rpc_call *call, void *user);
 
 /* Credentials and scopes.
@@ -95,16 +98,22 @@ typedef struct tr_rpc_principal {
 
 /* tr_rpc_auth_fn maps a presented token (never NULL, may be "") to a
  * principal, or returns UNAUTHENTICATED with a reason in err that names no
- * secret. Called on nng worker threads, concurrently. */
+ * secret. Called on the handler threads, concurrently. */
 typedef int (*tr_rpc_auth_fn)(void *user, const char *token, tr_rpc_principal *out, tr_err *err);
 
 /* tr_rpc_scope_name returns "admin", "user", "node", "worker" (one bit). */
 const char *tr_rpc_scope_name(unsigned scope);
 
+/* A method flag, or-ed into tr_rpc_method.scopes (no scope bit): the
+ * handler answers from the request alone, takes no lock of the owner's and
+ * never waits, so it may run on the handler thread kept back from every other
+ * method and is answered while those are all busy (Ping). */
+#define TR_METHOD_QUICK (1u << 16)
+
 typedef struct tr_rpc_method {
     const char *name; /* "troupe.v1.Head/RegisterNode"; NULL ends the table */
     tr_rpc_handler fn;
-    unsigned scopes; /* TR_SCOPE_* allowed to call it; 0 = admin only */
+    unsigned scopes; /* TR_SCOPE_* allowed to call it (0 = admin only), plus TR_METHOD_QUICK */
 } tr_rpc_method;
 
 /* TLS (tls+tcp:// URLs; nng's TLS transport). Files are PEM. */
@@ -131,6 +140,10 @@ typedef struct tr_rpc_server_opts {
     void *auth_user;
     size_t max_frame;            /* larger frames are refused, see TR_RPC_FRAME_SLACK; 0 = default */
     int contexts;                /* receiving contexts; 0 = 64 */
+    int threads;                 /* handler threads; 0 = 4. One of them runs only TR_METHOD_QUICK methods
+                                  * while the others are busy */
+    int queue;                   /* requests waiting for a busy handler thread at most; 0 = contexts (never
+                                  * reached). One more is answered UNAVAILABLE ("busy, retry") at once */
     uint32_t default_timeout_ms; /* for requests that carry none; 0 = 30000 */
     uint32_t max_timeout_ms;     /* clamp on request deadlines; 0 = 24 h */
     const tr_rpc_method *methods;
@@ -165,7 +178,8 @@ typedef struct tr_rpc_conn_stats {
  * borrowed and must outlive the server. */
 int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_err *err);
 
-/* tr_rpc_server_stop answers deferred calls UNAVAILABLE, waits until every
+/* tr_rpc_server_stop answers deferred calls and requests still waiting for a
+ * handler thread UNAVAILABLE, lets running handlers finish, waits until every
  * reference tr_rpc_defer gave is released (an owner may still be between its
  * answer and its release, on its own thread), closes the socket, waits for
  * running callbacks and frees the server. The wait is bounded (30 s, logged
@@ -177,6 +191,12 @@ void tr_rpc_server_stop(tr_rpc_server *srv);
 
 /* tr_rpc_server_served returns the number of requests answered so far. */
 uint64_t tr_rpc_server_served(const tr_rpc_server *srv);
+
+/* tr_rpc_server_busy returns the number of requests answered UNAVAILABLE
+ * because opts.queue requests were already waiting for a handler thread, and
+ * of those that waited past their deadline (answered DEADLINE_EXCEEDED
+ * without running). */
+uint64_t tr_rpc_server_busy(const tr_rpc_server *srv, uint64_t *expired_waiting);
 
 /* tr_rpc_server_oversized returns the number of oversized frames refused. */
 uint64_t tr_rpc_server_oversized(const tr_rpc_server *srv);
@@ -253,6 +273,12 @@ ProtobufCMessage *tr_rpc_unpack_scratch(tr_rpc_call *call, const ProtobufCMessag
  * empty payload). Returns FAILED_PRECONDITION when the call was already
  * answered (e.g. by the deadline sweeper). Thread-safe. */
 int tr_rpc_reply(tr_rpc_call *call, const ProtobufCMessage *msg);
+
+/* tr_rpc_thread_sends_replies declares that the calling thread never holds a
+ * lock when it answers deferred calls: their replies are then written on it
+ * rather than handed to a handler thread (which is what a reply made under a
+ * lock needs). For answerer threads; lasts for the thread's life. */
+void tr_rpc_thread_sends_replies(void);
 
 /* tr_rpc_reply_error answers with a non-OK code and a message. Thread-safe. */
 int tr_rpc_reply_error(tr_rpc_call *call, int code, const char *fmt, ...)

@@ -2,11 +2,32 @@
  *
  * Each tr_rpc_call owns one nng context and one aio, and cycles
  *
- *     RECV --msg--> HANDLER --reply stored--> SEND --sent--> RECV ...
+ *     RECV --msg--> QUEUED --> HANDLER --reply stored--> SEND --sent--> RECV ...
  *
- * driven by the aio callback. A reply made while the handler is still running
- * is only stored; the callback starts the send after the handler returns, so
- * the call struct is never reused under a running handler's feet.
+ * The aio callback does no handler work: nng runs every callback of the
+ * process on a few shared threads that must not block (nng_aio_alloc(3)), and
+ * a handler waits for its owner's locks. On receipt the callback appends the
+ * call to the incoming queue and returns; a small pool of handler threads
+ * decodes, authenticates and runs the handler, then sends the reply itself
+ * after the handler returned (no lock of the owner's held). A reply made while
+ * the handler is still running is only stored, so the call struct is never
+ * reused under a running handler's feet.
+ *
+ * Lanes. One handler thread is kept back: the methods flagged
+ * TR_METHOD_QUICK (Ping) run on any thread, every other method on at most
+ * threads - 1 at a time. The callback puts a request naming a quick method
+ * (a look at the frame's first field, no decoding) on a queue of its own
+ * that the threads take first, so Ping does not wait behind a flood of
+ * reports. A request that finds the general threads busy waits in the
+ * waiting list, in arrival order; when opts.queue are already waiting it is
+ * answered UNAVAILABLE at once (clients retry idempotent calls with back-off)
+ * rather than left in the socket until its client gives up, and one that
+ * waited past its deadline is answered DEADLINE_EXCEEDED without running.
+ *
+ * Replies to deferred calls (answered later from any thread, often under
+ * the owner's lock) are not written there either: answer() queues them and a
+ * handler thread hands them to nng, unless the answering thread declared it
+ * holds no lock then (tr_rpc_thread_sends_replies).
  *
  * A deferred call leaves the cycle: its context stays open until a later reply
  * (from any thread, or the deadline sweeper), and a fresh call is opened so the
@@ -42,7 +63,7 @@
 #include "troupe/v1/troupe.pb-c.h"
 #include "util.h"
 
-enum call_state { ST_RECV, ST_HANDLER, ST_DEFERRED, ST_SEND };
+enum call_state { ST_RECV, ST_QUEUED, ST_HANDLER, ST_DEFERRED, ST_SEND };
 
 struct tr_rpc_call {
     tr_rpc_server *srv;
@@ -74,7 +95,16 @@ struct tr_rpc_call {
     int authed;         /* the request carried a valid credential */
     int counted;        /* tr_conns_begin was called for this request */
     size_t pool_idx;    /* its place in srv->pool */
+    nng_msg *request;   /* ST_QUEUED before admit: the received frame */
+    const tr_rpc_method *method; /* admitted, waiting for a handler thread */
+    tr_rpc_call *qnext; /* on one of the handler threads' queues (srv->qmu) */
 };
+
+/* A FIFO of calls through qnext. */
+typedef struct call_fifo {
+    tr_rpc_call *head, *tail;
+    size_t len;
+} call_fifo;
 
 struct tr_rpc_server {
     nng_socket sock;
@@ -123,6 +153,24 @@ struct tr_rpc_server {
     atomic_uint_least64_t tls_closed; /* its connections closed after they were established */
     int64_t tls_other_prev, tls_other_logged; /* see tls_errors_log */
     size_t trim_due; /* strangers' charges released by the last sweep (trim_heap) */
+    /* Handler threads (see the top of the file), under qmu: never held with
+     * mu, nor while a handler runs or nng is called. */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    call_fifo quick;    /* received, naming a quick method (peek_quick): taken first */
+    call_fifo incoming; /* received, not yet admitted */
+    call_fifo waiting;  /* admitted, for a thread of the general lane */
+    call_fifo sends;    /* deferred calls' replies to hand to nng */
+    int threads, general_max, general_busy, idle_threads;
+    size_t queue_max;
+    int q_stop;      /* stop: no new work; threads answer what waits and leave */
+    int pool_done;   /* threads joined: answer() sends deferred replies itself */
+    const tr_rpc_method **quick_methods; /* the table's TR_METHOD_QUICK entries, NULL-terminated */
+    pthread_t *handler_tids;
+    int n_handler_tids;
+    atomic_uint_least64_t busy_refused, busy_expired;
+    int64_t busy_log_ms;        /* when the last busy line was logged (qmu) */
+    uint64_t busy_unlogged;     /* refused since (qmu) */
     uint64_t tls_sweeps;                      /* tls_errors_log rounds (debug log) */
 };
 
@@ -130,6 +178,33 @@ struct tr_rpc_server {
 #define TRIM_AFTER_BYTES ((size_t)1 << 20)
 
 static void call_cb(void *arg);
+
+static void fifo_push(call_fifo *f, tr_rpc_call *c)
+{
+    c->qnext = NULL;
+    if (f->tail != NULL) {
+        f->tail->qnext = c;
+    } else {
+        f->head = c;
+    }
+    f->tail = c;
+    f->len++;
+}
+
+static tr_rpc_call *fifo_pop(call_fifo *f)
+{
+    tr_rpc_call *c = f->head;
+
+    if (c != NULL) {
+        f->head = c->qnext;
+        if (f->head == NULL) {
+            f->tail = NULL;
+        }
+        c->qnext = NULL;
+        f->len--;
+    }
+    return c;
+}
 
 static int pool_add(tr_rpc_server *srv, tr_rpc_call *call)
 {
@@ -160,8 +235,9 @@ static void pool_remove(tr_rpc_server *srv, tr_rpc_call *call)
     }
 }
 
-/* call_open makes a call with its context and starts it receiving.
- * Caller holds srv->mu. */
+/* call_open makes a call with its context and starts it receiving. Not on
+ * an nng callback (it allocates and opens a context), and not under srv->mu:
+ * only the pool takes it. */
 static int call_open(tr_rpc_server *srv)
 {
     tr_rpc_call *call = calloc(1, sizeof(*call));
@@ -181,13 +257,16 @@ static int call_open(tr_rpc_server *srv)
         free(call);
         return rv;
     }
+    call->state = ST_RECV;
+    pthread_mutex_lock(&srv->mu);
     if (pool_add(srv, call) != 0) {
+        pthread_mutex_unlock(&srv->mu);
         nng_ctx_close(call->ctx);
         nng_aio_free(call->aio);
         free(call);
         return NNG_ENOMEM;
     }
-    call->state = ST_RECV;
+    pthread_mutex_unlock(&srv->mu);
     nng_ctx_recv(call->ctx, call->aio);
     return 0;
 }
@@ -208,6 +287,7 @@ static void request_done(tr_rpc_call *call)
 
 static void call_reset(tr_rpc_call *call)
 {
+    call->method = NULL;
     call->req_msg = NULL;
     memset(&call->env, 0, sizeof(call->env));
     tr_arena_reset(&call->arena);
@@ -217,12 +297,46 @@ static void call_reset(tr_rpc_call *call)
     call->deadline = 0;
 }
 
-/* start_send hands a reply message to nng. Caller holds srv->mu. */
+/* start_send hands a reply message to nng. No lock held: on loopback nng
+ * writes in this thread, and the write runs the receiver's TCP work too. The
+ * call is in ST_SEND: nothing but its own callback touches it now. */
 static void start_send(tr_rpc_call *call, nng_msg *msg)
 {
-    call->state = ST_SEND;
     nng_aio_set_msg(call->aio, msg);
     nng_ctx_send(call->ctx, call->aio);
+}
+
+/* Set on threads that never hold a lock when they answer deferred calls
+ * (tr_rpc_thread_sends_replies): their replies are written where they are
+ * made, which spares a hand-off and keeps the cost on that thread (a report
+ * queue's answerer, niced with ingest_nice, writes a round of replies). */
+static __thread int sends_here;
+
+void tr_rpc_thread_sends_replies(void)
+{
+    sends_here = 1;
+}
+
+/* queue_send gives a deferred call's reply to a handler thread to send; once
+ * the threads have been joined (stop), or on a thread that sends its own
+ * replies, it is sent here. */
+static void queue_send(tr_rpc_server *srv, tr_rpc_call *call)
+{
+    nng_msg *msg;
+
+    pthread_mutex_lock(&srv->qmu);
+    if (!srv->pool_done && !sends_here) {
+        fifo_push(&srv->sends, call);
+        if (srv->idle_threads > 0) {
+            pthread_cond_signal(&srv->qcv);
+        }
+        pthread_mutex_unlock(&srv->qmu);
+        return;
+    }
+    pthread_mutex_unlock(&srv->qmu);
+    msg = call->pending;
+    call->pending = NULL;
+    start_send(call, msg);
 }
 
 const double tr_rpc_latency_bounds[TR_RPC_LATENCY_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -289,7 +403,7 @@ static int answer(tr_rpc_call *call, int code, const char *message, const Protob
     tr_rpc_server *srv = call->srv;
     nng_msg *msg = build_reply(call, code, message, payload);
     char why[200];
-    int rv = TROUPE_OK;
+    int rv = TROUPE_OK, send_later = 0;
 
     if (msg == NULL && payload != NULL) {
         code = TROUPE_RESOURCE_EXHAUSTED;
@@ -339,8 +453,10 @@ static int answer(tr_rpc_call *call, int code, const char *message, const Protob
             call->pprev = NULL;
         }
         call->next = NULL;
-        start_send(call, msg);
+        call->state = ST_SEND;
+        call->pending = msg;
         msg = NULL;
+        send_later = 1;
     } else {
         rv = TROUPE_FAILED_PRECONDITION;
     }
@@ -348,6 +464,11 @@ out:
     pthread_mutex_unlock(&srv->mu);
     if (msg != NULL) {
         nng_msg_free(msg);
+    }
+    if (send_later) {
+        /* The caller often holds its own lock (an event answering parked
+         * calls): the write happens on a handler thread instead. */
+        queue_send(srv, call);
     }
     return rv;
 }
@@ -480,6 +601,25 @@ static int methods_index(tr_rpc_server *srv)
         }
         if (!dup) {
             srv->by_name[k] = (uint32_t)i + 1;
+        }
+    }
+    return 0;
+}
+
+/* quick_index lists the table's quick methods for peek_quick. */
+static int quick_index(tr_rpc_server *srv)
+{
+    size_t n = 0, k = 0;
+
+    for (const tr_rpc_method *m = srv->opts.methods; m->name != NULL; m++) {
+        n += (m->scopes & TR_METHOD_QUICK) != 0;
+    }
+    if ((srv->quick_methods = calloc(n + 1, sizeof(*srv->quick_methods))) == NULL) {
+        return -1;
+    }
+    for (const tr_rpc_method *m = srv->opts.methods; m->name != NULL; m++) {
+        if (m->scopes & TR_METHOD_QUICK) {
+            srv->quick_methods[k++] = m;
         }
     }
     return 0;
@@ -1050,42 +1190,27 @@ static int conns_open(tr_rpc_server *srv, tr_err *err)
     return TROUPE_OK;
 }
 
-static void on_received(tr_rpc_call *call)
+/* finish_handler does what follows a handler (or a refusal before one):
+ * gives back the request's memory, sends a stored reply, parks a deferred
+ * call on the deferred list, and opens a replacement context for a deferred
+ * call. A handler thread, no lock held. */
+static void finish_handler(tr_rpc_call *call)
 {
     tr_rpc_server *srv = call->srv;
-    nng_msg *msg = nng_aio_get_msg(call->aio);
-    const tr_rpc_method *m;
     nng_msg *pending, *send_now = NULL;
+    int replace;
 
-    /* No other thread can reach the call before its handler hands it out
-     * (under locks of its own), so this needs no srv->mu. */
-    call->state = ST_HANDLER;
-    call->pipe = nng_pipe_id(nng_msg_get_pipe(msg));
-    call->arrived_us = now_us();
-    call->method_idx = -1;
-    call->authed = 0;
-    m = admit(call, msg);
-    nng_msg_free(msg);
-    conn_begin(call);
-    if (m != NULL) {
-        m->fn(call, srv->opts.user);
-    }
     request_done(call);
-
     pthread_mutex_lock(&srv->mu);
     pending = call->pending;
     call->pending = NULL;
     /* A deferred call retires after its reply (its owner holds a reference),
      * even one answered before the handler returned: replace it either way so
      * the number of receiving contexts stays constant. */
-    if (call->deferred && !srv->stopping && call_open(srv) != 0) {
-        TR_LOG(TR_LOG_ERR, "rpc: cannot open a replacement context; capacity reduced");
-    }
+    replace = call->deferred && !srv->stopping;
     if (pending != NULL) {
-        /* Sent below, outside srv->mu: nng writes to the socket in this
-         * thread (on loopback the write runs the receiver's TCP work too),
-         * and every call's arrival, answer and send completion needs mu. In
-         * ST_SEND nothing but this call's own callback touches it. */
+        /* Sent below, outside srv->mu. In ST_SEND nothing but this call's
+         * own callback touches it. */
         call->state = ST_SEND;
         send_now = pending;
     } else if (call->deferred && !call->answered) {
@@ -1107,17 +1232,249 @@ static void on_received(tr_rpc_call *call)
         TR_LOG(TR_LOG_ERR, "rpc: handler for %s returned without replying", tr_rpc_call_method(call));
         tr_rpc_reply_error(call, TROUPE_INTERNAL, "handler did not reply");
         pthread_mutex_lock(&srv->mu);
-        pending = call->pending;
-        call->pending = NULL;
-        if (pending != NULL) {
-            start_send(call, pending);
+        if (call->pending != NULL) {
+            call->state = ST_SEND;
+            send_now = call->pending;
+            call->pending = NULL;
         }
     }
     pthread_mutex_unlock(&srv->mu);
-    if (send_now != NULL) {
-        nng_aio_set_msg(call->aio, send_now);
-        nng_ctx_send(call->ctx, call->aio);
+    /* Opened before the send: a deferred call answered already may be
+     * retired and freed by the sweeper once its reply is out. */
+    if (replace && call_open(srv) != 0) {
+        TR_LOG(TR_LOG_ERR, "rpc: cannot open a replacement context; capacity reduced");
     }
+    if (send_now != NULL) {
+        start_send(call, send_now);
+    }
+}
+
+static void run_handler(tr_rpc_call *call, const tr_rpc_method *m)
+{
+    call->state = ST_HANDLER;
+    m->fn(call, call->srv->opts.user);
+    finish_handler(call);
+}
+
+/* busy_refuse answers a request that found opts.queue others waiting for a
+ * handler thread (one log line a second at most, counting the others). */
+static void busy_refuse(tr_rpc_call *call)
+{
+    tr_rpc_server *srv = call->srv;
+    int64_t now = tr_now_ms();
+    uint64_t more = 0;
+    int log_it = 0;
+
+    atomic_fetch_add(&srv->busy_refused, 1);
+    pthread_mutex_lock(&srv->qmu);
+    if (now - srv->busy_log_ms >= 1000) {
+        log_it = 1;
+        more = srv->busy_unlogged;
+        srv->busy_unlogged = 0;
+        srv->busy_log_ms = now;
+    } else {
+        srv->busy_unlogged++;
+    }
+    pthread_mutex_unlock(&srv->qmu);
+    if (log_it) {
+        TR_LOG(TR_LOG_WARNING,
+               "rpc: busy: %zu requests already wait for %d handler threads (rpc_queue); answered method=%s "
+               "UNAVAILABLE (%llu more since the last such line)",
+               srv->queue_max, srv->general_max, tr_rpc_call_method(call), (unsigned long long)more);
+    }
+    tr_rpc_reply_error(call, TROUPE_UNAVAILABLE,
+                       "server busy: %zu requests already wait for its %d handler threads; retry with back-off",
+                       srv->queue_max, srv->general_max);
+}
+
+/* dispatch admits a request taken from the incoming queue and runs its
+ * handler now (a quick method, or a general one while a general slot is
+ * free and nothing waits before it), parks it on the waiting list, or
+ * refuses it. A handler thread, no lock held. */
+static void dispatch(tr_rpc_call *call)
+{
+    tr_rpc_server *srv = call->srv;
+    nng_msg *msg = call->request;
+    const tr_rpc_method *m;
+
+    call->request = NULL;
+    call->state = ST_HANDLER; /* replies made in admit are stored, sent by finish_handler */
+    m = admit(call, msg);
+    nng_msg_free(msg);
+    conn_begin(call);
+    if (m == NULL) {
+        finish_handler(call);
+        return;
+    }
+    pthread_mutex_lock(&srv->qmu);
+    if (srv->q_stop) {
+        pthread_mutex_unlock(&srv->qmu);
+        tr_rpc_reply_error(call, TROUPE_UNAVAILABLE, "server shutting down");
+        finish_handler(call);
+        return;
+    }
+    pthread_mutex_unlock(&srv->qmu);
+    if (m->scopes & TR_METHOD_QUICK) {
+        run_handler(call, m);
+        return;
+    }
+    pthread_mutex_lock(&srv->qmu);
+    if (srv->waiting.len == 0 && srv->general_busy < srv->general_max) {
+        srv->general_busy++;
+        pthread_mutex_unlock(&srv->qmu);
+        run_handler(call, m);
+        pthread_mutex_lock(&srv->qmu);
+        srv->general_busy--;
+        pthread_mutex_unlock(&srv->qmu);
+        return;
+    }
+    if (srv->waiting.len >= srv->queue_max || srv->q_stop) {
+        int stopping = srv->q_stop;
+        pthread_mutex_unlock(&srv->qmu);
+        if (stopping) {
+            tr_rpc_reply_error(call, TROUPE_UNAVAILABLE, "server shutting down");
+        } else {
+            busy_refuse(call);
+        }
+        finish_handler(call);
+        return;
+    }
+    call->method = m;
+    call->state = ST_QUEUED;
+    fifo_push(&srv->waiting, call);
+    pthread_mutex_unlock(&srv->qmu);
+}
+
+/* run_waiting runs a call that waited for a general slot (the caller took
+ * the slot), unless its deadline passed meanwhile or the server stops. */
+static void run_waiting(tr_rpc_call *call)
+{
+    tr_rpc_server *srv = call->srv;
+    const tr_rpc_method *m = call->method;
+    int64_t now = tr_now_ms();
+
+    int stopping;
+
+    pthread_mutex_lock(&srv->qmu);
+    stopping = srv->q_stop;
+    pthread_mutex_unlock(&srv->qmu);
+    call->method = NULL;
+    call->state = ST_HANDLER;
+    if (stopping) {
+        tr_rpc_reply_error(call, TROUPE_UNAVAILABLE, "server shutting down");
+    } else if (now >= call->deadline) {
+        atomic_fetch_add(&srv->busy_expired, 1);
+        TR_LOG(TR_LOG_WARNING, "rpc: method=%s waited %lld ms for a handler thread, past its deadline; not run",
+               tr_rpc_call_method(call), (long long)(now_us() - call->arrived_us) / 1000);
+        tr_rpc_reply_error(call, TROUPE_DEADLINE_EXCEEDED,
+                           "waited %lld ms for a handler thread of the busy server, past the call's deadline",
+                           (long long)(now_us() - call->arrived_us) / 1000);
+    } else {
+        m->fn(call, srv->opts.user);
+    }
+    finish_handler(call);
+}
+
+/* handler_main is one handler thread: it takes a quick request first, then
+ * sends queued replies (they finish calls), then runs a waiting call when a
+ * general slot is free, then admits the next received request. At stop it finishes what it holds and
+ * answers what waits. */
+static void *handler_main(void *arg)
+{
+    tr_rpc_server *srv = arg;
+    tr_rpc_call *c;
+
+    pthread_mutex_lock(&srv->qmu);
+    for (;;) {
+        if ((c = fifo_pop(&srv->quick)) != NULL) {
+            pthread_mutex_unlock(&srv->qmu);
+            dispatch(c);
+        } else if ((c = fifo_pop(&srv->sends)) != NULL) {
+            nng_msg *msg = c->pending;
+            c->pending = NULL;
+            pthread_mutex_unlock(&srv->qmu);
+            start_send(c, msg);
+        } else if (srv->waiting.len > 0 && (srv->general_busy < srv->general_max || srv->q_stop)) {
+            c = fifo_pop(&srv->waiting);
+            srv->general_busy++;
+            pthread_mutex_unlock(&srv->qmu);
+            run_waiting(c);
+            pthread_mutex_lock(&srv->qmu);
+            srv->general_busy--;
+            pthread_mutex_unlock(&srv->qmu);
+        } else if ((c = fifo_pop(&srv->incoming)) != NULL) {
+            pthread_mutex_unlock(&srv->qmu);
+            dispatch(c);
+        } else if (srv->q_stop) {
+            break;
+        } else {
+            srv->idle_threads++;
+            pthread_cond_wait(&srv->qcv, &srv->qmu);
+            srv->idle_threads--;
+            continue;
+        }
+        pthread_mutex_lock(&srv->qmu);
+    }
+    pthread_mutex_unlock(&srv->qmu);
+    return NULL;
+}
+
+/* peek_quick says whether a frame names a quick method, from its first
+ * field alone (protobuf-c writes fields in number order; the method is field
+ * 1): it only picks the queue, admit() decodes and checks the request. */
+static int peek_quick(const tr_rpc_server *srv, nng_msg *msg)
+{
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg), n = 0, i = 1;
+
+    if (srv->quick_methods == NULL || srv->quick_methods[0] == NULL || len < 2 || b[0] != 0x0A) {
+        return 0;
+    }
+    for (int shift = 0; i < len && shift < 14; shift += 7) { /* a method name is shorter than 16 KiB */
+        n |= (size_t)(b[i] & 0x7F) << shift;
+        if ((b[i++] & 0x80) == 0) {
+            break;
+        }
+    }
+    if (n == 0 || n > len - i) {
+        return 0;
+    }
+    for (const tr_rpc_method **m = srv->quick_methods; *m != NULL; m++) {
+        if (strlen((*m)->name) == n && memcmp((*m)->name, b + i, n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* on_received (the aio callback) only queues the request for the handler
+ * threads: no decoding, no allocation, no lock but the queue's. */
+static void on_received(tr_rpc_call *call)
+{
+    tr_rpc_server *srv = call->srv;
+    nng_msg *msg = nng_aio_get_msg(call->aio);
+
+    call->state = ST_QUEUED;
+    call->pipe = nng_pipe_id(nng_msg_get_pipe(msg));
+    call->arrived_us = now_us();
+    call->method_idx = -1;
+    call->authed = 0;
+    call->request = msg;
+    pthread_mutex_lock(&srv->qmu);
+    if (srv->q_stop) {
+        /* Stopping: no thread will take it. Its client sees the connection
+         * close; the call stays idle until it is freed. */
+        pthread_mutex_unlock(&srv->qmu);
+        call->request = NULL;
+        call->state = ST_RECV;
+        nng_msg_free(msg);
+        return;
+    }
+    fifo_push(peek_quick(srv, msg) ? &srv->quick : &srv->incoming, call);
+    if (srv->idle_threads > 0) {
+        pthread_cond_signal(&srv->qcv);
+    }
+    pthread_mutex_unlock(&srv->qmu);
 }
 
 static void on_sent(tr_rpc_call *call, int rv)
@@ -1181,6 +1538,9 @@ static void call_free(tr_rpc_call *call)
     if (call->pending != NULL) {
         nng_msg_free(call->pending);
     }
+    if (call->request != NULL) {
+        nng_msg_free(call->request);
+    }
     call_reset(call);
     tr_arena_fini(&call->arena);
     free(call);
@@ -1235,6 +1595,7 @@ static void *sweeper_main(void *arg)
 {
     tr_rpc_server *srv = arg;
 
+    tr_rpc_thread_sends_replies(); /* it answers with no lock held */
     pthread_mutex_lock(&srv->mu);
     while (!srv->stopping) {
         int64_t now = tr_now_ms();
@@ -1317,6 +1678,52 @@ static int listener_tls(tr_rpc_server *srv, tr_err *err)
     return TROUPE_OK;
 }
 
+/* handlers_start starts the handler threads. */
+static int handlers_start(tr_rpc_server *srv, tr_err *err)
+{
+    if ((srv->handler_tids = calloc((size_t)srv->threads, sizeof(pthread_t))) == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    for (int i = 0; i < srv->threads; i++) {
+        if (pthread_create(&srv->handler_tids[i], NULL, handler_main, srv) != 0) {
+            return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start RPC handler thread %d of %d", i + 1,
+                              srv->threads);
+        }
+        srv->n_handler_tids++;
+    }
+    return TROUPE_OK;
+}
+
+/* handlers_stop lets the handler threads finish the handlers they run and
+ * answer every request still queued UNAVAILABLE, joins them, and from then
+ * on answer() sends deferred replies itself. Safe to call twice. */
+static void handlers_stop(tr_rpc_server *srv)
+{
+    tr_rpc_call *c;
+
+    pthread_mutex_lock(&srv->qmu);
+    srv->q_stop = 1;
+    pthread_cond_broadcast(&srv->qcv);
+    pthread_mutex_unlock(&srv->qmu);
+    for (int i = 0; i < srv->n_handler_tids; i++) {
+        pthread_join(srv->handler_tids[i], NULL);
+    }
+    srv->n_handler_tids = 0;
+    free(srv->handler_tids);
+    srv->handler_tids = NULL;
+    pthread_mutex_lock(&srv->qmu);
+    srv->pool_done = 1;
+    /* Replies queued between the last thread's exit and pool_done. */
+    while ((c = fifo_pop(&srv->sends)) != NULL) {
+        nng_msg *msg = c->pending;
+        c->pending = NULL;
+        pthread_mutex_unlock(&srv->qmu);
+        start_send(c, msg);
+        pthread_mutex_lock(&srv->qmu);
+    }
+    pthread_mutex_unlock(&srv->qmu);
+}
+
 int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_err *err)
 {
     tr_rpc_server *srv;
@@ -1359,7 +1766,9 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
     if (opts->token != NULL && opts->token[0] != '\0') {
         srv->token = strdup(opts->token);
     }
-    if ((rv = stats_alloc(srv)) != 0 || (rv = methods_index(srv)) != 0) {
+    if ((rv = stats_alloc(srv)) != 0 || (rv = methods_index(srv)) != 0 || (rv = quick_index(srv)) != 0) {
+        free(srv->quick_methods);
+        free(srv->by_name);
         free(srv->stats);
         free(srv->token);
         free(srv);
@@ -1368,7 +1777,16 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
     pthread_mutex_init(&srv->conns_mu, NULL);
+    pthread_mutex_init(&srv->qmu, NULL);
+    pthread_cond_init(&srv->qcv, NULL);
+    srv->threads = opts->threads > 0 ? opts->threads : 4;
+    srv->threads = srv->threads < 2 ? 2 : srv->threads; /* one kept for quick methods */
+    srv->general_max = srv->threads - 1;
+    srv->queue_max = opts->queue > 0 ? (size_t)opts->queue : (size_t)n;
     if ((rv = conns_open(srv, err)) != TROUPE_OK) {
+        goto fail;
+    }
+    if ((rv = handlers_start(srv, err)) != TROUPE_OK) {
         goto fail;
     }
     if ((rv = nng_rep0_open(&srv->sock)) != 0) {
@@ -1394,15 +1812,12 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
         tr_err_prefix(err, "cannot listen");
         goto fail_sock;
     }
-    pthread_mutex_lock(&srv->mu);
     for (int i = 0; i < n; i++) {
         if ((rv = call_open(srv)) != 0) {
-            pthread_mutex_unlock(&srv->mu);
             rv = tr_rpc_from_nng(rv, "open context", err);
             goto fail_sock;
         }
     }
-    pthread_mutex_unlock(&srv->mu);
     if (pthread_create(&srv->sweeper, NULL, sweeper_main, srv) != 0) {
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the deadline sweeper thread");
         goto fail_sock;
@@ -1412,14 +1827,20 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
 fail_sock:
     nng_close(srv->sock);
     for (size_t i = 0; i < srv->pool_len; i++) {
+        nng_aio_stop(srv->pool[i]->aio); /* no callback queues a call any more */
+    }
+    handlers_stop(srv);
+    for (size_t i = 0; i < srv->pool_len; i++) {
         call_free(srv->pool[i]);
     }
 fail:
+    handlers_stop(srv);
     tr_conns_free(&srv->conns);
     pthread_mutex_destroy(&srv->conns_mu);
     free(srv->pool);
     free(srv->stats);
     free(srv->by_name);
+    free(srv->quick_methods);
     free(srv->token);
     free(srv);
     return rv;
@@ -1498,6 +1919,10 @@ void tr_rpc_server_stop(tr_rpc_server *srv)
     pending = collect_expired(srv, 0, 1);
     pthread_mutex_unlock(&srv->mu);
     expire_list(srv, pending, TROUPE_UNAVAILABLE, "server shutting down");
+    /* The handler threads send those answers, finish the handlers they run
+     * and answer what still waits for them; requests that arrive after that
+     * are dropped with their connections at the close below. */
+    handlers_stop(srv);
 
     pthread_mutex_lock(&srv->mu);
     srv->stopping = 1;
@@ -1519,12 +1944,23 @@ void tr_rpc_server_stop(tr_rpc_server *srv)
     free(srv->pool);
     free(srv->stats);
     free(srv->by_name);
+    free(srv->quick_methods);
     free(srv->token);
     tr_conns_free(&srv->conns);
     pthread_mutex_destroy(&srv->conns_mu);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
+    pthread_mutex_destroy(&srv->qmu);
+    pthread_cond_destroy(&srv->qcv);
     free(srv);
+}
+
+uint64_t tr_rpc_server_busy(const tr_rpc_server *srv, uint64_t *expired_waiting)
+{
+    if (expired_waiting != NULL) {
+        *expired_waiting = atomic_load(&((tr_rpc_server *)srv)->busy_expired);
+    }
+    return atomic_load(&((tr_rpc_server *)srv)->busy_refused);
 }
 
 tr_rpc_server *tr_rpc_call_server(const tr_rpc_call *call)

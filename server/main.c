@@ -116,6 +116,11 @@ int main(int argc, char **argv)
         return 0;
     }
     tr_log_level = tr_log_level_parse(head.cfg.log_level);
+    /* Log lines are formatted where they happen, often under the head's lock,
+     * and written by their own thread: a slow stderr stalls no lock holder. */
+    if (tr_log_async_start() != 0) {
+        TR_LOG(TR_LOG_WARNING, "cannot start the log writer thread; lines are written directly");
+    }
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--token") == 0 || strncmp(argv[i], "--token=", 8) == 0) {
             TR_LOG(TR_LOG_WARNING, "--token on the command line is visible to other users in ps; use "
@@ -126,6 +131,7 @@ int main(int argc, char **argv)
     /* Catch the stop signals before any thread starts (shutdown.c says why
      * through a self-pipe rather than sigwait). */
     if (tr_head_stop_signals_catch(&err) != TROUPE_OK) {
+        tr_log_async_stop();
         fprintf(stderr, "troupe-head: %s\n", err.msg);
         tr_cfg_free(tr_head_config_table, &head.cfg);
         return 1;
@@ -142,6 +148,7 @@ int main(int argc, char **argv)
         (rv = tr_head_add_service(&head, &tr_health_service, &err)) != TROUPE_OK ||
         (rv = tr_head_add_service(&head, &tr_kv_service, &err)) != TROUPE_OK ||
         (rv = tr_head_start(&head, &err)) != TROUPE_OK) {
+        tr_log_async_stop();
         fprintf(stderr, "troupe-head: %s\n", err.msg);
         tr_cfg_free(tr_head_config_table, &head.cfg);
         return 1;
@@ -153,6 +160,7 @@ int main(int argc, char **argv)
         TR_LOG(TR_LOG_ERR, "%s", err.msg);
         tr_head_stop(&head);
         tr_cfg_free(tr_head_config_table, &head.cfg);
+        tr_log_async_stop();
         return 1;
     }
     sig = tr_head_stop_signal_wait();
@@ -167,5 +175,6 @@ int main(int argc, char **argv)
     tr_head_stop(&head);
     tr_cfg_free(tr_head_config_table, &head.cfg);
     TR_LOG(TR_LOG_NOTICE, "stopped");
+    tr_log_async_stop();
     return 0;
 }

@@ -586,6 +586,7 @@ void tr_head_names_bound(tr_head *h, const Troupe__V1__Node *n, int delta)
     if ((h->bound_names == NULL && (h->bound_names = tr_bound_names_alloc()) == NULL) ||
         tr_bound_names_add(h->bound_names, n->owner_credential, n->name) != 0) {
         TR_LOG(TR_LOG_ERR, "out of memory for the index of bound node names");
+        tr_log_flush(1000);
         abort();
     }
 }

@@ -43,6 +43,14 @@ const tr_cfg_desc tr_head_config_table[] = {
     {"max_frame_bytes", TR_CFG_INT, F(max_frame_bytes), "4194304", 1024, 1073741824, 0,
      "largest RPC frame accepted; larger frames are dropped"},
     {"contexts", TR_CFG_INT, F(contexts), "64", 1, 4096, 0, "concurrent RPC contexts"},
+    {"rpc_threads", TR_CFG_INT, F(rpc_threads), "4", 2, 256, 0,
+     "threads that run RPC handlers (nng's own threads only hand requests over); one is kept for Ping, so it "
+     "is answered while the others wait on the head's state"},
+    {"rpc_queue", TR_CFG_INT, F(rpc_queue), "64", 1, 65536, 0,
+     "requests that may wait for a busy handler thread; one more is answered UNAVAILABLE at once (clients "
+     "retry idempotent calls with back-off) instead of waiting in the socket until its client gives up. At "
+     "or above contexts nothing is refused (at most contexts requests are received at once): 10,000 agents' "
+     "heartbeats come in bursts, and a refused heartbeat is a missed one"},
     {"max_connections", TR_CFG_INT, F(max_connections), "16384", 1, 1000000, 0,
      "open connections at most (lowered to fit the descriptor limit less fd_reserve); at the cap a new "
      "connection displaces the oldest that never authenticated (without a token: the one idle longest), or is "
@@ -359,6 +367,8 @@ int tr_head_start(tr_head *h, tr_err *err)
     so.auth_user = h;
     so.max_frame = (size_t)h->cfg.max_frame_bytes;
     so.contexts = (int)h->cfg.contexts;
+    so.threads = (int)h->cfg.rpc_threads;
+    so.queue = (int)h->cfg.rpc_queue;
     so.max_connections = (int)h->cfg.max_connections;
     so.fd_reserve = (int)h->cfg.fd_reserve;
     so.inflight_budget = (size_t)h->cfg.inflight_budget_bytes;

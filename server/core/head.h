@@ -6,9 +6,14 @@
  * signals (shutdown.h).
  *
  * What runs where:
- * - RPC handlers run on nng's aio callback threads, which must never block.
- *   They take h->mu, read or change state in memory, and either reply or
- *   defer the call before returning. They do no file or database I/O: a
+ * - RPC handlers run on the RPC server's handler threads (rpc_threads;
+ *   common/rpc_server.c): nng's aio callback threads only queue requests,
+ *   since they must never block. Handlers take h->mu, read or change state
+ *   in memory, and either reply or defer the call before returning; the
+ *   reply is written after they return, with no lock held, and a deferred
+ *   call's reply (made under h->mu by an event) is written by a handler
+ *   thread. One handler thread is kept for Ping, which takes no lock, so it
+ *   is answered while the others wait for h->mu. They do no file or database I/O: a
  *   change that must be durable is marked for the group commit
  *   (tr_head_dirty_*, tr_head_after_commit), job log output is appended to
  *   memory (joblog.h), and long waits are deferred calls, never a held lock.
@@ -24,7 +29,25 @@
  *   then calls their on_expire hooks, which take h->mu to forget them.
  * One mutex (mu) guards everything below it; once the head serves, nothing
  * holds it across I/O (start-up recovery reads the store and stats log files
- * under it, before the RPC server listens). */
+ * under it, before the RPC server listens). Log lines (TR_LOG) made under it
+ * are formatted there and written to stderr by the log writer thread.
+ *
+ * Lock order, the one place it is written (a lock may be taken while holding
+ * those above it, never the other way round):
+ *
+ *     h->mu
+ *       -> a service's own lock (health, metrics follower, report queue;
+ *          rendezvous, the job store and profile have none: they use h->mu)
+ *       -> h->auth->mu (credentials)
+ *       -> the RPC server's mu (call state, deferred list)
+ *       -> the RPC server's qmu (handler queues), conns_mu (connections):
+ *          leaves, never held together nor with mu
+ *       -> the log ring's lock (common/log.c): a leaf under everything
+ *     h->pipe_mu: a leaf, the only lock of the connection-closed callback.
+ *
+ * The RPC server holds none of its locks while a handler, an on_expire hook
+ * or an nng send runs; a report queue's writer holds no queue lock while a
+ * service callback runs. */
 #ifndef TR_HEAD_H
 #define TR_HEAD_H
 

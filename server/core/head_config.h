@@ -23,6 +23,8 @@ typedef struct tr_head_config {
     int64_t max_heartbeats_per_s; /* the period told grows beyond it (liveness.h); 0 = fixed */
     int64_t max_frame_bytes;
     int64_t contexts;
+    int64_t rpc_threads; /* handler threads (rpc.h) */
+    int64_t rpc_queue;   /* requests waiting for them at most */
     int64_t max_connections; /* bounds before authentication (rpc.h) */
     int64_t fd_reserve;
     int64_t inflight_budget_bytes;

@@ -124,6 +124,7 @@ static void *watchdog_main(void *arg)
                "change is already on disk, as after kill -9",
                (long long)timeout_ms);
     }
+    tr_log_flush(1000); /* the line above, and what led to it */
     _exit(1);
     return NULL;
 }

@@ -9,7 +9,8 @@
  * check the job with tr_rpc_require_job; node methods check the node with
  * tr_head_node_allowed (auth.h). Services add their own tables (rdzv.c). */
 static const tr_rpc_method head_methods[] = {
-    {"troupe.v1.Head/Ping", tr_head_ping, TR_SCOPES_ANY},
+    /* Quick: answered while every other handler thread waits (health checks). */
+    {"troupe.v1.Head/Ping", tr_head_ping, TR_SCOPES_ANY | TR_METHOD_QUICK},
     {"troupe.v1.Head/RegisterNode", tr_head_register_node, TR_SCOPES_NODE},
     {"troupe.v1.Head/Heartbeat", tr_head_heartbeat, TR_SCOPES_NODE},
     {"troupe.v1.Head/ListNodes", tr_head_list_nodes, TR_SCOPES_USER},

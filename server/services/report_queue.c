@@ -160,6 +160,7 @@ static void *answerer_main(void *arg)
     tr_rq *q = arg;
 
     lower_priority(q, "answerer");
+    tr_rpc_thread_sends_replies(); /* answer_round runs with no lock held */
     pthread_mutex_lock(&q->mu);
     for (;;) {
         tr_rq_item *round;

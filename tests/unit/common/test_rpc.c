@@ -4,7 +4,8 @@
  *
  * The test service (svc below) has one method per behaviour under test: echo,
  * defer (answered later by the test's own thread, or never), fail with
- * UNAVAILABLE a set number of times, block, forget to reply, reply twice.
+ * UNAVAILABLE a set number of times, block, forget to reply, reply twice, and
+ * echo as a quick method (TR_METHOD_QUICK).
  * cmocka asserts only on the main thread; helper threads record results that
  * the main thread checks after joining them. */
 #include "test_helpers.h"
@@ -30,6 +31,7 @@
 #define M_TWICE "test.v1.Svc/Twice"
 #define M_DEADLINE "test.v1.Svc/Deadline"
 #define M_GROW "test.v1.Svc/Grow"
+#define M_QUICK "test.v1.Svc/Quick"
 
 #define QMAX 64
 
@@ -273,6 +275,7 @@ static void h_scratch_defer(tr_rpc_call *call, void *user)
 
 static const tr_rpc_method methods[] = {
     {M_ECHO, h_echo, TR_SCOPES_ANY},
+    {M_QUICK, h_echo, TR_SCOPES_ANY | TR_METHOD_QUICK},
     {M_DEFER, h_defer, TR_SCOPES_ANY},
     {M_DEFER_EARLY, h_defer_early, TR_SCOPES_ANY},
     {M_FLAKY, h_flaky, TR_SCOPES_ANY},
@@ -1514,6 +1517,208 @@ static void listen_in_use(void **state)
     TR_ASSERT_CONTAINS(err.msg, "cannot listen: bogus://x");
 }
 
+/* ---- handler threads ------------------------------------------------------- */
+
+/* blocking_count reads how many M_BLOCK handlers have started. */
+static int blocking_count(svc *s)
+{
+    int n;
+    pthread_mutex_lock(&s->mu);
+    n = s->blocking;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static void wait_blocking(svc *s, int n)
+{
+    int64_t until = tr_now_ms() + 5000;
+    while (blocking_count(s) < n && tr_now_ms() < until) {
+        tr_sleep_ms(2);
+    }
+    if (blocking_count(s) < n) {
+        fail_msg("expected %d blocked handler(s) within 5 s, have %d", n, blocking_count(s));
+    }
+}
+
+static void unblock_all(svc *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->unblock = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Handlers that block (on their owner's lock, on I/O) never hold up a quick
+ * method: 24 blocked calls, more than nng's callback threads on any machine
+ * these tests run on, and a quick call is still answered at once. When
+ * handlers ran on nng's callback threads, the quick call waited for the
+ * blocked ones (until its deadline). */
+static void slow_handlers_leave_quick(void **state)
+{
+    enum { SLOW = 24 };
+    fixture *f = *state;
+    job slow[SLOW];
+    tr_err err = {0};
+    char out[64];
+    int64_t t0, took;
+
+    start_server(f, (tr_rpc_server_opts){0});
+    f->cli = open_client(f, NULL);
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = (job){.cli = f->cli, .method = M_BLOCK, .data = "x", .timeout_ms = 10000};
+        job_start(&slow[i]);
+    }
+    wait_blocking(&f->s, 3); /* every general handler thread is held */
+    tr_sleep_ms(200);        /* and the rest of the slow calls have arrived */
+    t0 = tr_now_ms();
+    TR_ASSERT_OK(call_data(f->cli, M_QUICK, "ping", 2000, 0, out, sizeof(out), &err), &err);
+    took = tr_now_ms() - t0;
+    assert_string_equal(out, "ping");
+    unblock_all(&f->s);
+    for (int i = 0; i < SLOW; i++) {
+        job_join(&slow[i]);
+        TR_ASSERT_OK(slow[i].rv, &slow[i].err);
+    }
+    if (took > 1000) {
+        fail_msg("a quick call took %lld ms behind %d blocked handlers (want < 1000 ms)", (long long)took, SLOW);
+    }
+}
+
+/* With every general handler thread busy and opts.queue requests waiting,
+ * one more is answered UNAVAILABLE at once, saying why; those that waited
+ * run once the threads are free. */
+static void busy_queue_full(void **state)
+{
+    enum { CALLS = 10, THREADS = 2, QUEUE = 3 };
+    fixture *f = *state;
+    job j[CALLS];
+    int ok = 0, busy = 0;
+    int64_t until;
+
+    start_server(f, (tr_rpc_server_opts){.contexts = 16, .threads = THREADS, .queue = QUEUE});
+    f->cli = open_client(f, NULL);
+    for (int i = 0; i < CALLS; i++) {
+        j[i] = (job){.cli = f->cli, .method = M_BLOCK, .data = "x", .timeout_ms = 8000};
+        job_start(&j[i]);
+    }
+    /* One runs (THREADS - 1 general threads), QUEUE wait, the rest are refused. */
+    until = tr_now_ms() + 5000;
+    while (tr_rpc_server_busy(f->srv, NULL) < CALLS - 1 - QUEUE && tr_now_ms() < until) {
+        tr_sleep_ms(5);
+    }
+    assert_int_equal(blocking_count(&f->s), 1);
+    unblock_all(&f->s);
+    for (int i = 0; i < CALLS; i++) {
+        job_join(&j[i]);
+        if (j[i].rv == TROUPE_OK) {
+            ok++;
+        } else if (j[i].rv == TROUPE_UNAVAILABLE && strstr(j[i].err.msg, "busy") != NULL) {
+            busy++;
+            if (j[i].elapsed_ms > 4000) {
+                fail_msg("a refused call took %lld ms: refusals must be at once", (long long)j[i].elapsed_ms);
+            }
+        } else {
+            fail_msg("call %d: %s: %s", i, troupe_strerror(j[i].rv), j[i].err.msg);
+        }
+    }
+    assert_int_equal(ok, 1 + QUEUE);
+    assert_int_equal(busy, CALLS - 1 - QUEUE);
+    assert_int_equal(tr_rpc_server_busy(f->srv, NULL), CALLS - 1 - QUEUE);
+}
+
+/* A request whose deadline passed while it waited for a handler thread is
+ * answered DEADLINE_EXCEEDED without running: its client gave up. */
+static void waiting_past_deadline(void **state)
+{
+    fixture *f = *state;
+    job first = {0}, late = {0};
+    uint64_t expired = 0;
+    int64_t until;
+
+    start_server(f, (tr_rpc_server_opts){.threads = 2});
+    f->cli = open_client(f, NULL);
+    first = (job){.cli = f->cli, .method = M_BLOCK, .data = "x", .timeout_ms = 8000};
+    job_start(&first);
+    wait_blocking(&f->s, 1);
+    late = (job){.cli = f->cli, .method = M_BLOCK, .data = "y", .timeout_ms = 300};
+    job_start(&late);
+    job_join(&late);
+    assert_int_equal(late.rv, TROUPE_DEADLINE_EXCEEDED);
+    tr_sleep_ms(200); /* past its deadline on the server's side too (it arrived a moment later) */
+    unblock_all(&f->s);
+    job_join(&first);
+    TR_ASSERT_OK(first.rv, &first.err);
+    until = tr_now_ms() + 3000;
+    while (tr_rpc_server_busy(f->srv, &expired) == 0 && expired == 0 && tr_now_ms() < until) {
+        tr_sleep_ms(5);
+    }
+    assert_int_equal(expired, 1);
+    assert_int_equal(blocking_count(&f->s), 1); /* the late one never ran */
+}
+
+typedef struct unblocker {
+    svc *s;
+    int after_ms;
+    pthread_t th;
+} unblocker;
+
+static void *unblocker_main(void *arg)
+{
+    unblocker *u = arg;
+    tr_sleep_ms(u->after_ms);
+    unblock_all(u->s);
+    return NULL;
+}
+
+/* Stopping with requests in flight: the running handler finishes and its
+ * reply goes out, requests still waiting for a thread are answered
+ * UNAVAILABLE without running, a deferred call is told, and nothing is
+ * leaked or touched after it is freed (the sanitizer build runs this). */
+static void stop_with_requests_in_flight(void **state)
+{
+    enum { WAITING = 4 };
+    fixture *f = *state;
+    job running = {0}, waiting[WAITING], deferred = {0};
+    unblocker u = {.s = &f->s, .after_ms = 300};
+    int64_t until;
+
+    start_server(f, (tr_rpc_server_opts){.contexts = 16, .threads = 2, .queue = 8});
+    f->cli = open_client(f, NULL);
+    deferred = (job){.cli = f->cli, .method = M_DEFER, .data = "d", .timeout_ms = 8000};
+    job_start(&deferred);
+    wait_queued(&f->s, 1);
+    running = (job){.cli = f->cli, .method = M_BLOCK, .data = "x", .timeout_ms = 8000};
+    job_start(&running);
+    wait_blocking(&f->s, 1); /* the one general thread (threads = 2) is held */
+    for (int i = 0; i < WAITING; i++) {
+        waiting[i] = (job){.cli = f->cli, .method = M_BLOCK, .data = "w", .timeout_ms = 8000};
+        job_start(&waiting[i]);
+    }
+    tr_sleep_ms(200); /* they arrive and wait behind the running one */
+    assert_int_equal(pthread_create(&u.th, NULL, unblocker_main, &u), 0);
+    until = tr_now_ms();
+    tr_rpc_server_stop(f->srv);
+    f->srv = NULL;
+    if (tr_now_ms() - until > 5000) {
+        fail_msg("stop took %lld ms with one handler blocked for 300 ms", (long long)(tr_now_ms() - until));
+    }
+    assert_int_equal(pthread_join(u.th, NULL), 0);
+    job_join(&running);
+    job_join(&deferred);
+    for (int i = 0; i < WAITING; i++) {
+        job_join(&waiting[i]);
+        if (waiting[i].rv != TROUPE_UNAVAILABLE) {
+            fail_msg("waiting call %d across stop: %s (%s), want UNAVAILABLE", i, troupe_strerror(waiting[i].rv),
+                     waiting[i].err.msg);
+        }
+    }
+    TR_ASSERT_OK(running.rv, &running.err);
+    assert_string_equal(running.out, "unblocked");
+    assert_int_equal(deferred.rv, TROUPE_UNAVAILABLE);
+    assert_int_equal(f->s.expired, 1);
+    assert_int_equal(blocking_count(&f->s), 1); /* the waiting ones never ran */
+}
+
 int main(int argc, char **argv)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -1546,6 +1751,10 @@ int main(int argc, char **argv)
         T(listen_in_use),
         T(stats),
         T(scratch_requests),
+        T(slow_handlers_leave_quick),
+        T(busy_queue_full),
+        T(waiting_past_deadline),
+        T(stop_with_requests_in_flight),
     };
 #undef T
     return TR_TEST_MAIN("unit.common.rpc", tests, argc, argv);
