@@ -30,7 +30,14 @@ on_exit "kill -TERM $MUNGED; wait $MUNGED"
 wait_for 20 "munged's socket $MUNGE_SOCK" test -S "$MUNGE_SOCK"
 kill -0 "$MUNGED" 2>/dev/null || skip "munged cannot start here: $(tail -n 1 "$T/munged.log")"
 
-NODE=$(hostname -s)   # the node's Slurm name resolves here: troupe.sbatch's default head host
+NODE=$(hostname -s)   # the node's Slurm name: troupe.sbatch's default head host
+# On a cluster node names resolve; a machine whose /etc/hosts lacks its own
+# name (a debootstrap chroot) gets the head's address as the script's
+# TROUPE_HEAD_HOST says, the NodeAddr given to Slurm below.
+if ! getent hosts "$NODE" >/dev/null; then
+    log "$NODE does not resolve here: troupe.sbatch gets TROUPE_HEAD_HOST=127.0.0.1"
+    export TROUPE_HEAD_HOST=127.0.0.1
+fi
 base=$((20000 + RANDOM % 20000))
 export SLURM_CONF=$T/slurm.conf
 cat >"$SLURM_CONF" <<EOF
