@@ -131,7 +131,7 @@ id=$(submit "$T/jobs/demo/job.yaml")
 start=$SECONDS
 check "$id" demo COMPLETED 0
 out=$T/slurm-$id.out
-grep -q "1 node(s): $NODE; head tcp://$NODE:" "$out" || fail "demo: allocation line missing"
+grep -q "1 node(s): $NODE; head tcp://${TROUPE_HEAD_HOST:-$NODE}:" "$out" || fail "demo: allocation line missing"
 grep -Eq "^[0-9]+ +$NODE +ALIVE" "$out" || fail "demo: the agent did not show ALIVE in the output"
 [ "$(grep -c 'policy-[01]\] step=60/60' "$out")" = 2 ] || fail "demo: the policy workers did not reach step 60"
 grep -q "node registered .*name=$NODE" "$T/troupe-$id/head.log" || fail "demo: head.log does not show the agent registering"
