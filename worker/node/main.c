@@ -55,7 +55,8 @@ const tr_cfg_desc tr_node_config_table[] = {
      "(its lease_ms, shorter than its DEAD timeout); a value here can only shorten it"},
     {"cpus", TR_CFG_INT, F(cpus), "-1", -1, 65536, 0,
      "CPU slots for CPU-only workers (resources: {gpu: 0}; each takes its cpu, 1 when unset); -1 = "
-     "this machine's online CPUs, 0 = none. GPU workers take no slots"},
+     "this machine's online CPUs, 0 = none (refused where no GPU is found: nothing could run); more "
+     "than the online CPUs is allowed, with a warning. GPU workers take no slots"},
     {"shared_uid", TR_CFG_BOOL, F(shared_uid), "false", TR_CFG_UNBOUNDED, 0,
      "run workers as the agent's own user. RISK: every worker can then read the node credential "
      "(and act as this node) and every other job's worker credential on it. Without root it is the "
