@@ -328,7 +328,7 @@ EOF2
     env -u TROUPE_TOKEN TROUPE_SHARED_UID=true "$NODE" "${nb[@]}" --state-dir "$TMP/node-b" >"$TMP/node-b.log" 2>&1 &
     BG+=($!)
     for _ in $(seq 50); do troupe -o json nodes --alive 2>/dev/null | grep -q '"name":"node-b"' && break; sleep 0.1; done
-    gpus=$(troupe -o json status | sed -n 's/.*"total":\([0-9]*\).*/\1/p')
+    gpus=$(troupe -o json status | sed -n 's/.*"gpus":{"total":\([0-9]*\).*/\1/p')
     [ "$gpus" = 24 ] && PASS "compose topology: node-a (8) + node-b (16, compose's command) = 24 GPUs" || FAIL "compose topology: $gpus GPUs"
     mkdir -p "$TMP/jobs-vol"
     sed -e "s#/opt/troupe/examples/demo#$ROOT/examples/demo#g" -e "s#/jobs/#$TMP/jobs-vol/#g" "$TMP/cli.sh" >"$TMP/cli-local.sh"

@@ -32,7 +32,7 @@ NP=$!
 for _ in $(seq 50); do [ "$(troupe -o json nodes --alive 2>/dev/null | grep -o '"count":1')" ] && break; sleep 0.1; done
 troupe nodes
 troupe -o json nodes >"$OUTDIR/gpu-nodes.json"
-gpus=$(troupe -o json status | sed 's/.*"total":\([0-9]*\).*/\1/')
+gpus=$(troupe -o json status | sed -n 's/.*"gpus":{"total":\([0-9]*\).*/\1/p')
 mkdir -p "$T/job"
 cp "$(dirname "$0")/../examples/demo/job.yaml" "$(dirname "$0")/../examples/demo/train.yaml" "$T/job/"
 "$(dirname "$0")/../examples/demo/fit.sh" "$gpus" "$T/job/job.yaml"

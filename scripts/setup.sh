@@ -26,9 +26,10 @@ TEST_PKGS=(git libcmocka-dev clang libclang-rt-14-dev
       # shellcheck and PyYAML for deploy/check.sh.
       podman runc golang-github-containernetworking-plugin-dnsname podman-compose debootstrap
       slurm-wlm munge systemd shellcheck python3-yaml
-      python3-torch python3-venv)  # troupe.torch's test (integration.python.torch: gloo on CPU, run with
+      python3-torch python3-venv   # troupe.torch's test (integration.python.torch: gloo on CPU, run with
                                    # /usr/bin/python3) and `pip install ./python` into a venv. Large: PyTorch 1.13 and
                                    # its 166 dependencies are about 600 MiB installed; without it that test is skipped (77)
+      python3-wheel)  # bdist_wheel: pip's offline build of ./python (--no-build-isolation) needs it; a venv has none
 case "${1:-}" in
 --demo) PKGS=("${DEMO_PKGS[@]}") ;;
 "") PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;

@@ -226,13 +226,13 @@ int tr_cli_cmd_status(tr_cli *cli, int argc, char **argv)
         tr_json_str(stdout, troupe_client_url(cli->client));
         printf(",\"version\":\"%s\",\"started_ms\":%lld,\"requests_served\":%llu,"
                "\"nodes\":{\"alive\":%u,\"suspect\":%u,\"dead\":%u,\"left\":%u,\"heartbeat_ms\":%u,\"dead_ms\":%u},"
-               "\"gpus\":{\"total\":%u,\"free\":%u},"
+               "\"gpus\":{\"total\":%u,\"free\":%u},\"cpus\":{\"total\":%u,\"free\":%.3f},"
                "\"jobs\":{\"pending\":%u,\"running\":%u,\"succeeded\":%u,\"failed\":%u,\"stopped\":%u,"
                "\"unsaved\":%u}",
                cl.head_version, (long long)cl.head_started_ms, (unsigned long long)cl.requests_served,
-               cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.heartbeat_ms, cl.dead_ms, cl.gpus_total,
-               cl.gpus_free, cl.jobs_pending,
-               cl.jobs_running, cl.jobs_succeeded, cl.jobs_failed, cl.jobs_stopped, cl.jobs_unsaved);
+               cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.heartbeat_ms, cl.dead_ms,
+               cl.gpus_total, cl.gpus_free, cl.cpus_total, cl.cpus_free, cl.jobs_pending, cl.jobs_running,
+               cl.jobs_succeeded, cl.jobs_failed, cl.jobs_stopped, cl.jobs_unsaved);
         printf(",\"http\":");
         tr_json_str(stdout, cl.http_url);
         printf(",\"store\":{\"ok\":%s,\"error\":", cl.store_failing ? "false" : "true");
@@ -254,6 +254,8 @@ int tr_cli_cmd_status(tr_cli *cli, int argc, char **argv)
                cl.nodes_alive, cl.nodes_suspect, cl.nodes_dead, cl.nodes_left, cl.heartbeat_ms, cl.dead_ms);
         printf("http      %s\n", cl.http_url[0] ? cl.http_url : "off");
         printf("gpus      %u total, %u free\n", cl.gpus_total, cl.gpus_free);
+        printf("cpus      %u total, %g free (slots for CPU-only workers, resources: {gpu: 0})\n", cl.cpus_total,
+               cl.cpus_free);
         printf("jobs      %u pending, %u running, %u succeeded, %u failed, %u stopped", cl.jobs_pending,
                cl.jobs_running, cl.jobs_succeeded, cl.jobs_failed, cl.jobs_stopped);
         if (cl.jobs_unsaved > 0) {

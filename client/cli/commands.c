@@ -19,7 +19,7 @@ const tr_cli_cmd tr_cli_commands[] = {
      "list nodes with their GPUs, CPU slots (free/total, for CPU-only workers), state and age (-o wide: "
      "hostname, address, pid, labels)",
      "--alive", NULL, "table json wide"},
-    {"status", tr_cli_cmd_status, "status", "cluster totals: nodes and jobs by state, GPUs total/free", "",
+    {"status", tr_cli_cmd_status, "status", "cluster totals: nodes and jobs by state, GPUs and CPU slots total/free", "",
      NULL, NULL},
     {"ping", tr_cli_cmd_ping, "ping [-n COUNT]", "round-trip to the head and print the latency", "-n", NULL, NULL},
     {"submit", tr_cli_cmd_submit, "submit JOB.yaml [--no-wait] [--raw|--live]",

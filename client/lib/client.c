@@ -333,6 +333,8 @@ TROUPE_API troupe_status troupe_get_cluster(troupe_client *c, troupe_cluster *ou
     out->jobs_unsaved = rep->jobs_unsaved;
     out->heartbeat_ms = rep->heartbeat_ms;
     out->dead_ms = rep->dead_ms;
+    out->cpus_total = rep->cpus_total;
+    out->cpus_free = (double)rep->cpu_milli_free / 1000.0;
     troupe__v1__get_cluster_reply__free_unpacked(rep, NULL);
     return tr_client_finish(err, &e, TROUPE_OK);
 }

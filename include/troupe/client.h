@@ -188,6 +188,11 @@ typedef struct troupe_cluster {
      * cluster beyond the head's max_heartbeats_per_s) and the DEAD timeout,
      * which does not. */
     uint32_t heartbeat_ms, dead_ms;
+    /* CPU slots for CPU-only workers (resources: {gpu: 0}) on ALIVE and
+     * SUSPECT nodes, as gpus_total: their agents' --cpus added up, and how
+     * many are free now (fractions: a worker may take 0.5). */
+    uint32_t cpus_total;
+    double cpus_free;
 } troupe_cluster;
 
 /* troupe_get_cluster fills *out with the cluster totals. Idempotent. */

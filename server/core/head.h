@@ -93,6 +93,7 @@ typedef struct tr_head {
     uint32_t nodes_by_state[5];
     int64_t period_logged_ms; /* the heartbeat period last logged (tr_head_heartbeat_period) */
     uint64_t node_gpus_live;
+    uint64_t node_cpus_live; /* CPU slots (--cpus) of ALIVE and SUSPECT nodes, as node_gpus_live */
     int64_t started_ms; /* wall clock; changes on every start (agents notice) */
     struct tr_sched *sched;
     struct tr_head_job **jobs; /* in id order */

@@ -71,9 +71,10 @@ static void node_set_reason(Troupe__V1__Node *n, const char *reason)
 
 /* nodes_count adds node n to (sign 1) or takes it from (-1) the counts that
  * GetCluster reads (head.h: nodes_by_state): every change of a node's state
- * or record goes through here. GPUs count for ALIVE and SUSPECT nodes, as
- * GetCluster always counted them; a state outside the enum (an unreadable
- * record) counts as UNSPECIFIED, which GetCluster shows as dead. */
+ * or record goes through here. GPUs and CPU slots count for ALIVE and
+ * SUSPECT nodes, as GetCluster always counted them; a state outside the enum
+ * (an unreadable record) counts as UNSPECIFIED, which GetCluster shows as
+ * dead. */
 static void nodes_count(tr_head *h, const Troupe__V1__Node *n, int sign)
 {
     unsigned s = (unsigned)n->state < 5 ? (unsigned)n->state : 0;
@@ -82,9 +83,11 @@ static void nodes_count(tr_head *h, const Troupe__V1__Node *n, int sign)
     if (sign > 0) {
         h->nodes_by_state[s]++;
         h->node_gpus_live += gpus ? n->n_gpus : 0;
+        h->node_cpus_live += gpus ? n->cpus : 0;
     } else {
         h->nodes_by_state[s]--;
         h->node_gpus_live -= gpus ? n->n_gpus : 0;
+        h->node_cpus_live -= gpus ? n->cpus : 0;
     }
 }
 
@@ -414,6 +417,7 @@ void tr_head_nodes_free(tr_head *h)
     h->bound_names = NULL;
     memset(h->nodes_by_state, 0, sizeof(h->nodes_by_state));
     h->node_gpus_live = 0;
+    h->node_cpus_live = 0;
 }
 
 /* validate_strings applies the name rules (names.h) to every string an

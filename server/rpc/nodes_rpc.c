@@ -216,6 +216,8 @@ static int cluster_answer(tr_head *h, tr_rpc_call *call, int waited)
      * (jobs.c: sched_state), so this is the free GPUs of every node that is
      * not: what a lookup per ALIVE or SUSPECT node added up. */
     rep.gpus_free = h->sched != NULL ? (uint32_t)tr_sched_free_gpus_live(h->sched) : 0;
+    rep.cpus_total = (uint32_t)h->node_cpus_live;
+    rep.cpu_milli_free = h->sched != NULL ? tr_sched_free_cpu_milli_live(h->sched) : 0;
     rep.store_failing = h->store_failing != 0;
     snprintf(store_error, sizeof(store_error), "%s", h->store_failing ? h->store_error : "");
     rep.store_error = store_error;

@@ -250,6 +250,18 @@ uint64_t tr_sched_free_gpus_live(const tr_sched *s)
     return n;
 }
 
+uint64_t tr_sched_free_cpu_milli_live(const tr_sched *s)
+{
+    uint64_t n = 0;
+
+    for (uint32_t i = 0; i < s->nnodes; i++) {
+        if (s->nodes[i].state != TR_SCHED_DEAD && s->live.cpu_free[i] > 0) {
+            n += (uint64_t)s->live.cpu_free[i];
+        }
+    }
+    return n;
+}
+
 void tr_sched_stats_get(const tr_sched *s, tr_sched_stats *out)
 {
     memset(out, 0, sizeof(*out));

@@ -229,6 +229,10 @@ int tr_sched_node_get(const tr_sched *s, uint64_t id, tr_sched_node_info *out, t
  * DEAD: one pass over the slots, without lookups by id. Cannot fail. */
 uint64_t tr_sched_free_gpus_live(const tr_sched *s);
 
+/* tr_sched_free_cpu_milli_live returns the free CPU slots, in thousandths,
+ * of every node that is not DEAD, as tr_sched_free_gpus_live. */
+uint64_t tr_sched_free_cpu_milli_live(const tr_sched *s);
+
 /* tr_sched_stats_get fills *out with totals. Cannot fail. */
 void tr_sched_stats_get(const tr_sched *s, tr_sched_stats *out);
 

@@ -86,6 +86,12 @@ EOF
     export CONTAINERS_CONF=$T/containers.conf
     podman info >"$T/podman-info.log" 2>&1 || skip "podman cannot start here: $(tail -n 1 "$T/podman-info.log")"
     on_exit podman_cleanup
+    # An empty image, imported and removed: whether the storage can write a
+    # layer here. In a chroot it cannot ('remount /, flags: 0x44000: invalid
+    # argument': its / is no mount point), found before minutes of debootstrap.
+    tar -cf - -T /dev/null | podman import - "localhost/$TAG-probe:1" >"$T/podman-import.log" 2>&1 ||
+        skip "podman cannot store an image here: $(tail -n 1 "$T/podman-import.log")"
+    podman rmi "localhost/$TAG-probe:1" >/dev/null 2>&1 || true
     base_images
     podman run --rm --network host --label "$TAG" debian:12 true >"$T/podman-run.log" 2>&1 ||
         skip "podman cannot run a container here: $(tail -n 1 "$T/podman-run.log")"

@@ -30,7 +30,14 @@ on_exit "kill -TERM $MUNGED; wait $MUNGED"
 wait_for 20 "munged's socket $MUNGE_SOCK" test -S "$MUNGE_SOCK"
 kill -0 "$MUNGED" 2>/dev/null || skip "munged cannot start here: $(tail -n 1 "$T/munged.log")"
 
-NODE=$(hostname -s)   # the node's Slurm name resolves here: troupe.sbatch's default head host
+NODE=$(hostname -s)   # the node's Slurm name: troupe.sbatch's default head host
+# On a cluster node names resolve; a machine whose /etc/hosts lacks its own
+# name (a debootstrap chroot) gets the head's address as the script's
+# TROUPE_HEAD_HOST says, the NodeAddr given to Slurm below.
+if ! getent hosts "$NODE" >/dev/null; then
+    log "$NODE does not resolve here: troupe.sbatch gets TROUPE_HEAD_HOST=127.0.0.1"
+    export TROUPE_HEAD_HOST=127.0.0.1
+fi
 base=$((20000 + RANDOM % 20000))
 export SLURM_CONF=$T/slurm.conf
 cat >"$SLURM_CONF" <<EOF
@@ -124,7 +131,7 @@ id=$(submit "$T/jobs/demo/job.yaml")
 start=$SECONDS
 check "$id" demo COMPLETED 0
 out=$T/slurm-$id.out
-grep -q "1 node(s): $NODE; head tcp://$NODE:" "$out" || fail "demo: allocation line missing"
+grep -q "1 node(s): $NODE; head tcp://${TROUPE_HEAD_HOST:-$NODE}:" "$out" || fail "demo: allocation line missing"
 grep -Eq "^[0-9]+ +$NODE +ALIVE" "$out" || fail "demo: the agent did not show ALIVE in the output"
 [ "$(grep -c 'policy-[01]\] step=60/60' "$out")" = 2 ] || fail "demo: the policy workers did not reach step 60"
 grep -q "node registered .*name=$NODE" "$T/troupe-$id/head.log" || fail "demo: head.log does not show the agent registering"

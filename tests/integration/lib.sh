@@ -201,8 +201,15 @@ private_mounts() {
     [ "${TROUPE_TEST_MOUNTS:-}" != "$TROUPE_TEST_TAG" ] || return 0
     local err
     command -v unshare >/dev/null || skip_test "unshare (util-linux) not installed: no mount namespace of its own"
-    err=$(unshare --mount --propagation private true 2>&1) ||
+    if ! err=$(unshare --mount --propagation private true 2>&1); then
+        # In a chroot "/" is no mount point, so its propagation cannot be
+        # made private (EINVAL), root or not.
+        case $err in
+        *"root filesystem propagation"*)
+            skip_test "cannot make a private mount namespace here: / is not a mount point (a chroot?) (unshare --mount: $err)" ;;
+        esac
         skip_test "cannot make a mount namespace here (unshare --mount: ${err:-failed}; needs root with CAP_SYS_ADMIN)"
+    fi
     trap - EXIT
     kill_own 9 "${WATCHDOG_PID:-}"
     rm -rf "$T"

@@ -55,7 +55,8 @@ const tr_cfg_desc tr_node_config_table[] = {
      "(its lease_ms, shorter than its DEAD timeout); a value here can only shorten it"},
     {"cpus", TR_CFG_INT, F(cpus), "-1", -1, 65536, 0,
      "CPU slots for CPU-only workers (resources: {gpu: 0}; each takes its cpu, 1 when unset); -1 = "
-     "this machine's online CPUs, 0 = none. GPU workers take no slots"},
+     "this machine's online CPUs, 0 = none (refused where no GPU is found: nothing could run); more "
+     "than the online CPUs is allowed, with a warning. GPU workers take no slots"},
     {"shared_uid", TR_CFG_BOOL, F(shared_uid), "false", TR_CFG_UNBOUNDED, 0,
      "run workers as the agent's own user. RISK: every worker can then read the node credential "
      "(and act as this node) and every other job's worker credential on it. Without root it is the "
@@ -103,6 +104,14 @@ static const char *default_address(const char *hostname, char *buf, size_t size)
     TR_LOG(TR_LOG_NOTICE, "hostname %s does not resolve; workers will use address=%s (set --address)",
            hostname, buf);
     return buf;
+}
+
+/* online_cpus: what --cpus -1 stands for, and what a larger --cpus is
+ * compared with. */
+static long online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
 }
 
 /* default_state_dir is private to this user, never a shared /tmp path that
@@ -250,8 +259,7 @@ static int load_config(tr_node_agent *a, int argc, char **argv, tr_cfg_args *arg
         c->address = strdup(default_address(a->hostname, addr, sizeof(addr)));
     }
     if (c->cpus < 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        c->cpus = n > 0 ? n : 1;
+        c->cpus = online_cpus();
     }
     if (c->state_dir == NULL || c->state_dir[0] == '\0') {
         free(c->state_dir);
@@ -273,9 +281,18 @@ static int load_config(tr_node_agent *a, int argc, char **argv, tr_cfg_args *arg
         return rv;
     }
     if (c->fake_gpus != NULL && c->fake_gpus[0] != '\0') {
-        return tr_gpus_parse_fake(c->fake_gpus, c->name, a->gpus, &a->n_gpus, err);
+        rv = tr_gpus_parse_fake(c->fake_gpus, c->name, a->gpus, &a->n_gpus, err);
+    } else {
+        rv = tr_gpus_discover(a->gpus, &a->n_gpus, err);
     }
-    return tr_gpus_discover(a->gpus, &a->n_gpus, err);
+    if (rv == TROUPE_OK && a->n_gpus == 0 && c->cpus == 0) {
+        /* Registered, such a node would be ALIVE and never take a worker. */
+        rv = tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                        "no GPU found and --cpus 0: no worker could ever run on this node; give it CPU slots "
+                        "(--cpus N; the default, -1, is this machine's online CPUs) or GPUs (--fake-gpus "
+                        "8xH200:141GB simulates them)");
+    }
+    return rv;
 }
 
 /* register_first waits for the head, saying so every few seconds. Errors
@@ -339,6 +356,8 @@ int main(int argc, char **argv)
                a.n_gpus == 0         ? " (none found: only CPU-only workers, resources: {gpu: 0}, run here)"
                : a.gpus[0].simulated ? " (simulated)"
                                      : "");
+        printf("# cpus: %lld slots, %ld online CPUs%s\n", (long long)a.cfg.cpus, online_cpus(),
+               a.cfg.cpus > online_cpus() ? " (oversubscribed: CPU-only workers here share the CPUs)" : "");
         tr_cfg_free(tr_node_config_table, &a.cfg);
         return 0;
     }
@@ -349,6 +368,12 @@ int main(int argc, char **argv)
                "(resources: {gpu: 0}) can run on this node, in its %lld CPU slots (--cpus); "
                "--fake-gpus 8xH200:141GB simulates GPUs",
                (long long)a.cfg.cpus);
+    }
+    if (a.cfg.cpus > online_cpus()) { /* allowed (Ray's num_cpus may exceed the cores), but said */
+        TR_LOG(TR_LOG_WARNING,
+               "--cpus %lld is more than this machine's %ld online CPUs: the CPU-only workers placed here "
+               "will share them (oversubscribed); the default, -1, counts the online CPUs",
+               (long long)a.cfg.cpus, online_cpus());
     }
     if ((rv = tr_dir_private(a.cfg.state_dir, &err)) != TROUPE_OK) {
         fprintf(stderr, "troupe-node: state dir: %s\n", err.msg);

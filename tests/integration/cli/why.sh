@@ -47,7 +47,7 @@ if [ "${gpus:-0}" != 0 ]; then
     exit 0
 fi
 "$NODE_BIN" --check-config | grep_all "^# gpus: 0 (none found: only CPU-only workers, resources: {gpu: 0}, run here)" ||
-    fail "--check-config: $("$NODE_BIN" --check-config | tail -1)"
+    fail "--check-config: $("$NODE_BIN" --check-config | grep "^# gpus")"
 "$NODE_BIN" --head "$HEAD" --name cpu1 --cpus 3 --state-dir "$T/node-cpu1" >>"$T/node-cpu1.log" 2>&1 &
 PIDS+=($!)
 wait_for 10 "2 nodes ALIVE" nodes_alive 2

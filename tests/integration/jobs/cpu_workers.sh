@@ -17,6 +17,17 @@ node=$(cli -o json nodes | jq -c '.nodes[0] | {gpus: (.gpus | length), cpus, cpu
 [ "$node" = '{"gpus":0,"cpus":2,"cpus_free":2}' ] || fail "cpu0 as registered: $node"
 cli nodes | grep_all -E "^ *[0-9]+ +cpu0 +ALIVE +0 +0 +2/2 " || fail "troupe nodes: $(cli nodes)"
 pass "an agent without GPUs registers 2 CPU slots: $node"
+# cluster_cpus: troupe status's CPU slots, "total free" from -o json, and the
+# text line must say the same.
+cluster_cpus() {
+    local js txt
+    js=$(cli -o json status | jq -r '"\(.cpus.total) \(.cpus.free)"')
+    txt=$(cli status | sed -n 's/^cpus      \([0-9]*\) total, \([0-9.]*\) free (slots for CPU-only workers.*/\1 \2/p')
+    [ "$js" = "$txt" ] || fail "troupe status: -o json says '$js', the text '$txt': $(cli status)"
+    echo "$js"
+}
+[ "$(cluster_cpus)" = "2 2" ] || fail "troupe status CPU slots: $(cli status)"
+pass "troupe status counts the 2 CPU slots, all free"
 
 cat >"$T/cpu.yaml" <<'YAML'
 name: cpu
@@ -59,6 +70,7 @@ YAML
 hold=$(submit "$T/hold.yaml")
 wait_for 20 "job $hold RUNNING" is_job_state "$hold" RUNNING
 [ "$(cli -o json nodes | jq '.nodes[0].cpus_free')" = 0 ] || fail "slots held: $(cli nodes)"
+[ "$(cluster_cpus)" = "2 0" ] || fail "troupe status while the slots are held: $(cli status)"
 id=$(submit "$T/cpu.yaml")
 wait_for 10 "job $id to wait for CPU slots" bash -c "'$CLI_BIN' -o json job $id | jq -e '.reason | test(\"waiting for free CPU slots: CPU-only group c needs 2 workers x 1 CPU\")'"
 is_job_state "$id" PENDING || fail "job $id: $(cli job "$id" | head -3)"
@@ -92,6 +104,7 @@ for r in 0 1; do
 done
 pass "a mixed job ran its GPU group on g1 and its CPU-only group on cpu0"
 [ "$(cli -o json nodes | jq -c '[.nodes[] | .cpus_free]')" = '[2,0]' ] || fail "slots given back: $(cli nodes)"
+[ "$(cluster_cpus)" = "2 2" ] || fail "troupe status after the mixed job (g1 has --cpus 0): $(cli status)"
 pass "every CPU slot came back"
 
 # kill -9 of the head while a CPU-only job holds both slots: the restarted

@@ -28,6 +28,10 @@ grep -q "profile setting version 1" <<<"$out" || fail "troupe profile: $out"
 cli -o json job "$id" | jq -e '.profile.version==1 and .profile.steps=="30:33" and .profile.workers=="generation" and .profile.spec.steps=="2:4"' >/dev/null \
     || fail "troupe job -o json: $(cli -o json job "$id" | jq -c .profile)"
 cli job "$id" | grep_all "^profile   steps 30:33 on generation (troupe profile, version 1)" || fail "troupe job: $(cli job "$id")"
+# Both: the next setting replaces this one, and a worker still inside 30:33
+# when it arrives stops there (under load generation-0 ran a step behind
+# generation-1, and lost its step 32).
+wait_for 20 "generation-0 to profile step 32" at_step generation-0 32
 wait_for 20 "generation-1 to profile step 32" at_step generation-1 32
 out=$(cli profile "$id" --next 3 --align 10 --workers '*policy-1')
 grep -q "version 2" <<<"$out" || fail "troupe profile --next: $out"

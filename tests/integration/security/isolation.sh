@@ -27,6 +27,9 @@ while [ "$d" != / ]; do
     d=$(dirname "$d")
 done
 mkdir -m 1777 "$T/wd"
+# A worker runs rawcall under its own uid: a copy here, for the build tree
+# may lie where other uids cannot go (a checkout in root's 0700 home).
+install -m 755 "$RAWCALL" "$T/rawcall"
 
 printf '%s\n' "adm-$RANDOM$RANDOM" >"$T/admin.tok"
 unset TROUPE_TOKEN
@@ -74,7 +77,7 @@ groups:
     resources: {gpu: 1}
     command: [sh, -c, 'id -u > uid2; cat $cred1 > steal.out 2>&1; echo \$? > steal.rc;
       cat $T/node.tok > node.out 2>&1; echo \$? > node.rc; ls $T/n1 > ls.out 2>&1; echo \$? > ls.rc;
-      TROUPE_TOKEN=\$(cat "\$TROUPE_CREDENTIALS") $RAWCALL $HEAD report-failure 1 job1-g-0 0 > into1.out 2>&1;
+      TROUPE_TOKEN=\$(cat "\$TROUPE_CREDENTIALS") $T/rawcall $HEAD report-failure 1 job1-g-0 0 > into1.out 2>&1;
       echo done > thief.done; exec sleep 300']
 YAML
 admin submit --no-wait "$T/thief.yaml" >/dev/null

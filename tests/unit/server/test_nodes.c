@@ -174,6 +174,7 @@ static uint64_t register_as(const char *url, tr_rpc_client **c, const char *name
     req.address = "127.0.0.1";
     req.gpus = gp;
     req.n_gpus = gpus;
+    req.cpus = (uint32_t)gpus + 1; /* CPU slots counted apart from the GPUs */
     req.node_id = node_id;
     if (*c == NULL) {
         TR_ASSERT_OK(tr_rpc_client_open(&o, c, &err), &err);
@@ -191,7 +192,8 @@ static uint64_t register_as(const char *url, tr_rpc_client **c, const char *name
  * GetCluster used to make it. Under h->mu. */
 static void counts_match(tr_head *h, const char *when)
 {
-    uint32_t by_state[5] = {0}, gpus = 0, free_gpus = 0;
+    uint32_t by_state[5] = {0}, gpus = 0, free_gpus = 0, cpus = 0;
+    uint64_t free_cpu = 0;
 
     for (size_t i = 0; i < h->n_nodes; i++) {
         const Troupe__V1__Node *n = h->nodes[i].n;
@@ -199,6 +201,8 @@ static void counts_match(tr_head *h, const char *when)
         if (n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE || n->state == TROUPE__V1__NODE_STATE__NODE_SUSPECT) {
             gpus += (uint32_t)n->n_gpus;
             free_gpus += tr_jobs_node_free_gpus(h, n->id);
+            cpus += n->cpus;
+            free_cpu += tr_jobs_node_free_cpu_milli(h, n->id);
         }
     }
     for (int s = 0; s < 5; s++) {
@@ -210,6 +214,11 @@ static void counts_match(tr_head *h, const char *when)
         fail_msg("%s: GPUs %u (counted %llu), free %u (scheduler %llu)", when, gpus,
                  (unsigned long long)h->node_gpus_live, free_gpus,
                  (unsigned long long)tr_sched_free_gpus_live(h->sched));
+    }
+    if (cpus != h->node_cpus_live || free_cpu != tr_sched_free_cpu_milli_live(h->sched)) {
+        fail_msg("%s: CPU slots %u (counted %llu), free %llu/1000 (scheduler %llu)", when, cpus,
+                 (unsigned long long)h->node_cpus_live, (unsigned long long)free_cpu,
+                 (unsigned long long)tr_sched_free_cpu_milli_live(h->sched));
     }
 }
 
@@ -258,6 +267,7 @@ static void cluster_counts(void **state)
     counts_match(&h, "four registered");
     assert_int_equal(h.nodes_by_state[TROUPE__V1__NODE_STATE__NODE_ALIVE], 4);
     assert_true(h.node_gpus_live == 10);
+    assert_true(h.node_cpus_live == 14);
     pthread_mutex_unlock(&h.mu);
 
     co.head_url = url;
@@ -318,8 +328,10 @@ static void cluster_counts(void **state)
     assert_int_equal(gc->nodes_dead, 1);
     assert_int_equal(gc->nodes_left, 1);
     assert_int_equal(gc->gpus_total, 6);
+    assert_int_equal(gc->cpus_total, 9); /* n1 5, n3 1, n4 3; n2 left */
     pthread_mutex_lock(&h.mu);
     assert_int_equal(gc->gpus_free, tr_sched_free_gpus_live(h.sched));
+    assert_int_equal(gc->cpu_milli_free, 9000); /* the job's GPU worker takes no CPU slot */
     pthread_mutex_unlock(&h.mu);
     protobuf_c_message_free_unpacked(rep, NULL);
 
