@@ -31,6 +31,7 @@ typedef struct nccl_comm {
     void *pinned;   /* HOST_PINNED bytes of pinned host memory for small host operations */
     int one_rank_avg; /* TROUPE_NCCL_ONE_RANK_AVG=1: keep ncclAvg on one rank (see mean_op) */
     int failed;     /* an error was seen: refuse everything, abort at close */
+    int quiet;      /* failures are not reported to the head (an elastic group goes on) */
     char name[128]; /* "policy of job 7, epoch 0, rank 0 of 2" */
 } nccl_comm;
 
@@ -48,7 +49,9 @@ static int nfail(nccl_comm *nc, int code, tr_err *err, const char *what, const c
     nc->failed = 1;
     nc->base.failed = 1;
     tr_err_set(err, code, "NCCL communicator %s: %s: %s", nc->name, what, why);
-    (void)troupe_worker_fail(nc->w, (troupe_status)code, err->msg, NULL);
+    if (!nc->quiet) {
+        (void)troupe_worker_fail(nc->w, (troupe_status)code, err->msg, NULL);
+    }
     return code;
 }
 
@@ -374,6 +377,12 @@ int tr_comm_nccl_open(troupe_worker_ctx *w, int gpu, uint32_t init_ms, uint32_t 
 int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uint32_t init_ms, uint32_t op_ms,
                             tr_comm **out, tr_err *err)
 {
+    return tr_comm_nccl_open_quiet(w, comm, gpu, init_ms, op_ms, 0, out, err);
+}
+
+int tr_comm_nccl_open_quiet(troupe_worker_ctx *w, const char *comm, int gpu, uint32_t init_ms, uint32_t op_ms,
+                            int quiet, tr_comm **out, tr_err *err)
+{
     troupe_nccl_opts o = {.comm = comm, .device = gpu, .wait_ms = init_ms};
     troupe_nccl_info info;
     troupe_error e = {0};
@@ -390,6 +399,7 @@ int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uin
     }
     snprintf(nc->name, sizeof(nc->name), "%s", info.name);
     nc->w = w;
+    nc->quiet = quiet;
     if ((ce = cudaStreamCreateWithFlags(&nc->s, cudaStreamNonBlocking)) != cudaSuccess) {
         ncclCommAbort(nc->comm);
         free(nc);
@@ -410,7 +420,7 @@ int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uin
            (unsigned long long)info.warmup_ms);
     nc->base =
         (tr_comm){.ops = &nccl_ops, .rank = (int)info.rank, .size = (int)info.size, .timeout_ms = op_ms,
-                  .reports_failures = 1};
+                  .reports_failures = !quiet};
     *out = &nc->base;
     return TROUPE_OK;
 }
