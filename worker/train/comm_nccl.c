@@ -32,6 +32,7 @@ typedef struct nccl_comm {
     int one_rank_avg; /* TROUPE_NCCL_ONE_RANK_AVG=1: keep ncclAvg on one rank (see mean_op) */
     int failed;     /* an error was seen: refuse everything, abort at close */
     int quiet;      /* failures are not reported to the head (an elastic group goes on) */
+    uint32_t epoch; /* the group's communicator epoch this one was built for */
     char name[128]; /* "policy of job 7, epoch 0, rank 0 of 2" */
 } nccl_comm;
 
@@ -62,6 +63,26 @@ static int refuse_if_failed(nccl_comm *nc, tr_err *err)
                           "NCCL communicator %s failed earlier; it only refuses now", nc->name);
     }
     return TROUPE_OK;
+}
+
+/* membership_moved: in an elastic group the head moved the communicator to
+ * a newer epoch (a rank was lost, or one came back). NCCL may never notice
+ * a peer that died inside a kernel on the same host (it waits on memory,
+ * not a socket), so the head's word, which the control poll brings within
+ * its detection time, ends the wait instead of dp.timeout_ms. A local
+ * check, no network. Marks the communicator failed. */
+static int membership_moved(nccl_comm *nc, tr_err *err)
+{
+    troupe_comm_info now = {0};
+    char why[160];
+
+    if (troupe_worker_membership(nc->w, &now, NULL) != TROUPE_OK || now.epoch <= nc->epoch) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "the head moved the group to epoch %u (%u ranks): the ranks rejoin there",
+             now.epoch, now.size);
+    nfail(nc, TROUPE_UNAVAILABLE, err, "collective", why);
+    return 1;
 }
 
 /* nccl_wait_device waits for stream s under the deadline, checking the
@@ -103,6 +124,9 @@ static int nccl_wait_device(tr_comm *c, void *stream, tr_err *err)
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if ((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000 < SPIN_US) {
             continue;
+        }
+        if (nc->quiet && membership_moved(nc, err)) {
+            return TROUPE_UNAVAILABLE;
         }
         struct timespec ts = {0, sleep_us * 1000};
         nanosleep(&ts, NULL);
@@ -400,6 +424,7 @@ int tr_comm_nccl_open_quiet(troupe_worker_ctx *w, const char *comm, int gpu, uin
     snprintf(nc->name, sizeof(nc->name), "%s", info.name);
     nc->w = w;
     nc->quiet = quiet;
+    nc->epoch = info.epoch;
     if ((ce = cudaStreamCreateWithFlags(&nc->s, cudaStreamNonBlocking)) != cudaSuccess) {
         ncclCommAbort(nc->comm);
         free(nc);
