@@ -39,7 +39,8 @@
  *   dp.mode                auto | on | off: data parallelism under troupe; auto = when
  *                          WORLD_SIZE > 1, on = also at world size 1 (to measure the
  *                          path), off = every rank trains alone (default auto)
- *   dp.init_timeout_ms     deadline for joining the group's communicator (default 600000)
+ *   dp.init_timeout_ms     deadline for joining the group's communicator (dp.elastic: also for
+ *                          the group's next membership) (default 600000)
  *   dp.timeout_ms          deadline of every collective (default 300000)
  *   dp.grad_dtype          fp32 | bf16: gradient all-reduce type on CUDA (default fp32;
  *                          the CPU collective always reduces fp32)

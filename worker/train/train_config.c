@@ -63,7 +63,7 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"dp.mode", TR_CFG_STRING, F(dp_mode), "auto", TR_CFG_UNBOUNDED, 0,
      "data parallelism under troupe: auto (when WORLD_SIZE > 1) | on (also at 1) | off"},
     {"dp.init_timeout_ms", TR_CFG_INT, F(dp_init_timeout_ms), "600000", 1, 86400000, 0,
-     "deadline for joining the group's communicator"},
+     "deadline for joining the group's communicator (dp.elastic: also for the group's next membership)"},
     {"dp.timeout_ms", TR_CFG_INT, F(dp_timeout_ms), "300000", 1, 86400000, 0,
      "deadline of every collective (gradients, loss, checkpoints)"},
     {"dp.grad_dtype", TR_CFG_STRING, F(dp_grad_dtype), "fp32", TR_CFG_UNBOUNDED, 0,

@@ -80,3 +80,14 @@ pass "4 -> 3 with micro_batch 2: refused ($(job_reason "$id"))"
 "$TRAIN_BIN" --config "$T/train.yaml" --set dp.zero=1 --check-config >"$T/zero.out" 2>&1 && fail "dp.elastic with dp.zero 1 accepted"
 grep -q "dp.elastic with dp.zero 1: a lost rank takes its shard" "$T/zero.out" || fail "dp.zero refusal: $(cat "$T/zero.out")"
 pass "dp.elastic with dp.zero 1 refused"
+
+# Below min_workers: two of 3 ranks killed at once leave 1 < 2; the head's
+# rules apply (no restarts: the job fails) and the survivor, waiting for a
+# membership that will not come, ends with the job instead of hanging.
+id=$(elastic_job below 3 2 2 "$T/long.yaml" "$T/b")
+wait_for 60 "rank 2 to finish 5 steps" lines_at_least "$T/b.2" 5
+p1=$(train_pid "$id" policy-1) && p2=$(train_pid "$id" policy-2) || fail "no troupe-train processes for policy-1/2"
+kill -9 "$p1" "$p2"
+wait_for 60 "job $id to fail" is_job_state "$id" FAILED
+wait_for 20 "no worker process left" no_workers
+pass "3 -> 1 below min_workers 2: FAILED ($(job_reason "$id")), no process left"
