@@ -23,20 +23,41 @@
 # start (its process's start time from /proc, or when the job first listed
 # it at attempt 1 if that is earlier) to its first step at full size. ELASTIC_STEPS (default 400).
 # Exits 77 without 2 GPUs (a failure under TROUPE_REQUIRE_GPU=1). No jq.
+# TROUPE_GPU_DRYRUN=1 checks the script's logic on any machine
+# (integration.dp.elastic_gpu_dryrun): 2 simulated GPUs, troupe-train's CPU
+# backend on the CPU collective with a small model (B 2, 600 steps), 1e-5.
 source "$(dirname "$0")/../../integration/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
 COMPARE=$HERE/../../integration/dp/compare.py
 
 source "$(dirname "$0")/gpu_lib.bash"
-gpu_require nccl
-N=$(nvidia-smi -L | grep -c '^GPU ')
-[ "$N" -ge 2 ] || skip "an elastic group of 2 ranks needs 2 GPUs, this machine has $N"
-B=${ELASTIC_B:-8}
-STEPS=${ELASTIC_STEPS:-400}
+DRY=${TROUPE_GPU_DRYRUN:-0}
+if [ "$DRY" = 1 ]; then
+    OUTDIR=${GPU_OUT:-$T/out}
+    mkdir -p "$OUTDIR"
+    B=${ELASTIC_B:-2} STEPS=${ELASTIC_STEPS:-600} TOL=${ELASTIC_TOL:-1e-5}
+    WHAT="small model on 2 simulated GPUs (CPU collective)"
+    MODEL="device: cpu
+model: {layers: 2, width: 32, heads: 2, seq_len: 16}"
+    DATA_ARGS=(--tokens 16384)
+else
+    gpu_require nccl
+    N=$(nvidia-smi -L | grep -c '^GPU ')
+    [ "$N" -ge 2 ] || skip "an elastic group of 2 ranks needs 2 GPUs, this machine has $N"
+    B=${ELASTIC_B:-8} STEPS=${ELASTIC_STEPS:-400} TOL=${ELASTIC_TOL:-5e-2}
+    WHAT="124M on 2 GPUs"
+    MODEL="device: cuda
+model: {layers: 12, width: 768, heads: 12, seq_len: 1024, vocab: 50257}"
+    DATA_ARGS=(--vocab 50257 --tokens 4000000)
+fi
 KILL_AT=${ELASTIC_KILL_AT:-40}
 
 start_head --heartbeat-ms 200 --suspect-after 5 --dead-after 25 --restart-backoff-ms 1000
-"$NODE_BIN" --head "$HEAD" --name gpu0 --state-dir "$T/node-gpu0" >>"$T/node-gpu0.log" 2>&1 &
+if [ "$DRY" = 1 ]; then
+    "$NODE_BIN" --head "$HEAD" --name gpu0 --fake-gpus 2xH200:141GB --state-dir "$T/node-gpu0" >>"$T/node-gpu0.log" 2>&1 &
+else
+    "$NODE_BIN" --head "$HEAD" --name gpu0 --state-dir "$T/node-gpu0" >>"$T/node-gpu0.log" 2>&1 &
+fi
 PIDS+=("$!")
 wait_for 30 "the node agent to register with its real GPUs" alive_count
 
@@ -48,13 +69,20 @@ last_step() {
     s=$([ -f "$1" ] && tail -n 1 "$1" | sed -n 's/^{"step":\([0-9]*\),.*/\1/p')
     echo "${s:-0}"
 }
+# tt_pid ID WORKER: the pid of worker WORKER's troupe-train (the job lists the
+# agent's supervisor, whose only child is bash exec'ing it); lib.sh's
+# train_pid needs jq, which the GPU machines lack.
+tt_pid() {
+    local shim
+    shim=$(cli -o json job "$1" | js "[w['pid'] for w in d['workers'] if w['name'] == 'job$1-$2'][0]")
+    pgrep -P "$shim" troupe-train
+}
 kinds() { cli -o json job "$1" | js '" ".join(m["kind"] for m in d.get("membership") or [])'; }
 
-"$TRAIN_BIN" --make-data "$T/big.tok" --vocab 50257 --tokens 4000000 >/dev/null
+"$TRAIN_BIN" --make-data "$T/big.tok" "${DATA_ARGS[@]}" >/dev/null
 cat >"$T/big.yaml" <<YAML
 seed: 1
-device: cuda
-model: {layers: 12, width: 768, heads: 12, seq_len: 1024, vocab: 50257}
+$MODEL
 train: {steps: $STEPS, micro_batch: $B, warmup_steps: 10, precision: bf16}
 data: {path: $T/big.tok, val_fraction: 0}
 eval: {every: 0}
@@ -77,7 +105,7 @@ env: {NCCL_NVLS_ENABLE: "0"}
 YAML
 id=$(submit "$T/elastic.yaml")
 wait_for 300 "rank 1 to finish $KILL_AT steps" lines_at_least "$OUTDIR/m.1" "$KILL_AT"
-pid=$(train_pid "$id" policy-1) || fail "no troupe-train process for policy-1"
+pid=$(tt_pid "$id" policy-1) || fail "no troupe-train process for policy-1"
 at=$(last_step "$OUTDIR/m.0")
 t_kill=$(now_ms)
 kill -9 "$pid"
@@ -105,7 +133,7 @@ while [ "$(last_step "$OUTDIR/m.1")" -le "$killed" ]; do
 done
 t_full=$(now_ms)
 # the replacement's process start, from /proc (10 ms ticks), beside the poll
-rpid=$(train_pid "$id" policy-1) && t_repl_proc=$(python3 - "$rpid" <<'PY'
+rpid=$(tt_pid "$id" policy-1) && t_repl_proc=$(python3 - "$rpid" <<'PY'
 import os, sys, time
 tick = os.sysconf("SC_CLK_TCK")
 start = int(open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()[19]) / tick
@@ -122,7 +150,7 @@ cli job "$id" >"$OUTDIR/job.txt" 2>&1 || true
 grep -q "policy-0\] .*elastic: rank 0 of 1 (was 2 ranks)" "$OUTDIR/elastic.log" || fail "rank 0 did not go on alone: $(grep elastic: "$OUTDIR/elastic.log")"
 grep -q "policy-1\] .*elastic: joined the group as rank 1 of 2" "$OUTDIR/elastic.log" || fail "the replacement did not join: $(grep elastic: "$OUTDIR/elastic.log")"
 grep -q "policy-0\] .*elastic: rank 0 of 2 (was 1 ranks)" "$OUTDIR/elastic.log" || fail "rank 0 did not meet the replacement: $(grep elastic: "$OUTDIR/elastic.log")"
-curve=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/m.0" --tol "${ELASTIC_TOL:-5e-2}") || fail "rank 0's curve vs micro_batch $((2 * B)) alone: $curve"
+curve=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/m.0" --tol "$TOL") || fail "rank 0's curve vs micro_batch $((2 * B)) alone: $curve"
 shrink_ms=$((t_shrunk - t_kill)); grow_ms=$((t_full - t_repl))
 grep -h "elastic:" "$OUTDIR/elastic.log" | sed 's/^/  /'
 python3 - "$OUTDIR/elastic.json" <<PY
@@ -130,4 +158,4 @@ import json, sys
 json.dump({"kill_to_next_step_ms": $shrink_ms, "replacement_start_to_full_step_ms": $grow_ms,
            "killed_after_step": $at, "micro_batch": $B, "steps": $STEPS}, open(sys.argv[1], "w"), indent=1)
 PY
-pass "124M on 2 GPUs, rank 1 killed after step $at: rank 0 went on alone, next step $shrink_ms ms after the kill; replacement start to first step at 2 ranks $grow_ms ms; SUCCEEDED with 2; curve vs micro_batch $((2 * B)) alone: $curve"
+pass "$WHAT, rank 1 killed after step $at: rank 0 went on alone, next step $shrink_ms ms after the kill; replacement start to first step at 2 ranks $grow_ms ms; SUCCEEDED with 2; curve vs micro_batch $((2 * B)) alone: $curve"
