@@ -125,17 +125,25 @@ static int elastic_rejoin(void *user, tr_comm **c, tr_err *err)
     tr_comm_abort(*c);
     *c = NULL;
     a->comm = NULL;
-    st = troupe_worker_await_membership(w, a->group_epoch, wait_ms, &m, &e);
-    if (st != TROUPE_OK) {
-        return tr_err_set(err, st,
-                          "dp.elastic: no membership of the group after epoch %u within %u ms "
-                          "(dp.init_timeout_ms): %s",
-                          a->group_epoch, wait_ms, e.message[0] ? e.message : troupe_strerror(st));
+    for (;;) {
+        st = troupe_worker_await_membership(w, a->group_epoch, wait_ms, &m, &e);
+        if (st != TROUPE_OK) {
+            return tr_err_set(err, st,
+                              "dp.elastic: no membership of the group after epoch %u within %u ms "
+                              "(dp.init_timeout_ms): %s",
+                              a->group_epoch, wait_ms, e.message[0] ? e.message : troupe_strerror(st));
+        }
+        a->group_epoch = m.epoch;
+        if ((rv = elastic_open(a, c, err)) == TROUPE_OK) {
+            a->comm = *c;
+            return TROUPE_OK;
+        }
+        /* a second loss while the ranks met: that epoch never stands, the
+         * head's next one may */
+        TR_LOG(TR_LOG_NOTICE, "elastic: the communicator of epoch %u did not stand (%s); waiting for the next",
+               m.epoch, err->msg);
+        tr_err_clear(err);
     }
-    a->group_epoch = m.epoch;
-    rv = elastic_open(a, c, err);
-    a->comm = *c;
-    return rv;
 }
 
 /* elastic_moved (tr_train_config.membership_moved): the control poll told
