@@ -83,6 +83,10 @@ typedef struct tr_comm_ops {
                                  void *stream, tr_err *err);
     int (*allgather_device)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dtype, void *stream,
                             tr_err *err);
+    /* abort (optional, NULL: close with failed = 1) frees c without waiting
+     * on any peer: for a communicator whose peer is gone when this rank goes
+     * on without it (an elastic group's new membership). */
+    void (*abort)(tr_comm *c);
 } tr_comm_ops;
 
 /* Every communicator struct starts with this header. */
@@ -109,6 +113,16 @@ static inline void tr_comm_close(tr_comm *c, int failed)
 {
     if (c != NULL) {
         c->ops->close(c, failed);
+    }
+}
+
+/* tr_comm_abort frees c without a goodbye to its peers (NULL is a no-op). */
+static inline void tr_comm_abort(tr_comm *c)
+{
+    if (c != NULL && c->ops->abort != NULL) {
+        c->ops->abort(c);
+    } else if (c != NULL) {
+        c->ops->close(c, 1);
     }
 }
 

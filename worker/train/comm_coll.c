@@ -87,6 +87,13 @@ static void coll_close(tr_comm *c, int failed)
     free(cc);
 }
 
+static void coll_abort(tr_comm *c)
+{
+    coll_comm *cc = (coll_comm *)c;
+    troupe_coll_abort(cc->c);
+    free(cc);
+}
+
 static void coll_set_timeout(tr_comm *c, uint32_t ms)
 {
     troupe_coll_set_timeout(((coll_comm *)c)->c, ms);
@@ -103,6 +110,7 @@ static const tr_comm_ops coll_ops = {
     .set_timeout = coll_set_timeout,
     .reduce_scatter = coll_reduce_scatter,
     .allgather = coll_allgather,
+    .abort = coll_abort,
 };
 
 int tr_comm_coll_open(troupe_worker_ctx *w, uint32_t init_ms, uint32_t op_ms, tr_comm **out, tr_err *err)

@@ -31,6 +31,8 @@ typedef struct nccl_comm {
     void *pinned;   /* HOST_PINNED bytes of pinned host memory for small host operations */
     int one_rank_avg; /* TROUPE_NCCL_ONE_RANK_AVG=1: keep ncclAvg on one rank (see mean_op) */
     int failed;     /* an error was seen: refuse everything, abort at close */
+    int quiet;      /* failures are not reported to the head (an elastic group goes on) */
+    uint32_t epoch; /* the group's communicator epoch this one was built for */
     char name[128]; /* "policy of job 7, epoch 0, rank 0 of 2" */
 } nccl_comm;
 
@@ -48,7 +50,9 @@ static int nfail(nccl_comm *nc, int code, tr_err *err, const char *what, const c
     nc->failed = 1;
     nc->base.failed = 1;
     tr_err_set(err, code, "NCCL communicator %s: %s: %s", nc->name, what, why);
-    (void)troupe_worker_fail(nc->w, (troupe_status)code, err->msg, NULL);
+    if (!nc->quiet) {
+        (void)troupe_worker_fail(nc->w, (troupe_status)code, err->msg, NULL);
+    }
     return code;
 }
 
@@ -59,6 +63,26 @@ static int refuse_if_failed(nccl_comm *nc, tr_err *err)
                           "NCCL communicator %s failed earlier; it only refuses now", nc->name);
     }
     return TROUPE_OK;
+}
+
+/* membership_moved: in an elastic group the head moved the communicator to
+ * a newer epoch (a rank was lost, or one came back). NCCL may never notice
+ * a peer that died inside a kernel on the same host (it waits on memory,
+ * not a socket), so the head's word, which the control poll brings within
+ * its detection time, ends the wait instead of dp.timeout_ms. A local
+ * check, no network. Marks the communicator failed. */
+static int membership_moved(nccl_comm *nc, tr_err *err)
+{
+    troupe_comm_info now = {0};
+    char why[160];
+
+    if (troupe_worker_membership(nc->w, &now, NULL) != TROUPE_OK || now.epoch <= nc->epoch) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "the head moved the group to epoch %u (%u ranks): the ranks rejoin there",
+             now.epoch, now.size);
+    nfail(nc, TROUPE_UNAVAILABLE, err, "collective", why);
+    return 1;
 }
 
 /* nccl_wait_device waits for stream s under the deadline, checking the
@@ -100,6 +124,9 @@ static int nccl_wait_device(tr_comm *c, void *stream, tr_err *err)
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if ((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000 < SPIN_US) {
             continue;
+        }
+        if (nc->quiet && membership_moved(nc, err)) {
+            return TROUPE_UNAVAILABLE;
         }
         struct timespec ts = {0, sleep_us * 1000};
         nanosleep(&ts, NULL);
@@ -374,6 +401,12 @@ int tr_comm_nccl_open(troupe_worker_ctx *w, int gpu, uint32_t init_ms, uint32_t 
 int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uint32_t init_ms, uint32_t op_ms,
                             tr_comm **out, tr_err *err)
 {
+    return tr_comm_nccl_open_quiet(w, comm, gpu, init_ms, op_ms, 0, out, err);
+}
+
+int tr_comm_nccl_open_quiet(troupe_worker_ctx *w, const char *comm, int gpu, uint32_t init_ms, uint32_t op_ms,
+                            int quiet, tr_comm **out, tr_err *err)
+{
     troupe_nccl_opts o = {.comm = comm, .device = gpu, .wait_ms = init_ms};
     troupe_nccl_info info;
     troupe_error e = {0};
@@ -390,6 +423,8 @@ int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uin
     }
     snprintf(nc->name, sizeof(nc->name), "%s", info.name);
     nc->w = w;
+    nc->quiet = quiet;
+    nc->epoch = info.epoch;
     if ((ce = cudaStreamCreateWithFlags(&nc->s, cudaStreamNonBlocking)) != cudaSuccess) {
         ncclCommAbort(nc->comm);
         free(nc);
@@ -410,7 +445,7 @@ int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uin
            (unsigned long long)info.warmup_ms);
     nc->base =
         (tr_comm){.ops = &nccl_ops, .rank = (int)info.rank, .size = (int)info.size, .timeout_ms = op_ms,
-                  .reports_failures = 1};
+                  .reports_failures = !quiet};
     *out = &nc->base;
     return TROUPE_OK;
 }

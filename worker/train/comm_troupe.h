@@ -36,6 +36,12 @@ void *tr_comm_nccl_handle(tr_comm *c);
  * worker's group; else one of the job's `communicators:`). */
 int tr_comm_nccl_open_named(troupe_worker_ctx *w, const char *comm, int gpu, uint32_t init_ms, uint32_t op_ms,
                             tr_comm **out, tr_err *err);
+
+/* tr_comm_nccl_open_quiet is tr_comm_nccl_open_named whose failures are not
+ * reported to the head when quiet (an elastic group goes on without the
+ * peer that is gone; the caller rejoins). */
+int tr_comm_nccl_open_quiet(troupe_worker_ctx *w, const char *comm, int gpu, uint32_t init_ms, uint32_t op_ms,
+                            int quiet, tr_comm **out, tr_err *err);
 #endif
 
 #endif

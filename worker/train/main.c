@@ -44,6 +44,7 @@ typedef struct args {
     tr_comm *refit;    /* the refit communicator (policy and generation), when the job has one */
     tr_refit_gather gather;
     uint32_t refit_epoch;
+    uint32_t group_epoch; /* dp.elastic: the epoch of comm */
     const tr_train_config *cfg;
 } args;
 
@@ -86,6 +87,76 @@ static int on_gpu(const tr_train_config *cfg)
 #endif
 }
 
+/* elastic_open joins the group's communicator of the current epoch for
+ * dp.elastic: quiet, since a peer's loss is not this rank's failure (the
+ * group goes on without it). */
+static int elastic_open(args *a, tr_comm **c, tr_err *err)
+{
+    const tr_train_config *cfg = a->cfg;
+    troupe_worker_ctx *w = tr_troupe_worker(a->troupe);
+    uint32_t init_ms = (uint32_t)cfg->dp_init_timeout_ms, op_ms = (uint32_t)cfg->dp_timeout_ms;
+
+    if (on_gpu(cfg)) {
+#if defined(TR_HAVE_CUDA) && defined(TR_HAVE_NCCL)
+        return tr_comm_nccl_open_quiet(w, NULL, (int)cfg->gpu, init_ms, op_ms, 1, c, err);
+#else
+        return tr_err_set(err, TROUPE_UNIMPLEMENTED,
+                          "data parallelism on the GPU needs NCCL, and this troupe-train was built without it");
+#endif
+    }
+    return tr_comm_coll_open_named(w, NULL, init_ms, op_ms, 1, c, err);
+}
+
+/* elastic_rejoin (tr_train_config.rejoin): drops the broken communicator
+ * without waiting on its peers (NCCL: ncclCommAbort), waits for the head's
+ * next membership of the group (dp.init_timeout_ms) and joins the new
+ * epoch's communicator (NCCL: its rank 0 publishes a new ID through the
+ * head, as at the start). */
+static int elastic_rejoin(void *user, tr_comm **c, tr_err *err)
+{
+    args *a = user;
+    troupe_worker_ctx *w = tr_troupe_worker(a->troupe);
+    troupe_comm_info m = {0};
+    troupe_error e = {0};
+    uint32_t wait_ms = (uint32_t)a->cfg->dp_init_timeout_ms;
+    troupe_status st;
+    int rv;
+
+    tr_comm_abort(*c);
+    *c = NULL;
+    a->comm = NULL;
+    for (;;) {
+        st = troupe_worker_await_membership(w, a->group_epoch, wait_ms, &m, &e);
+        if (st != TROUPE_OK) {
+            return tr_err_set(err, st,
+                              "dp.elastic: no membership of the group after epoch %u within %u ms "
+                              "(dp.init_timeout_ms): %s",
+                              a->group_epoch, wait_ms, e.message[0] ? e.message : troupe_strerror(st));
+        }
+        a->group_epoch = m.epoch;
+        if ((rv = elastic_open(a, c, err)) == TROUPE_OK) {
+            a->comm = *c;
+            return TROUPE_OK;
+        }
+        /* a second loss while the ranks met: that epoch never stands, the
+         * head's next one may */
+        TR_LOG(TR_LOG_NOTICE, "elastic: the communicator of epoch %u did not stand (%s); waiting for the next",
+               m.epoch, err->msg);
+        tr_err_clear(err);
+    }
+}
+
+/* elastic_moved (tr_train_config.membership_moved): the control poll told
+ * a newer epoch than this rank's communicator (the group grew back). */
+static int elastic_moved(void *user)
+{
+    args *a = user;
+    troupe_comm_info now = {0};
+
+    return troupe_worker_membership(tr_troupe_worker(a->troupe), &now, NULL) == TROUPE_OK &&
+           now.epoch > a->group_epoch;
+}
+
 /* group_comm joins the worker group's communicator under troupe: NCCL when
  * training runs on a GPU (always, so that the GPU path is exercised even at
  * world size 1), the CPU collective otherwise when data parallelism is on
@@ -98,7 +169,20 @@ static int group_comm(args *a, tr_train_config *cfg, tr_err *err)
     uint32_t init_ms = (uint32_t)cfg->dp_init_timeout_ms, op_ms = (uint32_t)cfg->dp_timeout_ms;
     int rv = TROUPE_OK;
 
-    if (on_gpu(cfg)) {
+    if (dp && cfg->dp_elastic) {
+        troupe_comm_info info = {0};
+        troupe_error e = {0};
+        troupe_status st = troupe_worker_comm_info(tr_troupe_worker(a->troupe), NULL, &info, &e);
+        if (st != TROUPE_OK) {
+            return tr_err_set(err, st, "dp.elastic: the group's communicator: %s", e.message);
+        }
+        a->group_epoch = info.epoch;
+        cfg->rejoin = elastic_rejoin;
+        cfg->membership_moved = elastic_moved;
+        cfg->elastic_user = a;
+        cfg->placed_size = (int)s->world_size;
+        rv = elastic_open(a, &a->comm, err);
+    } else if (on_gpu(cfg)) {
 #if defined(TR_HAVE_CUDA) && defined(TR_HAVE_NCCL)
         rv = tr_comm_nccl_open(tr_troupe_worker(a->troupe), (int)cfg->gpu, init_ms, op_ms, &a->comm, err);
 #else

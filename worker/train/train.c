@@ -35,6 +35,11 @@ typedef struct run {
     float *params; /* host copy for init */
     int32_t *in, *tg;
     int B, T;
+    /* Bg: sequences of each global micro-batch, B times the ranks the group
+     * was placed with; it stays when an elastic group changes size, and
+     * share = Bg / size is this rank's part of it (B until then), computed
+     * in chunks of at most B. */
+    int Bg, share;
     uint64_t rng; /* batch sampler state, checkpointed */
     int64_t step; /* optimiser steps completed */
     uint64_t tokens_seen;
@@ -226,7 +231,7 @@ static int resume_dp(run *r, tr_err *err)
         TR_LOG(TR_LOG_NOTICE, "resumed checkpoint=%s step=%lld", r->ckpt_path, (long long)r->step);
     }
     if (rv == TROUPE_OK) {
-        rv = tr_dp_pos_read(r->cfg->checkpoint_dir, r->rank, r->size, r->B, r->step, &r->rng, err);
+        rv = tr_dp_pos_read(r->cfg->checkpoint_dir, r->rank, r->size, r->share, r->step, &r->rng, err);
         rv = tr_dp_agree(r->comm, rv, "find its data position", err);
     }
     if (rv == TROUPE_OK) {
@@ -234,6 +239,18 @@ static int resume_dp(run *r, tr_err *err)
         r->pos_rng = r->rng;
         TR_LOG(TR_LOG_NOTICE, "resumed rank=%d of %d step=%lld (model from rank 0, own data position)",
                r->rank, r->size, (long long)r->step);
+    }
+    return rv;
+}
+
+/* ckpt_dir makes checkpoint.dir and names the model file in it (when set). */
+static int ckpt_dir(run *r, tr_err *err)
+{
+    const char *dir = r->cfg->checkpoint_dir;
+    int rv = dir != NULL ? ensure_dir(dir, err) : TROUPE_OK;
+
+    if (rv == TROUPE_OK && dir != NULL) {
+        snprintf(r->ckpt_path, sizeof(r->ckpt_path), "%s/ckpt.bin", dir);
     }
     return rv;
 }
@@ -246,12 +263,8 @@ static int init_or_resume(run *r, tr_err *err)
     int rv;
 
     r->rng = (uint64_t)c->seed * 0x9E3779B97F4A7C15ull + 1;
-    if (c->checkpoint_dir != NULL) {
-        rv = ensure_dir(c->checkpoint_dir, err);
-        if (rv != TROUPE_OK) {
-            return rv;
-        }
-        snprintf(r->ckpt_path, sizeof(r->ckpt_path), "%s/ckpt.bin", c->checkpoint_dir);
+    if ((rv = ckpt_dir(r, err)) != TROUPE_OK) {
+        return rv;
     }
     if (r->comm != NULL) {
         return resume_dp(r, err);
@@ -327,7 +340,9 @@ static int save_checkpoint(run *r, tr_err *err)
     if (r->comm == NULL) {
         return save_model(r, NULL, NULL, err);
     }
-    rv = tr_dp_pos_write(r->cfg->checkpoint_dir, r->rank, r->size, r->B, r->step, r->rng, r->pos_step,
+    /* the share as the micro-batch: size x share is the global batch, which
+     * is what a resume on another layout checks */
+    rv = tr_dp_pos_write(r->cfg->checkpoint_dir, r->rank, r->size, r->share, r->step, r->rng, r->pos_step,
                          r->pos_rng, err);
     rv = tr_dp_agree(r->comm, rv, "write its data position", err);
     if (rv == TROUPE_OK) {
@@ -349,7 +364,7 @@ static int save_checkpoint(run *r, tr_err *err)
 static void val_shape(const run *r, int *Bg, size_t *nb)
 {
     size_t windows = r->data.val_count > (size_t)r->T ? (r->data.val_count - 1) / (size_t)r->T : 0;
-    size_t want = (size_t)r->B * (size_t)r->size;
+    size_t want = (size_t)r->Bg;
 
     *Bg = windows < want ? (int)windows : (int)want;
     *nb = *Bg > 0 ? tr_data_val_batches(&r->data, *Bg, r->T) : 0;
@@ -368,14 +383,17 @@ static int evaluate(run *r, double *val, tr_err *err)
 
     *val = NAN;
     for (size_t k = 0; k < nb && hi > lo; k++) {
-        float loss;
-        int rv;
-        tr_data_val_shard(&r->data, k, Bg, lo, hi - lo, r->T, r->in, r->tg);
-        rv = r->b->ops->forward_loss(r->b, r->in, r->tg, hi - lo, r->T, &loss, err);
-        if (rv != TROUPE_OK) {
-            return rv;
+        for (int c0 = lo; c0 < hi; c0 += r->B) { /* a share above B (fewer ranks) in chunks of B */
+            int n = hi - c0 < r->B ? hi - c0 : r->B;
+            float loss;
+            int rv;
+            tr_data_val_shard(&r->data, k, Bg, c0, n, r->T, r->in, r->tg);
+            rv = r->b->ops->forward_loss(r->b, r->in, r->tg, n, r->T, &loss, err);
+            if (rv != TROUPE_OK) {
+                return rv;
+            }
+            sum += n == Bg ? (double)loss : (double)loss * n / Bg;
         }
-        sum += hi - lo == Bg ? (double)loss : (double)loss * (hi - lo) / Bg;
     }
     if (r->comm != NULL && nb > 0) {
         float s = (float)sum;
@@ -450,8 +468,24 @@ static int dp_reduce(run *r, tr_train_metrics *m, tr_err *err)
     return rv;
 }
 
-/* train_step runs one optimiser step (r->step, 0-based) and fills m. */
+static int train_step_once(run *r, tr_train_metrics *m, tr_err *err);
+
+/* train_step runs one optimiser step (r->step, 0-based) and fills m. A
+ * step that fails leaves the sampler where it was before it, so that the
+ * step can be redone (an elastic group's new membership) with the same
+ * batches. */
 static int train_step(run *r, tr_train_metrics *m, tr_err *err)
+{
+    uint64_t rng = r->rng;
+    int rv = train_step_once(r, m, err);
+
+    if (rv != TROUPE_OK) {
+        r->rng = rng;
+    }
+    return rv;
+}
+
+static int train_step_once(run *r, tr_train_metrics *m, tr_err *err)
 {
     const tr_backend_ops *ops = r->b->ops;
     int64_t accum = r->cfg->accum_steps;
@@ -466,20 +500,34 @@ static int train_step(run *r, tr_train_metrics *m, tr_err *err)
     int rv = ops->zero_grads(r->b, err);
 
     for (int64_t k = 0; k < accum && rv == TROUPE_OK; k++) {
-        float loss = 0.0f;
-        double f0;
-        tr_data_train_shard(&r->data, &r->rng, r->B * r->size, r->B * r->rank, r->B, r->T, r->in, r->tg);
-        f0 = now_ms();
-        /* the last micro-batch's backward makes the gradients final: a
-         * backend that can starts their all-reduce during it */
-        if (k == accum - 1 && r->comm != NULL && ops->allreduce_start != NULL) {
-            rv = ops->allreduce_start(r->b, r->comm, err);
+        uint64_t rng0 = r->rng;
+        /* This rank's share of the global micro-batch, in chunks of at most
+         * B (more than one only after an elastic group shrank); each chunk
+         * draws the same global micro-batch from the same sampler state, so
+         * the sampler advances once per micro-batch whatever the size. Each
+         * chunk's loss scale is its part of the rank's sequences of the step,
+         * so the accumulated gradient is their mean: 1/accum when the share
+         * is one chunk, as before. */
+        for (int c0 = 0; c0 < r->share && rv == TROUPE_OK; c0 += r->B) {
+            int n = r->share - c0 < r->B ? r->share - c0 : r->B;
+            float loss = 0.0f;
+            double f0;
+            r->rng = rng0;
+            tr_data_train_shard(&r->data, &r->rng, r->Bg, r->share * r->rank + c0, n, r->T, r->in, r->tg);
+            f0 = now_ms();
+            /* the last micro-batch's backward makes the gradients final: a
+             * backend that can starts their all-reduce during it */
+            if (k == accum - 1 && c0 + n == r->share && r->comm != NULL && ops->allreduce_start != NULL) {
+                rv = ops->allreduce_start(r->b, r->comm, err);
+            }
+            rv = rv != TROUPE_OK ? rv
+                                 : ops->forward_backward(r->b, r->in, r->tg, n, r->T,
+                                                         (float)n / (float)(accum * r->share), &loss, err);
+            if (rv == TROUPE_OK) {
+                trace_pass(r, f0, now_ms());
+            }
+            loss_sum += (double)loss * n / r->share;
         }
-        rv = rv != TROUPE_OK ? rv : ops->forward_backward(r->b, r->in, r->tg, r->B, r->T, 1.0f / (float)accum, &loss, err);
-        if (rv == TROUPE_OK) {
-            trace_pass(r, f0, now_ms());
-        }
-        loss_sum += loss;
     }
     m->loss = loss_sum / (double)accum;
     if (rv == TROUPE_OK && r->comm != NULL) {
@@ -516,7 +564,7 @@ static int train_step(run *r, tr_train_metrics *m, tr_err *err)
     }
     m->grad_norm = norm;
     m->step_ms = now_ms() - t0;
-    m->tokens = (int64_t)accum * r->B * r->T;
+    m->tokens = (int64_t)accum * r->share * r->T;
     return rv;
 }
 
@@ -615,6 +663,138 @@ static int same_everywhere(run *r, tr_err *err)
     return tr_dp_check_same(r->comm, s, (int)(sizeof(s) / sizeof(s[0])), err);
 }
 
+/* share_error: the group's size does not divide the global micro-batch. */
+static int share_error(const run *r, tr_err *err)
+{
+    return tr_err_set(err, TROUPE_FAILED_PRECONDITION,
+                      "dp.elastic: %d ranks cannot split the global micro-batch of %d sequences (train.micro_batch "
+                      "%d x %d placed ranks) evenly, so the global batch cannot stay the same: choose a "
+                      "micro_batch that every group size from elastic.min_workers to workers divides into",
+                      r->size, r->Bg, r->B, r->Bg / r->B);
+}
+
+/* elastic_sync is the first thing the ranks of a new membership of an
+ * elastic group do together. Each says how many steps it completed (holds:
+ * it has a model; a replacement or a fresh start has none); when any has
+ * one, the first rank with the most completed steps sends its model,
+ * optimiser state, step, sampler state and data positions to all (in a ring
+ * a rank may finish an all-reduce that its neighbour did not, so the ranks
+ * may be a step apart; none redoes a step another applied), and the
+ * settings are checked as at the start. *joined: the state was taken (0:
+ * no rank had any, a fresh start). Steps are counted in floats: exact to
+ * 2^24. */
+static int elastic_sync(run *r, int holds, int *joined, tr_err *err)
+{
+    size_t n = r->b->num_params;
+    float *done = calloc((size_t)r->size, sizeof(float)), *buf = NULL;
+    int64_t hdr[5] = {r->step, (int64_t)r->rng, (int64_t)r->tokens_seen, r->pos_step, (int64_t)r->pos_rng};
+    int src = 0, rv;
+
+    *joined = 0;
+    if (done == NULL) {
+        return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %d ranks' step counts", r->size);
+    }
+    done[r->rank] = holds ? (float)(r->step + 1) : 0.0f;
+    rv = r->comm->ops->allreduce(r->comm, done, (size_t)r->size, TR_COMM_SUM, err);
+    for (int i = 1; rv == TROUPE_OK && i < r->size; i++) {
+        src = done[i] > done[src] ? i : src;
+    }
+    if (rv != TROUPE_OK || done[src] == 0.0f) {
+        free(done);
+        return rv;
+    }
+    free(done);
+    if ((rv = r->comm->ops->broadcast(r->comm, hdr, sizeof(hdr), src, err)) != TROUPE_OK) {
+        return rv;
+    }
+    if ((buf = malloc(3 * n * sizeof(float))) == NULL) {
+        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters to take rank %d's model",
+                        n, src);
+    }
+    if (rv == TROUPE_OK && r->rank == src) {
+        rv = r->b->ops->get_params(r->b, buf, err);
+        rv = rv == TROUPE_OK ? r->b->ops->get_opt_state(r->b, buf + n, buf + 2 * n, err) : rv;
+    }
+    rv = tr_dp_agree(r->comm, rv, "hold the model state to send", err);
+    if (rv == TROUPE_OK) {
+        rv = r->comm->ops->broadcast(r->comm, buf, 3 * n * sizeof(float), src, err);
+    }
+    if (rv == TROUPE_OK && r->rank != src) {
+        rv = r->b->ops->set_params(r->b, buf, err);
+        rv = rv == TROUPE_OK ? r->b->ops->set_opt_state(r->b, buf + n, buf + 2 * n, err) : rv;
+    }
+    free(buf);
+    if (r->comm->failed) {
+        return rv;
+    }
+    rv = tr_dp_agree(r->comm, rv, "take the model state", err);
+    if (rv == TROUPE_OK) {
+        if (hdr[0] != r->step || !holds) {
+            TR_LOG(TR_LOG_NOTICE, "elastic: took the state after step %lld from rank %d (this rank had %s)",
+                   (long long)hdr[0], src, holds ? "another step" : "none");
+        }
+        r->step = hdr[0];
+        r->rng = (uint64_t)hdr[1];
+        r->tokens_seen = (uint64_t)hdr[2];
+        r->pos_step = hdr[3];
+        r->pos_rng = (uint64_t)hdr[4];
+        rv = ckpt_dir(r, err);
+        rv = tr_dp_agree(r->comm, rv, "make checkpoint.dir", err);
+    }
+    if (rv == TROUPE_OK) {
+        rv = same_everywhere(r, err);
+    }
+    *joined = rv == TROUPE_OK;
+    return rv;
+}
+
+/* elastic_lost: the step's collective failed and the group may go on
+ * without the peer (dp.elastic). */
+static int elastic_lost(const run *r)
+{
+    return r->cfg->rejoin != NULL && r->comm != NULL && r->comm->failed;
+}
+
+/* elastic_rebuild: after the communicator failed (or the membership grew),
+ * until the ranks of a newer epoch stand together and hold one state, or
+ * the group has no new membership for this rank (that error ends the run).
+ * A failure while they meet (a second loss) waits for the next epoch. */
+static int elastic_rebuild(run *r, const char *cause, tr_err *err)
+{
+    double t0 = now_ms(), t_join = t0;
+    int from = r->size, joined = 0, rv;
+    char why[512];
+
+    snprintf(why, sizeof(why), "%s", cause);
+    TR_LOG(TR_LOG_NOTICE, "elastic: rank %d of %d at step %lld: %s; waiting for the group's new membership",
+           r->rank, r->size, (long long)r->step + 1, why);
+    for (;;) {
+        tr_err_clear(err);
+        if ((rv = r->cfg->rejoin(r->cfg->elastic_user, &r->comm, err)) != TROUPE_OK) {
+            return rv;
+        }
+        t_join = now_ms();
+        r->rank = r->comm->rank;
+        r->size = r->comm->size;
+        if (r->Bg % r->size != 0) {
+            return share_error(r, err);
+        }
+        r->share = r->Bg / r->size;
+        if ((rv = elastic_sync(r, 1, &joined, err)) == TROUPE_OK) {
+            break;
+        }
+        if (!r->comm->failed) {
+            return rv;
+        }
+        TR_LOG(TR_LOG_NOTICE, "elastic: the new membership did not stand (%s); waiting for the next", err->msg);
+    }
+    TR_LOG(TR_LOG_NOTICE,
+           "elastic: rank %d of %d (was %d ranks) at step %lld, %d sequences per micro-batch of %d: membership "
+           "and communicator %.0f ms, state %.0f ms",
+           r->rank, r->size, from, (long long)r->step + 1, r->share, r->Bg, t_join - t0, now_ms() - t_join);
+    return TROUPE_OK;
+}
+
 /* run_open does everything before the first step, and logs where the time
  * went (a slow start is otherwise invisible: the first metrics line comes
  * after all of it). */
@@ -629,6 +809,11 @@ static int run_open(run *r, tr_err *err)
     r->comm = c->comm;
     r->rank = c->comm != NULL ? c->comm->rank : 0;
     r->size = c->comm != NULL ? c->comm->size : 1;
+    r->Bg = r->B * (c->rejoin != NULL && c->placed_size > 0 ? c->placed_size : r->size);
+    if (r->Bg % r->size != 0) {
+        return share_error(r, err);
+    }
+    r->share = r->Bg / r->size;
 
     rv = tr_data_open(&r->data, c->data_path, c->data_format, c->val_fraction, r->T, err);
     if (rv == TROUPE_OK) {
@@ -663,6 +848,18 @@ static int run_open(run *r, tr_err *err)
     }
     rv = measure_ceiling(r, err);
     t_ceiling = now_ms();
+    if (rv == TROUPE_OK && r->comm != NULL && c->rejoin != NULL) {
+        /* An elastic group may be under way: a replacement takes the
+         * members' state instead of starting from the seed or the file. */
+        int joined = 0;
+        rv = elastic_sync(r, 0, &joined, err);
+        if (rv == TROUPE_OK && joined) {
+            t_checks = now_ms();
+            TR_LOG(TR_LOG_NOTICE, "elastic: joined the group as rank %d of %d at step %lld in %.0f ms", r->rank,
+                   r->size, (long long)r->step, t_checks - t0);
+            return TROUPE_OK;
+        }
+    }
     if (rv == TROUPE_OK && r->comm != NULL) {
         rv = same_everywhere(r, err);
     }
@@ -813,6 +1010,14 @@ int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks,
     int64_t start_step = r.step;
     while (r.step < cfg->steps && !stop) {
         tr_train_metrics m = {.val_loss = NAN, .mfu_gemm = NAN};
+        /* A grown membership is met here, between steps, while the old
+         * communicator still works; a lost peer where a collective fails. */
+        if (cfg->membership_moved != NULL && cfg->membership_moved(cfg->elastic_user)) {
+            if ((rv = elastic_rebuild(&r, "the group's membership changed", err)) != TROUPE_OK) {
+                goto out;
+            }
+            continue;
+        }
         if (hooks != NULL && hooks->begin != NULL &&
             (rv = hooks->begin(r.step + 1, hooks->user, err)) != TROUPE_OK) {
             goto out;
@@ -831,6 +1036,11 @@ int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks,
             if (hooks != NULL && hooks->end != NULL) {
                 hooks->end(r.step + 1, NULL, hooks->user);
             }
+            /* the step in flight is redone by the new membership (unless
+             * a survivor applied it: then its state is taken) */
+            if (elastic_lost(&r) && (rv = elastic_rebuild(&r, err->msg, err)) == TROUPE_OK) {
+                continue;
+            }
             goto out;
         }
         r.step++;
@@ -842,16 +1052,27 @@ int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks,
         if (cfg->eval_every > 0 && due(r.step, cfg->eval_every, cfg->steps)) {
             rv = evaluate(&r, &m.val_loss, err);
             if (rv != TROUPE_OK) {
+                if (elastic_lost(&r) && (rv = elastic_rebuild(&r, err->msg, err)) == TROUPE_OK) {
+                    continue; /* the step is done; its evaluation is lost */
+                }
                 goto out;
             }
         }
         stop = report(&r, &m, cb, user);
         if (r.comm != NULL && (rv = agree_stop(&r, &stop, err)) != TROUPE_OK) {
+            if (elastic_lost(&r) && (rv = elastic_rebuild(&r, err->msg, err)) == TROUPE_OK) {
+                stop = 0; /* a stop asked of this rank alone is asked again after the next step */
+                continue;
+            }
             goto out;
         }
         if (cfg->checkpoint_dir != NULL && (stop || due(r.step, cfg->checkpoint_every, cfg->steps))) {
             rv = save_checkpoint(&r, err);
             if (rv != TROUPE_OK) {
+                /* the next checkpoint is written by the new membership */
+                if (!stop && elastic_lost(&r) && (rv = elastic_rebuild(&r, err->msg, err)) == TROUPE_OK) {
+                    continue;
+                }
                 goto out;
             }
         }

@@ -39,7 +39,8 @@
  *   dp.mode                auto | on | off: data parallelism under troupe; auto = when
  *                          WORLD_SIZE > 1, on = also at world size 1 (to measure the
  *                          path), off = every rank trains alone (default auto)
- *   dp.init_timeout_ms     deadline for joining the group's communicator (default 600000)
+ *   dp.init_timeout_ms     deadline for joining the group's communicator (dp.elastic: also for
+ *                          the group's next membership) (default 600000)
  *   dp.timeout_ms          deadline of every collective (default 300000)
  *   dp.grad_dtype          fp32 | bf16: gradient all-reduce type on CUDA (default fp32;
  *                          the CPU collective always reduces fp32)
@@ -52,6 +53,14 @@
  *                          are reduce-scattered and the weights (CUDA: the bf16 copy)
  *                          all-gathered after the update. Checkpoints hold the whole
  *                          state either way (default 0)
+ *   dp.elastic             follow the group's elastic membership (the job's `elastic:`):
+ *                          when a collective fails because a peer is gone, rejoin the
+ *                          survivors in the head's new epoch, take the model and optimiser
+ *                          state of a rank that completed the last step, and redo the step
+ *                          in flight; a grown membership is joined at a step boundary. The
+ *                          global batch stays that of the starting world size (each rank's
+ *                          share recomputed; a size that does not divide it is refused);
+ *                          not with dp.zero 1 (default false)
  *   dp.fail_grace_ms       after a collective fails because of a peer, wait this long
  *                          before exiting so the peer's own end reaches the head first
  *                          and the job names it (default 2000)
@@ -122,6 +131,7 @@ typedef struct tr_train_config {
     int64_t refit_every, refit_timeout_ms, refit_wait_ms;
     int dp_overlap;
     int64_t dp_zero;
+    int dp_elastic;
     /* Not in the table: set by the program. */
     tr_comm *comm;                    /* data parallelism over this communicator; NULL = alone */
     /* refit, when set: send the weights to the generation group over it
@@ -131,6 +141,16 @@ typedef struct tr_train_config {
     const struct tr_refit_gather *refit_gather; /* the report through the head; NULL: all-reduce */
     void (*on_refit)(const struct tr_refit_stats *st, int rank, void *user);
     void *on_refit_user;
+    /* Elastic data parallelism (dp.elastic; both set by the program, or
+     * both NULL). rejoin, after comm failed or membership_moved said so:
+     * drops *comm without waiting on its peers, waits for the group's next
+     * membership and joins its communicator into *comm (its error ends the
+     * run). membership_moved: at a step boundary, the group's membership is
+     * newer than comm's (a replacement joined). */
+    int (*rejoin)(void *user, tr_comm **comm, tr_err *err);
+    int (*membership_moved)(void *user);
+    void *elastic_user;
+    int placed_size; /* the ranks the group was placed with (WORLD_SIZE); 0: comm's size */
     tr_backend_create_fn create_cuda; /* NULL when built without CUDA */
     /* device_name, when set, names the device the backend runs on ("NVIDIA
      * H200"), for the MFU peak table; NULL on CPU. */

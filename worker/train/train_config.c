@@ -63,7 +63,7 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"dp.mode", TR_CFG_STRING, F(dp_mode), "auto", TR_CFG_UNBOUNDED, 0,
      "data parallelism under troupe: auto (when WORLD_SIZE > 1) | on (also at 1) | off"},
     {"dp.init_timeout_ms", TR_CFG_INT, F(dp_init_timeout_ms), "600000", 1, 86400000, 0,
-     "deadline for joining the group's communicator"},
+     "deadline for joining the group's communicator (dp.elastic: also for the group's next membership)"},
     {"dp.timeout_ms", TR_CFG_INT, F(dp_timeout_ms), "300000", 1, 86400000, 0,
      "deadline of every collective (gradients, loss, checkpoints)"},
     {"dp.grad_dtype", TR_CFG_STRING, F(dp_grad_dtype), "fp32", TR_CFG_UNBOUNDED, 0,
@@ -76,6 +76,10 @@ const tr_cfg_desc tr_train_config_table[] = {
     {"dp.zero", TR_CFG_INT, F(dp_zero), "0", 0, 1, 0,
      "ZeRO-1: 1 = each rank keeps and updates only its shard of the optimiser state (gradients "
      "reduce-scattered, weights all-gathered); 0 = every rank the whole state"},
+    {"dp.elastic", TR_CFG_BOOL, F(dp_elastic), "false", TR_CFG_UNBOUNDED, 0,
+     "follow the group's elastic membership (job `elastic:`): after a peer is lost, rejoin the survivors, "
+     "take the state of one that completed the last step and redo the step in flight with the same global "
+     "batch; grow back at a step boundary"},
     {"dp.fail_grace_ms", TR_CFG_INT, F(dp_fail_grace_ms), "2000", 0, 600000, 0,
      "after a peer's failure, wait this long before exiting so the job names that peer"},
     {"role", TR_CFG_STRING, F(role), "policy", TR_CFG_UNBOUNDED, 0,
@@ -152,6 +156,11 @@ int tr_train_config_check(const tr_train_config *cfg, tr_err *err)
     if (!one_of(cfg->refit_path, "auto", "host", "device")) {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.path must be auto, host or device, got '%s'",
                           cfg->refit_path ? cfg->refit_path : "");
+    }
+    if (cfg->dp_elastic && cfg->dp_zero != 0) {
+        return tr_err_set(err, TROUPE_INVALID_ARGUMENT,
+                          "dp.elastic with dp.zero 1: a lost rank takes its shard of the optimiser state with "
+                          "it; set dp.zero 0 to follow an elastic group");
     }
     if (cfg->refit_comm == NULL || cfg->refit_comm[0] == '\0') {
         return tr_err_set(err, TROUPE_INVALID_ARGUMENT, "refit.comm must name a communicator of the job");

@@ -121,7 +121,7 @@ static int t_allgather(tr_comm *c, float *buf, size_t count, tr_err *err)
 
 static const tr_comm_ops t_ops = {
     "test", t_allreduce, t_broadcast, t_barrier,        NULL,        NULL, t_close,
-    NULL,   NULL,        NULL,        t_reduce_scatter, t_allgather, NULL, NULL};
+    NULL,   NULL,        NULL,        t_reduce_scatter, t_allgather, NULL, NULL, NULL};
 
 /* The same with broadcast_device: "device memory" is host memory here, so
  * the refit's device path runs through refit.c exactly as on NCCL. */
@@ -132,7 +132,7 @@ static int t_broadcast_device(tr_comm *c, void *buf, size_t count, tr_comm_dtype
 
 static const tr_comm_ops t_dev_ops = {"test-device", t_allreduce, t_broadcast, t_barrier, NULL,
                                       NULL,          t_close,     NULL,        NULL,      t_broadcast_device,
-                                      NULL,          NULL,        NULL,        NULL};
+                                      NULL,          NULL,        NULL,        NULL,      NULL};
 
 /* ---- fixture ----------------------------------------------------------------- */
 
