@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu.runtime.train_elastic - troupe-train follows an elastic group over NCCL
 # on 2 GPUs of one node, under a real head and node agent: 124M (12 x 768,
-# T 1024, micro_batch ELASTIC_B (default 8), bf16), 2 ranks, `elastic:
+# T 1024, micro_batch ELASTIC_B (default 8), fp32 at lr 1e-3), 2 ranks, `elastic:
 # {min_workers: 1}`, dp.elastic on. After ELASTIC_KILL_AT steps (default 40)
 # rank 1 is SIGKILLed:
 #   1. shrink: rank 0's collective ends (NCCL's asynchronous error, or the
@@ -16,7 +16,13 @@
 #      weights and AdamW state over NCCL, and the job SUCCEEDS with 2;
 #   3. the loss curve of rank 0 (every step, the redone one once) equals a
 #      standalone run of micro_batch 2 x ELASTIC_B within ELASTIC_TOL (default
-#      5e-2: bf16, other reduction order; the largest difference is printed).
+#      5e-2: other GEMM shapes and reduction order; the largest difference is
+#      printed). fp32 at lr 1e-3 with grad_clip 0.5, as gpu.dp: in bf16 at the
+#      default lr this model's curve is chaotic on one GPU alone (micro_batch
+#      16 against 8 x accum_steps 2 parted after step 14 and ended at loss 1.4
+#      against 5.9), so no curve check could hold there. The reference runs
+#      twice and the check fails when its own noise exceeds a fifth of the
+#      tolerance.
 # Timings printed and written to $GPU_OUT/elastic.json: from the kill to the
 # survivor's next completed step (polled every 20 ms), troupe-train's own
 # breakdown (membership and communicator, state), and from the replacement's
@@ -83,13 +89,21 @@ kinds() { cli -o json job "$1" | js '" ".join(m["kind"] for m in d.get("membersh
 cat >"$T/big.yaml" <<YAML
 seed: 1
 $MODEL
-train: {steps: $STEPS, micro_batch: $B, warmup_steps: 10, precision: bf16}
+train: {steps: $STEPS, micro_batch: $B, warmup_steps: 10, lr: 1e-3, grad_clip: 0.5, precision: fp32}
 data: {path: $T/big.tok, val_fraction: 0}
 eval: {every: 0}
 dp: {timeout_ms: 30000, init_timeout_ms: 120000, elastic: true}
 YAML
 "$TRAIN_BIN" --config "$T/big.yaml" --set train.micro_batch=$((2 * B)) --set dp.mode=off --set dp.elastic=false \
     --metrics-json "$OUTDIR/ref.json" >"$OUTDIR/ref.log" 2>&1 || fail "standalone reference: $(tail -5 "$OUTDIR/ref.log")"
+"$TRAIN_BIN" --config "$T/big.yaml" --set train.micro_batch=$((2 * B)) --set dp.mode=off --set dp.elastic=false \
+    --metrics-json "$OUTDIR/ref2.json" >"$OUTDIR/ref2.log" 2>&1 || fail "standalone reference, again: $(tail -5 "$OUTDIR/ref2.log")"
+noise=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/ref2.json" --tol 1 --independent) || fail "$noise"
+noise_rel=$(sed -n 's/.*max relative difference \([0-9.e+-]*\).*/\1/p' <<<"$noise")
+[ -n "$noise_rel" ] || fail "cannot read the noise figure: $noise"
+python3 -c "import sys; sys.exit(0 if float('$noise_rel') <= float('$TOL') / 5 else 1)" ||
+    fail "two identical standalone runs differ by $noise_rel, above a fifth of the tolerance $TOL: the curve check would be below its noise ($noise)"
+echo "noise: two identical standalone runs differ by $noise_rel (tolerance $TOL, at most $TOL/5 allowed)"
 
 rm -f "$OUTDIR"/m.[0-9]*
 cat >"$T/elastic.yaml" <<YAML
