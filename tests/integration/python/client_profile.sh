@@ -16,8 +16,9 @@ name: pyprof
 cluster: {nodes: [4]}
 groups:
   - {name: policy, workers: 2, resources: {gpu: 1}, command: [$PY_CMD, $D/py_profile_worker.py]}
-env: {$PY_JOB_ENV}
+env: {$PY_JOB_ENV, PYP_DONE: $T/done}
 YAML
+export PYP_DONE=$T/done
 id=$(submit "$T/job.yaml")
 pyrun "$PY" "$D/py_profile_client.py" "$id" "$T/chrome.json" >"$T/client.json" 2>"$T/client.err" ||
     fail "py_profile_client: $(cat "$T/client.err" "$T/client.json"; cli logs "$id")"

@@ -3,6 +3,7 @@ integration.python.client_profile: waits for the job to run, profiles the
 next 3 steps of *policy-1, waits for their spans, turns profiling off, and
 prints JSON lines (the setting, the trace, the errors) the test checks."""
 import json
+import os
 import sys
 import time
 
@@ -34,6 +35,7 @@ with troupe.Client() as c:
     until("3 profiled steps in the trace", lambda: len(steps()) >= 3)
     v2 = c.profile_off(job_id)
     print(json.dumps({"off": v2, "profile": c.job(job_id)["profile"]}))
+    open(os.environ["PYP_DONE"], "w").close()  # the workers may stop now
     print(json.dumps({"job": c.wait(job_id, timeout=60)["state"]}))
     t = c.trace(job_id)
     print(json.dumps({"trace": {"steps": sorted({(s["rank"], s["step"]) for s in t["spans"]}),
