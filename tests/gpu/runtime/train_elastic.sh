@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpu.runtime.train_elastic - troupe-train follows an elastic group over NCCL
-# on 2 GPUs of one node, under a real head and node agent: 124M (12 x 768,
-# T 1024, micro_batch ELASTIC_B (default 8), fp32 at lr 1e-3), 2 ranks, `elastic:
-# {min_workers: 1}`, dp.elastic on. After ELASTIC_KILL_AT steps (default 40)
-# rank 1 is SIGKILLed:
+# on 2 GPUs of one node, under a real head and node agent: gpu.dp's small
+# model (4 x 256, T 128, micro_batch ELASTIC_B (default 8), fp32 at lr 1e-3,
+# grad_clip 0.5, 3000 steps), 2 ranks, `elastic: {min_workers: 1}`, dp.elastic
+# on; ELASTIC_MODEL=124m trains 124M in bf16 instead, for the timings only
+# (no curve check, see 3). After ELASTIC_KILL_AT steps (default 200; 40 at
+# 124M) rank 1 is SIGKILLed:
 #   1. shrink: rank 0's collective ends (NCCL's asynchronous error, or the
 #      head's new epoch seen by the wait loop), it aborts the communicator
 #      (ncclCommAbort), waits for the new membership, builds a communicator
@@ -17,17 +19,18 @@
 #   3. the loss curve of rank 0 (every step, the redone one once) equals a
 #      standalone run of micro_batch 2 x ELASTIC_B within ELASTIC_TOL (default
 #      5e-2: other GEMM shapes and reduction order; the largest difference is
-#      printed). fp32 at lr 1e-3 with grad_clip 0.5, as gpu.dp: in bf16 at the
-#      default lr this model's curve is chaotic on one GPU alone (micro_batch
-#      16 against 8 x accum_steps 2 parted after step 14 and ended at loss 1.4
-#      against 5.9), so no curve check could hold there. The reference runs
-#      twice and the check fails when its own noise exceeds a fifth of the
-#      tolerance.
+#      printed). The reference runs twice and the check fails when its own
+#      noise exceeds a fifth of the tolerance. Not at 124M: there one H200
+#      alone parts micro_batch 16 from 8 x accum_steps 2 after step 14 (bf16,
+#      default lr: loss 1.4 against 5.9 at step 400) and two identical fp32
+#      runs differ by 0.44 in grad_norm (and take 1.1 s a step), so no curve
+#      check could hold.
 # Timings printed and written to $GPU_OUT/elastic.json: from the kill to the
 # survivor's next completed step (polled every 20 ms), troupe-train's own
 # breakdown (membership and communicator, state), and from the replacement's
 # start (its process's start time from /proc, or when the job first listed
-# it at attempt 1 if that is earlier) to its first step at full size. ELASTIC_STEPS (default 400).
+# it at attempt 1 if that is earlier) to its first step at full size.
+# ELASTIC_STEPS (default 3000; 400 at 124M).
 # Exits 77 without 2 GPUs (a failure under TROUPE_REQUIRE_GPU=1). No jq.
 # TROUPE_GPU_DRYRUN=1 checks the script's logic on any machine
 # (integration.dp.elastic_gpu_dryrun): 2 simulated GPUs, troupe-train's CPU
@@ -42,7 +45,8 @@ if [ "$DRY" = 1 ]; then
     OUTDIR=${GPU_OUT:-$T/out}
     mkdir -p "$OUTDIR"
     B=${ELASTIC_B:-2} STEPS=${ELASTIC_STEPS:-600} TOL=${ELASTIC_TOL:-1e-5}
-    WHAT="small model on 2 simulated GPUs (CPU collective)"
+    WHAT="small model on 2 simulated GPUs (CPU collective)" CURVE=1 KILL_AT=${ELASTIC_KILL_AT:-40}
+    TRAIN="lr: 1e-3, grad_clip: 0.5, precision: fp32"
     MODEL="device: cpu
 model: {layers: 2, width: 32, heads: 2, seq_len: 16}"
     DATA_ARGS=(--tokens 16384)
@@ -50,13 +54,23 @@ else
     gpu_require nccl
     N=$(nvidia-smi -L | grep -c '^GPU ')
     [ "$N" -ge 2 ] || skip "an elastic group of 2 ranks needs 2 GPUs, this machine has $N"
-    B=${ELASTIC_B:-8} STEPS=${ELASTIC_STEPS:-400} TOL=${ELASTIC_TOL:-5e-2}
-    WHAT="124M on 2 GPUs"
-    MODEL="device: cuda
+    TOL=${ELASTIC_TOL:-5e-2}
+    if [ "${ELASTIC_MODEL:-small}" = 124m ]; then
+        B=${ELASTIC_B:-8} STEPS=${ELASTIC_STEPS:-400} KILL_AT=${ELASTIC_KILL_AT:-40} CURVE=0
+        WHAT="124M (bf16) on 2 GPUs"
+        MODEL="device: cuda
 model: {layers: 12, width: 768, heads: 12, seq_len: 1024, vocab: 50257}"
-    DATA_ARGS=(--vocab 50257 --tokens 4000000)
+        DATA_ARGS=(--vocab 50257 --tokens 4000000)
+        TRAIN="precision: bf16"
+    else
+        B=${ELASTIC_B:-8} STEPS=${ELASTIC_STEPS:-3000} KILL_AT=${ELASTIC_KILL_AT:-200} CURVE=1
+        WHAT="small model (fp32) on 2 GPUs"
+        MODEL="device: cuda
+model: {layers: 4, width: 256, heads: 4, seq_len: 128}"
+        DATA_ARGS=(--tokens 1048576)
+        TRAIN="lr: 1e-3, grad_clip: 0.5, precision: fp32"
+    fi
 fi
-KILL_AT=${ELASTIC_KILL_AT:-40}
 
 start_head --heartbeat-ms 200 --suspect-after 5 --dead-after 25 --restart-backoff-ms 1000
 if [ "$DRY" = 1 ]; then
@@ -89,11 +103,12 @@ kinds() { cli -o json job "$1" | js '" ".join(m["kind"] for m in d.get("membersh
 cat >"$T/big.yaml" <<YAML
 seed: 1
 $MODEL
-train: {steps: $STEPS, micro_batch: $B, warmup_steps: 10, lr: 1e-3, grad_clip: 0.5, precision: fp32}
+train: {steps: $STEPS, micro_batch: $B, warmup_steps: 10, $TRAIN}
 data: {path: $T/big.tok, val_fraction: 0}
 eval: {every: 0}
 dp: {timeout_ms: 30000, init_timeout_ms: 120000, elastic: true}
 YAML
+if [ "$CURVE" = 1 ]; then
 "$TRAIN_BIN" --config "$T/big.yaml" --set train.micro_batch=$((2 * B)) --set dp.mode=off --set dp.elastic=false \
     --metrics-json "$OUTDIR/ref.json" >"$OUTDIR/ref.log" 2>&1 || fail "standalone reference: $(tail -5 "$OUTDIR/ref.log")"
 "$TRAIN_BIN" --config "$T/big.yaml" --set train.micro_batch=$((2 * B)) --set dp.mode=off --set dp.elastic=false \
@@ -104,6 +119,7 @@ noise_rel=$(sed -n 's/.*max relative difference \([0-9.e+-]*\).*/\1/p' <<<"$nois
 python3 -c "import sys; sys.exit(0 if float('$noise_rel') <= float('$TOL') / 5 else 1)" ||
     fail "two identical standalone runs differ by $noise_rel, above a fifth of the tolerance $TOL: the curve check would be below its noise ($noise)"
 echo "noise: two identical standalone runs differ by $noise_rel (tolerance $TOL, at most $TOL/5 allowed)"
+fi
 
 rm -f "$OUTDIR"/m.[0-9]*
 cat >"$T/elastic.yaml" <<YAML
@@ -164,7 +180,10 @@ cli job "$id" >"$OUTDIR/job.txt" 2>&1 || true
 grep -q "policy-0\] .*elastic: rank 0 of 1 (was 2 ranks)" "$OUTDIR/elastic.log" || fail "rank 0 did not go on alone: $(grep elastic: "$OUTDIR/elastic.log")"
 grep -q "policy-1\] .*elastic: joined the group as rank 1 of 2" "$OUTDIR/elastic.log" || fail "the replacement did not join: $(grep elastic: "$OUTDIR/elastic.log")"
 grep -q "policy-0\] .*elastic: rank 0 of 2 (was 1 ranks)" "$OUTDIR/elastic.log" || fail "rank 0 did not meet the replacement: $(grep elastic: "$OUTDIR/elastic.log")"
-curve=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/m.0" --tol "$TOL") || fail "rank 0's curve vs micro_batch $((2 * B)) alone: $curve"
+curve="not checked (124M: see the header)"
+if [ "$CURVE" = 1 ]; then
+    curve=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/m.0" --tol "$TOL") || fail "rank 0's curve vs micro_batch $((2 * B)) alone: $curve"
+fi
 shrink_ms=$((t_shrunk - t_kill)); grow_ms=$((t_full - t_repl))
 grep -h "elastic:" "$OUTDIR/elastic.log" | sed 's/^/  /'
 python3 - "$OUTDIR/elastic.json" <<PY
