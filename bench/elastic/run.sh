@@ -82,7 +82,7 @@ YAML
         f="$T/r$round.r$r"
         grep "^\[job$id-dp-$r\] " "$T/r$round.logs" >"$f"
         fail_w=$(wall_of "$f" "ew: rank $r/3 epoch 0: ")
-        rebuilt=$(grep -m1 "ew: rebuilt rank [0-9]/2 " "$f")
+        rebuilt=$(grep -m1 "ew: rebuilt rank [0-9]/[0-9] " "$f") # /3 when the grow-back came first
         rebuilt_w=$(sed -n 's/.* wall \([0-9]*\)$/\1/p' <<<"$rebuilt")
         done_w=$(wall_of "$f" "ew: step [0-9]* completed")
         total=$((done_w - t0))
