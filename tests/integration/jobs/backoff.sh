@@ -36,7 +36,11 @@ pass "5 restarts, gaps ${gaps[*]} ms (back-off 400, 800, 1600 capped)"
 
 # A pending restart and its level survive a head restart.
 stop_pid -TERM "$HEAD_PID"
-start_head --restart-backoff-ms 3000 --restart-backoff-max-ms 60000
+# The back-off must outlast the head's kill and restart below, which under
+# load took longer than 3 s (the restart fired first and the job then failed
+# before the test looked): it scales with the slowdown.
+BO=$((3000 * TROUPE_TEST_SLOWDOWN))
+start_head --restart-backoff-ms "$BO" --restart-backoff-max-ms 600000
 wait_for 10 "node ALIVE" is_state n1 ALIVE
 sed -e 's/name: crash/name: slowcrash/' -e 's/max_restarts: 5/max_restarts: 2/' "$T/crash.yaml" >"$T/slow.yaml"
 id2=$(submit "$T/slow.yaml")
@@ -45,7 +49,7 @@ next=$(cli -o json job "$id2" | jqr .next_restart_ms)
 cli job "$id2" | grep_all "^next      restart at .* (in [0-9.]* s, crash-loop back-off)" || fail "troupe job should show the next attempt: $(cli job "$id2")"
 pass "troupe job shows: $(cli job "$id2" | grep '^next')"
 stop_pid -9 "$HEAD_PID"
-start_head --restart-backoff-ms 3000 --restart-backoff-max-ms 60000
+start_head --restart-backoff-ms "$BO" --restart-backoff-max-ms 600000
 # The new head shows the same pending time - unless its start took past that
 # time (seen at load 31: the restart had already fired and failed again, and
 # the job was in its next back-off); then it fired no earlier than its time,
@@ -56,12 +60,12 @@ if [ "$(jqr .restarts <<<"$j")" = 0 ]; then
 fi
 [ "$(cli -o json status | jqr .gpus.free)" = 0 ] || fail "the GPU must stay reserved for the pending restart: $(cli -o json status | jqr .gpus)"
 wait_for 10 "node ALIVE" is_state n1 ALIVE
-wait_for 10 "restart 1 after the head restart" bash -c "'$CLI_BIN' -o json job $id2 | jq -e '.restarts == 1'"
+wait_for $((10 + BO / 1000)) "restart 1 after the head restart" bash -c "'$CLI_BIN' -o json job $id2 | jq -e '.restarts == 1'"
 fired=$(cli -o json job "$id2" | jqr '[.events[] | select(.kind=="RESTARTING")] | .[0].ts_ms')
 [ "$fired" -ge "$next" ] || fail "restart fired at $fired, before its time $next"
 wait_for 10 "the second back-off" bash -c "'$CLI_BIN' -o json job $id2 | jq -e '.next_restart_ms > 0 and .restarts == 1'"
 r=$(cli -o json job "$id2" | jqr .reason)
-grep -q "in 6.0 s: back-off after 2 failures in a row" <<<"$r" || fail "the level should carry over the head restart (3 s doubled): $r"
+grep -q "in $((2 * BO / 1000)).0 s: back-off after 2 failures in a row" <<<"$r" || fail "the level should carry over the head restart ($((BO / 1000)) s doubled): $r"
 pass "pending restart kept its time across kill -9 of the head; level carried on: $r"
 cli stop "$id2" >/dev/null
 [ "$(cli -o json job "$id2" | jqr '.state + " " + (.next_restart_ms|tostring)')" = "STOPPED 0" ] || fail "stop during back-off: $(cli -o json job "$id2")"
