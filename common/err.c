@@ -27,7 +27,7 @@ void tr_err_clear(tr_err *err)
 void tr_err_prefix(tr_err *err, const char *fmt, ...)
 {
     char prefix[TR_ERR_MSG_MAX];
-    char old[TR_ERR_MSG_MAX];
+    size_t room = sizeof(err->msg) - 1, pl, ol;
     va_list ap;
 
     if (err == NULL) {
@@ -36,6 +36,18 @@ void tr_err_prefix(tr_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof(old));
-    snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+    /* "prefix: message" in place; when it does not fit, the end of the old
+     * message gives way first (its start names the failing call). */
+    pl = strlen(prefix);
+    if (pl > room - 2) {
+        pl = room - 2;
+    }
+    ol = strlen(err->msg);
+    if (ol > room - 2 - pl) {
+        ol = room - 2 - pl;
+    }
+    memmove(err->msg + pl + 2, err->msg, ol);
+    memcpy(err->msg, prefix, pl);
+    memcpy(err->msg + pl, ": ", 2);
+    err->msg[pl + 2 + ol] = '\0';
 }

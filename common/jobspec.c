@@ -1020,7 +1020,9 @@ static int js_comm(js_ctx *c, const yaml_node_t *n, const char *path, Troupe__V1
     }
     for (size_t i = 0; rv == TROUPE_OK && i < js_len(v); i++) {
         char item[PATH_LEN];
-        snprintf(item, sizeof(item), "%s.groups[%zu]", path, i);
+        if (snprintf(item, sizeof(item), "%s.groups[%zu]", path, i) >= (int)sizeof(item)) {
+            memcpy(item + sizeof(item) - 4, "...", 4);
+        }
         rv = js_name(c, js_item(c, v, i), item, &cs->groups[cs->n_groups]);
         cs->n_groups += rv == TROUPE_OK;
     }

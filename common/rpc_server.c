@@ -740,7 +740,9 @@ static void pipe_peer(nng_pipe p, char *buf, size_t size)
         const uint8_t *a = (const uint8_t *)&sa.s_in.sa_addr;
         snprintf(buf, size, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], (unsigned)ntohs(sa.s_in.sa_port));
     } else if (sa.s_family == NNG_AF_IPC) {
-        snprintf(buf, size, "ipc://%s", sa.s_ipc.sa_path);
+        if (snprintf(buf, size, "ipc://%s", sa.s_ipc.sa_path) >= (int)size && size > 4) {
+            memcpy(buf + size - 4, "...", 4);
+        }
     } else if (sa.s_family == NNG_AF_INET6) {
         snprintf(buf, size, "[ipv6]:%u", (unsigned)ntohs(sa.s_in6.sa_port));
     }

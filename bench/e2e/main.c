@@ -90,7 +90,7 @@ static int parse_args(int argc, char **argv, args *a)
                 .warmup_ms = 300,
                 .reps = 5,
                 .deadline_ms = 10000};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
         if (strcmp(k, "--help") == 0) {
@@ -131,7 +131,6 @@ static int parse_args(int argc, char **argv, args *a)
             fprintf(stderr, "%s: bad or incomplete option '%s'\n", argv[0], k);
             return -1;
         }
-        i++;
     }
     if (a->head_bin == NULL) {
         fprintf(stderr, "%s: --head is required\n", argv[0]);

@@ -115,7 +115,7 @@ static int parse(opts *o, int argc, char **argv)
     *o = (opts){.iters = 20, .warmup = 3};
     snprintf(models, sizeof(models), "124M,350M");
     snprintf(buckets, sizeof(buckets), "25");
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
             fprintf(stderr, "troupe-bench-allreduce: %s needs a value\n", f);
@@ -137,7 +137,6 @@ static int parse(opts *o, int argc, char **argv)
             fprintf(stderr, "troupe-bench-allreduce: bad flag or value: %s %s\n", f, v);
             return -1;
         }
-        i++;
     }
     o->n_models = split_list(models, o->models, MAX_LIST);
     o->n_buckets = split_list(buckets, b, MAX_LIST);

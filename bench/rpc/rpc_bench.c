@@ -148,7 +148,7 @@ static int parse_args(int argc, char **argv, opts *o)
         }
     }
     default_paths(o, build);
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int n, rv = 0;
 
@@ -201,7 +201,6 @@ static int parse_args(int argc, char **argv, opts *o)
             usage(stderr);
             return -1;
         }
-        i++;
     }
     return 0;
 }

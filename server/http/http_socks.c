@@ -140,6 +140,13 @@ static void diag_one(const struct nlmsghdr *h, const want *w, socks *out)
 }
 
 /* diag_list: 0 with out filled, -1 where sock_diag is unavailable. */
+
+/* nl_fits: NLMSG_OK without its signed/unsigned comparison: a whole header
+ * and the whole message it announces lie in the LEFT bytes received. */
+static int nl_fits(const struct nlmsghdr *h, int left)
+{
+    return left >= (int)sizeof(*h) && h->nlmsg_len >= sizeof(*h) && (long)h->nlmsg_len <= (long)left;
+}
 static int diag_list(const want *w, socks *out)
 {
     enum { BUF = 32768 };
@@ -162,7 +169,7 @@ static int diag_list(const want *w, socks *out)
         if (got <= 0) {
             goto out;
         }
-        for (const struct nlmsghdr *h = (const struct nlmsghdr *)buf; NLMSG_OK(h, left);
+        for (const struct nlmsghdr *h = (const struct nlmsghdr *)buf; nl_fits(h, left);
              h = NLMSG_NEXT(h, left)) {
             if (h->nlmsg_type == NLMSG_DONE) {
                 rv = 0;
