@@ -539,56 +539,45 @@ static size_t seg_len(uint64_t count, uint32_t size, uint32_t i)
     return seg_off(count, size, i + 1) - seg_off(count, size, i);
 }
 
-static int ring_allreduce(opctx *o, char *buf, size_t count, size_t esize, tr_err *e)
+/* ring_pass: size-1 steps round the ring. At step t rank r sends segment
+ * first-t and receives segment first-t-1, summed into its own when reduce
+ * is set, replacing it otherwise. Every ring operation is one or two of
+ * these, differing only in the segment each rank starts from. */
+static int ring_pass(opctx *o, char *buf, size_t count, size_t esize, uint32_t first, int reduce, tr_err *e)
 {
-    troupe_coll *c = o->c;
-    uint32_t n = c->size, r = c->rank;
+    uint32_t n = o->c->size;
     int rv = TROUPE_OK;
 
-    /* Reduce-scatter: after step t, segment r-t-1 holds t+2 ranks' sum. */
     for (uint32_t t = 0; t + 1 < n && rv == TROUPE_OK; t++) {
-        uint32_t s = (r + n - t) % n, q = (r + 2 * n - t - 1) % n;
+        uint32_t s = (first + n - t) % n, q = (first + 2 * n - t - 1) % n;
         rv = exchange(o, buf, seg_off(count, n, s) * esize, seg_len(count, n, s) * esize,
-                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 1, e);
-    }
-    /* All-gather: rank r owns the complete segment r+1 and passes it on. */
-    for (uint32_t t = 0; t + 1 < n && rv == TROUPE_OK; t++) {
-        uint32_t s = (r + 1 + n - t) % n, q = (r + n - t) % n;
-        rv = exchange(o, buf, seg_off(count, n, s) * esize, seg_len(count, n, s) * esize,
-                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 0, e);
+                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, reduce, e);
     }
     return rv;
 }
 
-/* ring_reduce_scatter: after step t, segment r-t-2 holds t+2 ranks' sum, so
- * after size-1 steps rank r holds the whole sum of segment r. */
+/* ring_allreduce: a reduce-scatter from segment r (after step t, segment
+ * r-t-1 holds t+2 ranks' sum, so rank r ends with segment r+1 whole), then
+ * an all-gather in which rank r passes on that segment first. */
+static int ring_allreduce(opctx *o, char *buf, size_t count, size_t esize, tr_err *e)
+{
+    uint32_t n = o->c->size, r = o->c->rank;
+    int rv = ring_pass(o, buf, count, esize, r, 1, e);
+
+    return rv == TROUPE_OK ? ring_pass(o, buf, count, esize, (r + 1) % n, 0, e) : rv;
+}
+
+/* ring_reduce_scatter: started one segment earlier than the all-reduce's
+ * half, so that after size-1 steps rank r holds the whole sum of segment r. */
 static int ring_reduce_scatter(opctx *o, char *buf, size_t count, size_t esize, tr_err *e)
 {
-    troupe_coll *c = o->c;
-    uint32_t n = c->size, r = c->rank;
-    int rv = TROUPE_OK;
-
-    for (uint32_t t = 0; t + 1 < n && rv == TROUPE_OK; t++) {
-        uint32_t s = (r + 2 * n - t - 1) % n, q = (r + 2 * n - t - 2) % n;
-        rv = exchange(o, buf, seg_off(count, n, s) * esize, seg_len(count, n, s) * esize,
-                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 1, e);
-    }
-    return rv;
+    return ring_pass(o, buf, count, esize, (o->c->rank + o->c->size - 1) % o->c->size, 1, e);
 }
 
 /* ring_allgather: rank r passes on segment r, then each segment it received. */
 static int ring_allgather(opctx *o, char *buf, size_t count, size_t esize, tr_err *e)
 {
-    troupe_coll *c = o->c;
-    uint32_t n = c->size, r = c->rank;
-    int rv = TROUPE_OK;
-
-    for (uint32_t t = 0; t + 1 < n && rv == TROUPE_OK; t++) {
-        uint32_t s = (r + n - t) % n, q = (r + 2 * n - t - 1) % n;
-        rv = exchange(o, buf, seg_off(count, n, s) * esize, seg_len(count, n, s) * esize,
-                      seg_off(count, n, q) * esize, seg_len(count, n, q) * esize, 0, e);
-    }
-    return rv;
+    return ring_pass(o, buf, count, esize, o->c->rank, 0, e);
 }
 
 /* check_args: what every reducing operation refuses. */
