@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""compare.py REF.json RANK.json... [--tol T] [--from STEP] [--independent]: the loss, grad_norm
+"""compare.py REF.json RANK.json... [--tol T] [--from STEP] [--independent] [--noise-of T]: the loss, grad_norm
 and val_loss of every step in each rank's metrics file (one JSON object per
 line, as troupe-train's metrics.json writes) equal the reference run's within
 a relative tolerance, and every rank reports the same figures as rank 0.
 Lines of a step seen twice (a run that resumed) must each match. Prints the
 largest relative difference; exits 1 naming the first mismatch. --independent:
-the files are separate runs, not ranks of one (no equality between them)."""
+the files are separate runs, not ranks of one (no equality between them).
+--noise-of T: REF and one RANK file are two identical runs; their largest
+relative difference is the check's own noise, and must stay within T/5 for a
+curve check at tolerance T to mean anything (exits 1 saying so otherwise)."""
 import json
 import sys
 
@@ -14,6 +17,10 @@ tol, first = 1e-5, 1
 independent = "--independent" in args
 if independent:
     args.remove("--independent")
+noise_of = None
+if "--noise-of" in args:
+    i = args.index("--noise-of"); noise_of = float(args[i + 1]); del args[i:i + 2]
+    independent, tol = True, float("inf")
 if "--tol" in args:
     i = args.index("--tol"); tol = float(args[i + 1]); del args[i:i + 2]
 if "--from" in args:
@@ -64,3 +71,8 @@ for path, lines in ([] if independent else zip(ranks[1:], per_rank[1:])):
             if m.get(key) != m0.get(key):
                 sys.exit(f"FAIL: {path}: step {m['step']} {key} {m.get(key)} but rank 0 says {m0.get(key)}")
 print(f"{len(ranks)} rank(s), {len(per_rank[0])} steps from {first}: max relative difference {worst:.3g}")
+if noise_of is not None:
+    if worst > noise_of / 5:
+        sys.exit(f"FAIL: two identical runs differ by {worst:.3g}, above a fifth of the tolerance {noise_of}: "
+                 f"a curve check at that tolerance would be below its own noise")
+    print(f"noise: two identical runs differ by {worst:.3g} (tolerance {noise_of}, at most {noise_of / 5:.3g} allowed)")
