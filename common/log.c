@@ -26,10 +26,15 @@ static struct {
     char *buf;
     size_t head, len; /* unwritten bytes start at head (mod RING_BYTES) */
     size_t writing;   /* bytes from head the writer is writing now */
+    unsigned long long put, written; /* bytes ever copied in / written out */
     int on, stop;
     unsigned long long dropped;
     pthread_t th;
 } ring = {.mu = PTHREAD_MUTEX_INITIALIZER, .more = PTHREAD_COND_INITIALIZER, .room = PTHREAD_COND_INITIALIZER};
+
+/* The end of this thread's latest line in the ring's byte count, until
+ * tr_log_flush_mine has seen it written; 0: nothing of it is pending. */
+static __thread unsigned long long mine;
 
 static void write_all(const char *p, size_t n)
 {
@@ -69,6 +74,7 @@ static void *writer_main(void *arg)
             pthread_mutex_lock(&ring.mu);
             ring.head = (ring.head + n) % RING_BYTES;
             ring.len -= n;
+            ring.written += n;
             ring.writing = 0;
             pthread_cond_broadcast(&ring.room);
         } else {
@@ -104,17 +110,23 @@ int tr_log_async_start(void)
     return rv;
 }
 
+/* deadline_in: the CLOCK_REALTIME time ms from now, for a timed wait. */
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 void tr_log_flush(int timeout_ms)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    deadline_in(&ts, timeout_ms);
     pthread_mutex_lock(&ring.mu);
     while (ring.on && ring.len > 0) {
         if (pthread_cond_timedwait(&ring.room, &ring.mu, &ts) == ETIMEDOUT) {
@@ -122,6 +134,24 @@ void tr_log_flush(int timeout_ms)
         }
     }
     pthread_mutex_unlock(&ring.mu);
+}
+
+void tr_log_flush_mine(int timeout_ms)
+{
+    struct timespec ts;
+
+    if (mine == 0) {
+        return;
+    }
+    deadline_in(&ts, timeout_ms);
+    pthread_mutex_lock(&ring.mu);
+    while (ring.on && ring.written < mine) {
+        if (pthread_cond_timedwait(&ring.room, &ring.mu, &ts) == ETIMEDOUT) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ring.mu);
+    mine = 0;
 }
 
 void tr_log_async_stop(void)
@@ -171,6 +201,8 @@ static int ring_put(const char *line, size_t n)
     memcpy(ring.buf + tail, line, first);
     memcpy(ring.buf, line + first, n - first);
     ring.len += n;
+    ring.put += n;
+    mine = ring.put;
     pthread_cond_signal(&ring.more);
     pthread_mutex_unlock(&ring.mu);
     return 1;

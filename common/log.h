@@ -43,6 +43,13 @@ int tr_log_async_start(void);
  * (before _exit). Any thread. */
 void tr_log_flush(int timeout_ms);
 
+/* tr_log_flush_mine waits up to timeout_ms until the lines this thread
+ * logged are written (and so every line before them); returns at once when
+ * it logged none since its last call. A server calls it before it answers
+ * a call whose handler logged, so that the line a refusal logged is in the
+ * log by the time the client reads the refusal. Call with no lock held. */
+void tr_log_flush_mine(int timeout_ms);
+
 /* tr_log_async_stop writes what is left and stops the writer; later lines
  * are written directly. No-op when it was not started. */
 void tr_log_async_stop(void);

@@ -297,11 +297,17 @@ static void call_reset(tr_rpc_call *call)
     call->deadline = 0;
 }
 
+#define LOG_BEFORE_REPLY_MS 500
+
 /* start_send hands a reply message to nng. No lock held: on loopback nng
  * writes in this thread, and the write runs the receiver's TCP work too. The
  * call is in ST_SEND: nothing but its own callback touches it now. */
 static void start_send(tr_rpc_call *call, nng_msg *msg)
 {
+    /* What the handler logged (a refusal's reason) is in the log before the
+     * client holds the answer; bounded, so a stalled stderr only slows the
+     * calls that log. */
+    tr_log_flush_mine(LOG_BEFORE_REPLY_MS);
     nng_aio_set_msg(call->aio, msg);
     nng_ctx_send(call->ctx, call->aio);
 }
