@@ -23,7 +23,9 @@ wait_for 30 "rank 2 no longer named (fast half)" clear
 wait_for 30 "rank 2 named again (slow half)" named
 wait_for 30 "rank 2 no longer named again" clear
 wait_for 30 "rank 2 named a third time" named
-n=$(cli -o json job "$id" | jq '[.events[] | select(.kind == "STRAGGLER")] | length')
-[ "$n" = 1 ] || fail "$n STRAGGLER events for three slow spells within a minute: $(cli -o json job "$id" | jq -c .events)"
+# Rank 2's events only: under load another rank may be slow for a moment
+# too (rank 0 at 1.41x once), and that is an event of its own.
+n=$(cli -o json job "$id" | jq '[.events[] | select(.kind == "STRAGGLER" and (.message | startswith("rank 2 ")))] | length')
+[ "$n" = 1 ] || fail "$n STRAGGLER events of rank 2 for three slow spells within a minute: $(cli -o json job "$id" | jq -c .events)"
 cli stop "$id" >/dev/null
 pass "a flapping straggler: named and cleared three times, one STRAGGLER event"
