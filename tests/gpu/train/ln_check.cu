@@ -89,10 +89,11 @@ static int ln_case(int N, int C, uint64_t seed)
             nw[2 * C + c] += v * v;
         }
     }
-    if (cudaMalloc(&dd, n * sizeof(bf16)) != cudaSuccess || cudaMalloc(&dg, n * sizeof(bf16)) != cudaSuccess ||
-        cudaMalloc(&dx, n * sizeof(bf16)) != cudaSuccess || cudaMalloc(&dw16, C * sizeof(bf16)) != cudaSuccess ||
-        cudaMalloc(&dsums, 3 * C * 4) != cudaSuccess || cudaMalloc(&dmean, N * 4) != cudaSuccess ||
-        cudaMalloc(&drstd, N * 4) != cudaSuccess) {
+    if (cudaMalloc(&dd, n * sizeof(bf16)) != cudaSuccess ||
+        cudaMalloc(&dg, n * sizeof(bf16)) != cudaSuccess ||
+        cudaMalloc(&dx, n * sizeof(bf16)) != cudaSuccess ||
+        cudaMalloc(&dw16, C * sizeof(bf16)) != cudaSuccess || cudaMalloc(&dsums, 3 * C * 4) != cudaSuccess ||
+        cudaMalloc(&dmean, N * 4) != cudaSuccess || cudaMalloc(&drstd, N * 4) != cudaSuccess) {
         printf("  ln_bwd N=%d C=%d: cudaMalloc failed\n", N, C);
         goto out;
     }
@@ -142,20 +143,24 @@ static int ln_case(int N, int C, uint64_t seed)
         }
         double rel = sqrt(e2 / r2);
         bad = !(rel < 1e-2 && worst < 4e-2 && sworst[0] < 1e-3 && sworst[1] < 1e-3 && sworst[2] < 2e-2);
-        printf("  ln_bwd N=%-5d C=%-4d dinp rel %.2e worst row %.2e; column sums vs term norm: dw %.2e db %.2e "
-               "dres %.2e%s\n",
-               N, C, rel, worst, sworst[0], sworst[1], sworst[2], bad ? "  FAIL" : "");
+        printf(
+            "  ln_bwd N=%-5d C=%-4d dinp rel %.2e worst row %.2e; column sums vs term norm: dw %.2e db %.2e "
+            "dres %.2e%s\n",
+            N, C, rel, worst, sworst[0], sworst[1], sworst[2], bad ? "  FAIL" : "");
     }
 out:
-    cudaFree(dd), cudaFree(dg), cudaFree(dx), cudaFree(dw16), cudaFree(dsums), cudaFree(dmean), cudaFree(drstd);
-    free(g), free(x), free(d0), free(w), free(mean), free(rstd), free(rd), free(rw), free(nw), free(hb), free(gs);
+    cudaFree(dd), cudaFree(dg), cudaFree(dx), cudaFree(dw16), cudaFree(dsums), cudaFree(dmean),
+        cudaFree(drstd);
+    free(g), free(x), free(d0), free(w), free(mean), free(rstd), free(rd), free(rw), free(nw), free(hb),
+        free(gs);
     return bad;
 }
 
 /* tr_test_ln_bwd returns the number of failed (N, C) cases. */
 extern "C" int tr_test_ln_bwd(void)
 {
-    static const int cases[][2] = {{37, 64}, {3000, 768}, {20000, 768}, {1000, 1000}, {20000, 1024}, {5, 1024}, {2, 1024}};
+    static const int cases[][2] = {{37, 64},      {3000, 768}, {20000, 768}, {1000, 1000},
+                                   {20000, 1024}, {5, 1024},   {2, 1024}};
     int bad = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         bad += ln_case(cases[i][0], cases[i][1], 1234 + i);

@@ -244,7 +244,8 @@ __global__ void ln_bwd_kernel(T *dinp, float *dw, float *db, float *dres, const 
  * step, about 2 TB/s). A lane always handles the same columns, so it keeps
  * its running dw/db (and dres) column sums in its warp's slice of shared
  * memory, laid out lane-minor so that the float4 read-modify-writes are free
- * of bank conflicts; in registers they cost a block per SM. */
+ * of bank conflicts; in registers they cost a block per SM. bf16 rows now
+ * take ln_bwd_pipe_kernel below; this variant serves fp32 mode. */
 template <typename T, int CH, int R>
 __global__ void __launch_bounds__(128, CH < 4 ? 4 : 3) /* 4 chunks need more than 128 registers */
     ln_bwd_reg_kernel(T *dinp, float *dw, float *db, float *dres, const T *dout, const T *inp, const T *w,
@@ -420,7 +421,7 @@ __global__ void __launch_bounds__(128, 3)
     ln_bwd_pipe_kernel(bf16 *dinp, float *dw, float *db, float *dres, const bf16 *dout, const bf16 *inp,
                        const bf16 *w, const float *mean, const float *rstd, int N, int C)
 {
-    constexpr int V = 8, CW = CH * 32 * V; /* elements of one staged row of one tensor */
+    constexpr int V = 8, CW = CH * 32 * V;        /* elements of one staged row of one tensor */
     extern __shared__ __align__(16) bf16 ln_sh[]; /* [warp][stage][dout, inp, dinp][CW] */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = gridDim.x * 4;
     int row0 = blockIdx.x * 4 + warp;
@@ -489,7 +490,8 @@ __global__ void __launch_bounds__(128, 3)
         for (int k = 0; k < CH; k++) {
             int c = lane * V + k * 32 * V;
             if (c < C) {
-                Vec<bf16> gv = Vec<bf16>::load(sg + c), xv = Vec<bf16>::load(sx + c), dv = Vec<bf16>::load(sd + c);
+                Vec<bf16> gv = Vec<bf16>::load(sg + c), xv = Vec<bf16>::load(sx + c),
+                          dv = Vec<bf16>::load(sd + c);
 #pragma unroll
                 for (int e = 0; e < V; e++) {
                     float gg = tr_to_f(gv.e[e]), nrm = (tr_to_f(xv.e[e]) - mu) * rs;
@@ -540,8 +542,8 @@ __global__ void __launch_bounds__(128, 3)
  * them is skipped while the stream is being captured into a graph. */
 template <int CH>
 static cudaError_t ln_bwd_pipe_launch(bf16 *dinp, float *dw, float *db, float *dres, const bf16 *dout,
-                                      const bf16 *inp, const bf16 *w, const float *mean, const float *rstd, int N,
-                                      int C, cudaStream_t s)
+                                      const bf16 *inp, const bf16 *w, const float *mean, const float *rstd,
+                                      int N, int C, cudaStream_t s)
 {
     constexpr int CW = CH * 32 * 8;
     size_t shmem = (size_t)4 * LN_STAGES * 3 * CW * sizeof(bf16);
@@ -550,11 +552,12 @@ static cudaError_t ln_bwd_pipe_launch(bf16 *dinp, float *dw, float *db, float *d
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaStreamIsCapturing(s, &cs);
     if (e == cudaSuccess && cs == cudaStreamCaptureStatusNone) {
-        e = cudaFuncSetAttribute((const void *)ln_bwd_pipe_kernel<CH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)shmem);
+        e = cudaFuncSetAttribute((const void *)ln_bwd_pipe_kernel<CH>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
         if (e == cudaSuccess) {
             e = cudaFuncSetAttribute((const void *)ln_bwd_pipe_kernel<CH>,
-                                     cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+                                     cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared);
         }
     }
     if (e != cudaSuccess) {
@@ -588,9 +591,9 @@ static cudaError_t ln_bwd_pipe(T *, float *, float *, float *, const T *, const 
 }
 
 template <>
-cudaError_t ln_bwd_pipe<bf16>(bf16 *dinp, float *dw, float *db, float *dres, const bf16 *dout, const bf16 *inp,
-                              const bf16 *w, const float *mean, const float *rstd, int N, int C, int ch,
-                              cudaStream_t s, bool *taken)
+cudaError_t ln_bwd_pipe<bf16>(bf16 *dinp, float *dw, float *db, float *dres, const bf16 *dout,
+                              const bf16 *inp, const bf16 *w, const float *mean, const float *rstd, int N,
+                              int C, int ch, cudaStream_t s, bool *taken)
 {
     *taken = true;
     switch (ch) {
