@@ -106,6 +106,12 @@ static cmp compare(const float *a, const float *ref, size_t n)
 /* attn_check.cu: flash attention kernels vs the reference, several lengths;
  * returns the number of failed lengths. */
 int tr_test_attention(void);
+/* ln_check.cu: the bf16 LayerNorm backward vs a double reference at the
+ * model widths; returns the number of failed cases. */
+int tr_test_ln_bwd(void);
+/* cls_check.cu: the fused classifier vs a double reference at the GPT-2
+ * vocabulary; returns the number of failed cases. */
+int tr_test_classifier(void);
 
 static int have_gpu(void)
 {
@@ -346,8 +352,8 @@ static void refit_ops(tr_precision prec)
 
 int main(int argc, char **argv)
 {
-    static const char *const cases[] = {"all",    "parity_fp32", "parity_bf16", "attention",
-                                        "learns", "smoke",       "refit_ops"};
+    static const char *const cases[] = {"all",        "parity_fp32", "parity_bf16", "attention", "ln_bwd",
+                                        "classifier", "learns",      "smoke",       "refit_ops"};
     const char *c = argc > 1 ? argv[1] : "all";
     int all = strcmp(c, "all") == 0, known = 0;
     const char *require = getenv("TROUPE_REQUIRE_GPU");
@@ -356,7 +362,9 @@ int main(int argc, char **argv)
         known |= strcmp(c, cases[i]) == 0;
     }
     if (!known) {
-        fprintf(stderr, "test_train_gpu: no test case named '%s' (all parity_fp32 parity_bf16 attention learns smoke refit_ops)\n",
+        fprintf(stderr,
+                "test_train_gpu: no test case named '%s' (all parity_fp32 parity_bf16 attention ln_bwd "
+                "classifier learns smoke refit_ops)\n",
                 c);
         return 2;
     }
@@ -395,6 +403,16 @@ int main(int argc, char **argv)
         printf("attention kernels vs reference\n");
         int bad = tr_test_attention();
         CHECK(bad == 0, "attention: %d sequence length(s) off", bad);
+    }
+    if (all || strcmp(c, "ln_bwd") == 0 || strcmp(c, "parity_bf16") == 0) {
+        printf("LayerNorm backward vs reference\n");
+        int bad = tr_test_ln_bwd();
+        CHECK(bad == 0, "ln_bwd: %d case(s) off", bad);
+    }
+    if (all || strcmp(c, "classifier") == 0 || strcmp(c, "parity_bf16") == 0) {
+        printf("classifier vs reference\n");
+        int bad = tr_test_classifier();
+        CHECK(bad == 0, "classifier: %d case(s) off", bad);
     }
     if (all || strcmp(c, "learns") == 0) {
         printf("learns\n");
