@@ -2,9 +2,9 @@
 # gpu.runtime.train_elastic - troupe-train follows an elastic group over NCCL
 # on 2 GPUs of one node, under a real head and node agent: gpu.dp's small
 # model (4 x 256, T 128, micro_batch ELASTIC_B (default 8), fp32 at lr 1e-3,
-# grad_clip 0.5, 3000 steps), 2 ranks, `elastic: {min_workers: 1}`, dp.elastic
+# grad_clip 0.5, 800 steps), 2 ranks, `elastic: {min_workers: 1}`, dp.elastic
 # on; ELASTIC_MODEL=124m trains 124M in bf16 instead, for the timings only
-# (no curve check, see 3). After ELASTIC_KILL_AT steps (default 200; 40 at
+# (no curve check, see 3). After ELASTIC_KILL_AT steps (default 50; 40 at
 # 124M) rank 1 is SIGKILLed:
 #   1. shrink: rank 0's collective ends (NCCL's asynchronous error, or the
 #      head's new epoch seen by the wait loop), it aborts the communicator
@@ -19,8 +19,11 @@
 #   3. the loss curve of rank 0 (every step, the redone one once) equals a
 #      standalone run of micro_batch 2 x ELASTIC_B within ELASTIC_TOL (default
 #      5e-2: other GEMM shapes and reduction order; the largest difference is
-#      printed). The reference runs twice and the check fails when its own
-#      noise exceeds a fifth of the tolerance. Not at 124M: there one H200
+#      printed), up to the horizon: the reference runs twice, and as fp32
+#      on a GPU is not deterministic (atomic sums) the two part after some
+#      hundreds of steps; the curve is compared up to the last step at which
+#      they still agree within a fifth of the tolerance, and the check fails
+#      unless that lies 20 steps past the grow-back. Not at 124M: there one H200
 #      alone parts micro_batch 16 from 8 x accum_steps 2 after step 14 (bf16,
 #      default lr: loss 1.4 against 5.9 at step 400) and two identical fp32
 #      runs differ by 0.44 in grad_norm (and take 1.1 s a step), so no curve
@@ -30,7 +33,7 @@
 # breakdown (membership and communicator, state), and from the replacement's
 # start (its process's start time from /proc, or when the job first listed
 # it at attempt 1 if that is earlier) to its first step at full size.
-# ELASTIC_STEPS (default 3000; 400 at 124M).
+# ELASTIC_STEPS (default 800; 400 at 124M).
 # Exits 77 without 2 GPUs (a failure under TROUPE_REQUIRE_GPU=1). No jq.
 # TROUPE_GPU_DRYRUN=1 checks the script's logic on any machine
 # (integration.dp.elastic_gpu_dryrun): 2 simulated GPUs, troupe-train's CPU
@@ -63,7 +66,7 @@ model: {layers: 12, width: 768, heads: 12, seq_len: 1024, vocab: 50257}"
         DATA_ARGS=(--vocab 50257 --tokens 4000000)
         TRAIN="precision: bf16"
     else
-        B=${ELASTIC_B:-8} STEPS=${ELASTIC_STEPS:-3000} KILL_AT=${ELASTIC_KILL_AT:-200} CURVE=1
+        B=${ELASTIC_B:-8} STEPS=${ELASTIC_STEPS:-800} KILL_AT=${ELASTIC_KILL_AT:-50} CURVE=1
         WHAT="small model (fp32) on 2 GPUs"
         MODEL="device: cuda
 model: {layers: 4, width: 256, heads: 4, seq_len: 128}"
@@ -113,8 +116,14 @@ if [ "$CURVE" = 1 ]; then
     --metrics-json "$OUTDIR/ref.json" >"$OUTDIR/ref.log" 2>&1 || fail "standalone reference: $(tail -5 "$OUTDIR/ref.log")"
 "$TRAIN_BIN" --config "$T/big.yaml" --set train.micro_batch=$((2 * B)) --set dp.mode=off --set dp.elastic=false \
     --metrics-json "$OUTDIR/ref2.json" >"$OUTDIR/ref2.log" 2>&1 || fail "standalone reference, again: $(tail -5 "$OUTDIR/ref2.log")"
-noise=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/ref2.json" --noise-of "$TOL" 2>&1) || fail "standalone references: $noise"
-echo "$noise"
+# fp32 on a GPU is not deterministic (atomic sums in the backward): two
+# identical runs part after some hundreds of steps. The curve is compared up
+# to where they still agree within a fifth of the tolerance, and that horizon
+# must lie past the grow-back (checked below).
+hz=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/ref2.json" --horizon-of "$TOL" 2>&1) || fail "standalone references: $hz"
+horizon=$(sed -n 's/^horizon \([0-9]*\) .*/\1/p' <<<"$hz")
+[ -n "$horizon" ] || fail "cannot read the horizon: $hz"
+echo "$hz"
 fi
 
 rm -f "$OUTDIR"/m.[0-9]*
@@ -158,6 +167,9 @@ while [ "$(last_step "$OUTDIR/m.1")" -le "$killed" ]; do
     sleep 0.02
 done
 t_full=$(now_ms)
+# the replacement's first step: the first line of m.1 past the killed rank's
+# last (the poll above may see it some steps later)
+grown_at=$(awk -v k="$killed" -F'[:,]' '$1 == "{\"step\"" && $2 > k { print $2; exit }' "$OUTDIR/m.1")
 # the replacement's process start, from /proc (10 ms ticks), beside the poll
 rpid=$(tt_pid "$id" policy-1) && t_repl_proc=$(python3 - "$rpid" <<'PY'
 import os, sys, time
@@ -178,13 +190,16 @@ grep -q "policy-1\] .*elastic: joined the group as rank 1 of 2" "$OUTDIR/elastic
 grep -q "policy-0\] .*elastic: rank 0 of 2 (was 1 ranks)" "$OUTDIR/elastic.log" || fail "rank 0 did not meet the replacement: $(grep elastic: "$OUTDIR/elastic.log")"
 curve="not checked (124M: see the header)"
 if [ "$CURVE" = 1 ]; then
-    curve=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/m.0" --tol "$TOL") || fail "rank 0's curve vs micro_batch $((2 * B)) alone: $curve"
+    [ "$horizon" -ge $((grown_at + 20)) ] ||
+        fail "two identical standalone runs agree within $TOL/5 only up to step $horizon, not 20 steps past the grow-back (step $grown_at): a curve check would be below its noise ($hz)"
+    curve=$(python3 "$COMPARE" "$OUTDIR/ref.json" "$OUTDIR/m.0" --tol "$TOL" --until "$horizon") || fail "rank 0's curve vs micro_batch $((2 * B)) alone (to step $horizon): $curve"
+    curve="$curve (to step $horizon, grown at $grown_at)"
 fi
 shrink_ms=$((t_shrunk - t_kill)); grow_ms=$((t_full - t_repl))
 grep -h "elastic:" "$OUTDIR/elastic.log" | sed 's/^/  /'
 python3 - "$OUTDIR/elastic.json" <<PY
 import json, sys
 json.dump({"kill_to_next_step_ms": $shrink_ms, "replacement_start_to_full_step_ms": $grow_ms,
-           "killed_after_step": $at, "micro_batch": $B, "steps": $STEPS}, open(sys.argv[1], "w"), indent=1)
+           "killed_after_step": $at, "grown_at_step": $grown_at, "micro_batch": $B, "steps": $STEPS}, open(sys.argv[1], "w"), indent=1)
 PY
 pass "$WHAT, rank 1 killed after step $at: rank 0 went on alone, next step $shrink_ms ms after the kill; replacement start to first step at 2 ranks $grow_ms ms; SUCCEEDED with 2; curve vs micro_batch $((2 * B)) alone: $curve"
