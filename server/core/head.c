@@ -347,7 +347,8 @@ int tr_head_start(tr_head *h, tr_err *err)
         goto fail;
     }
     if (h->cfg.token != NULL && h->cfg.token[0] != '\0' &&
-        (rv = tr_auth_open(h->cfg.state_dir, &h->auth, err)) != TROUPE_OK) {
+        ((rv = tr_auth_open(h->cfg.state_dir, &h->auth, err)) != TROUPE_OK ||
+         (rv = tr_auth_follow_jobs(h, err)) != TROUPE_OK)) {
         goto fail;
     }
     /* Recovery may already start jobs (and mark them for the writer). */

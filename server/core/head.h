@@ -39,6 +39,8 @@
  *       -> a service's own lock (health, metrics follower, report queue;
  *          rendezvous, the job store and profile have none: they use h->mu)
  *       -> h->auth->mu (credentials)
+ *       -> h->auth->wmu (the workers' copy that authenticates worker
+ *          credentials without h->mu; auth.c): a leaf
  *       -> the RPC server's mu (call state, deferred list)
  *       -> the RPC server's qmu (handler queues), conns_mu (connections):
  *          leaves, never held together nor with mu
