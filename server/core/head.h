@@ -17,6 +17,8 @@
  *   change that must be durable is marked for the group commit
  *   (tr_head_dirty_*, tr_head_after_commit), job log output is appended to
  *   memory (joblog.h), and long waits are deferred calls, never a held lock.
+ *   The one exception, a submit's statvfs of the stores' disks
+ *   (tr_head_space_look), comes before it takes h->mu.
  * - The committer thread (commit.c) is the only one that touches SQLite; it
  *   holds h->mu only to take a batch and to answer the parked replies.
  * - The log I/O thread (joblog.c) does every open/read/write/unlink of job
