@@ -4,7 +4,16 @@
  * mutex (auth checks run on every call, concurrently, and must not queue
  * behind h->mu); each change rewrites STATE_DIR/credentials whole, through a
  * temporary file and rename, before the caller is answered. The file holds
- * hashes only: a copy of the state dir does not give anyone a credential. */
+ * hashes only: a copy of the state dir does not give anyone a credential.
+ *
+ * A worker credential is current while its job has not ended and its attempt
+ * is its worker's. That is read from a copy of the jobs' workers (wjob: per
+ * job, ended or not, and each worker's attempt and name) under a lock of its
+ * own (wmu, a leaf), kept up to date by the job events, which every change of
+ * a job publishes under h->mu (events.h) before h->mu is let go. So a worker's
+ * call takes h->mu once, in its handler, not also to be authenticated. A job
+ * the copy has not heard of since the head started (recovered from the store)
+ * is read once under h->mu and copied then. */
 #include "auth.h"
 
 #include <errno.h>
@@ -46,7 +55,23 @@ typedef struct cred {
     uint32_t max_nodes;
 } cred;
 
+/* wjob: what a worker credential of job id is checked against. */
+typedef struct wslot {
+    uint32_t attempt;
+    char name[sizeof(((tr_rpc_principal *)0)->worker)];
+} wslot;
+
+typedef struct wjob {
+    uint64_t id;
+    int ended;   /* the job is finished: none of its credentials is current */
+    size_t n;    /* workers (0 while it is not placed, or has ended) */
+    wslot *w;    /* by index in the job's record */
+} wjob;
+
 struct tr_auth {
+    pthread_mutex_t wmu; /* the workers' copy; a leaf, taken under h->mu or alone */
+    wjob *wjobs;         /* by id */
+    size_t n_wjobs, cap_wjobs;
     pthread_mutex_t mu;
     uint8_t key[KEY_LEN];
     char path[4096]; /* STATE_DIR/credentials */
@@ -307,6 +332,7 @@ int tr_auth_open(const char *state_dir, tr_auth **out, tr_err *err)
         return tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     }
     pthread_mutex_init(&a->mu, NULL);
+    pthread_mutex_init(&a->wmu, NULL);
     a->next_id = 1;
     creds_changed(a);
     snprintf(a->path, sizeof(a->path), "%s/credentials", state_dir);
@@ -325,7 +351,12 @@ void tr_auth_close(tr_auth *a)
     }
     memset(a->key, 0, sizeof(a->key));
     free(a->creds);
+    for (size_t i = 0; i < a->n_wjobs; i++) {
+        free(a->wjobs[i].w);
+    }
+    free(a->wjobs);
     pthread_mutex_destroy(&a->mu);
+    pthread_mutex_destroy(&a->wmu);
     free(a);
 }
 
@@ -405,6 +436,144 @@ static int next_number(const char **p, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* ---- the workers' copy (a->wmu) ------------------------------------------ */
+
+/* wjob_at: the index of job id in a->wjobs, or where it would go (*found 0). */
+static size_t wjob_at(const tr_auth *a, uint64_t id, int *found)
+{
+    size_t lo = 0, hi = a->n_wjobs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a->wjobs[mid].id < id) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    *found = lo < a->n_wjobs && a->wjobs[lo].id == id;
+    return lo;
+}
+
+static void wjob_remove(tr_auth *a, size_t i)
+{
+    free(a->wjobs[i].w);
+    memmove(&a->wjobs[i], &a->wjobs[i + 1], (a->n_wjobs - i - 1) * sizeof(*a->wjobs));
+    a->n_wjobs--;
+}
+
+/* wjob_copy makes the copy of hj current (h->mu held; takes a->wmu). Out of
+ * memory, the job leaves the copy: its workers are then checked under h->mu
+ * again, as a job the copy never heard of. */
+static void wjob_copy(tr_auth *a, const tr_head_job *hj)
+{
+    const Troupe__V1__Job *j = hj->j;
+    int found, ended = tr_jobs_is_terminal(hj);
+    size_t n = ended ? 0 : j->n_workers, i;
+    wjob *wj;
+
+    pthread_mutex_lock(&a->wmu);
+    i = wjob_at(a, j->id, &found);
+    if (!found) {
+        if (a->n_wjobs == a->cap_wjobs) {
+            size_t cap = a->cap_wjobs ? 2 * a->cap_wjobs : 64;
+            wjob *grown = realloc(a->wjobs, cap * sizeof(*grown));
+            if (grown == NULL) {
+                goto out;
+            }
+            a->wjobs = grown;
+            a->cap_wjobs = cap;
+        }
+        memmove(&a->wjobs[i + 1], &a->wjobs[i], (a->n_wjobs - i) * sizeof(*a->wjobs));
+        a->n_wjobs++;
+        a->wjobs[i] = (wjob){.id = j->id};
+    }
+    wj = &a->wjobs[i];
+    if (n != wj->n) {
+        wslot *w = n ? realloc(wj->w, n * sizeof(*w)) : NULL;
+        if (n != 0 && w == NULL) {
+            wjob_remove(a, i);
+            goto out;
+        }
+        if (n == 0) {
+            free(wj->w);
+        }
+        wj->w = w;
+        wj->n = n;
+    }
+    wj->ended = ended;
+    for (size_t k = 0; k < n; k++) {
+        wj->w[k].attempt = j->workers[k]->attempt;
+        tr_strlcpy(wj->w[k].name, j->workers[k]->name, sizeof(wj->w[k].name));
+    }
+out:
+    pthread_mutex_unlock(&a->wmu);
+}
+
+/* The job events keep the copy (events.h: under h->mu, before it is let go,
+ * on the thread that changed the job). h->auth is read when they come: a
+ * head started without a token has none. */
+static void on_job_changed(tr_head *h, const tr_event *ev, void *arg)
+{
+    (void)arg;
+    if (h->auth != NULL) {
+        wjob_copy(h->auth, ev->hj);
+    }
+}
+
+static void on_job_deleted(tr_head *h, const tr_event *ev, void *arg)
+{
+    int found;
+    size_t i;
+
+    (void)arg;
+    if (h->auth == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&h->auth->wmu);
+    i = wjob_at(h->auth, ev->hj->j->id, &found);
+    if (found) {
+        wjob_remove(h->auth, i);
+    }
+    pthread_mutex_unlock(&h->auth->wmu);
+}
+
+int tr_auth_follow_jobs(tr_head *h, tr_err *err)
+{
+    int rv;
+
+    for (size_t i = 0; i < h->evbus.n[TR_EV_JOB_CHANGED]; i++) {
+        if (h->evbus.subs[TR_EV_JOB_CHANGED][i].fn == on_job_changed) {
+            return TROUPE_OK; /* this head struct was started before */
+        }
+    }
+    if ((rv = tr_events_subscribe(h, TR_EV_JOB_CHANGED, on_job_changed, NULL, err)) != TROUPE_OK) {
+        return rv;
+    }
+    return tr_events_subscribe(h, TR_EV_JOB_DELETED, on_job_deleted, NULL, err);
+}
+
+/* worker_current: whether worker index of job at attempt is current in the
+ * copy (its name into name); -1 when the copy has not heard of the job. */
+static int worker_current(tr_auth *a, uint64_t job, uint64_t attempt, uint64_t index, char *name, size_t size)
+{
+    int found, live = -1;
+    size_t i;
+
+    pthread_mutex_lock(&a->wmu);
+    i = wjob_at(a, job, &found);
+    if (found) {
+        const wjob *wj = &a->wjobs[i];
+        /* Current only for the worker's attempt now: a group restart, or an
+         * elastic group's replacement, gives that worker a new one. */
+        live = !wj->ended && index < wj->n && wj->w[index].attempt == attempt;
+        if (live) {
+            tr_strlcpy(name, wj->w[index].name, size);
+        }
+    }
+    pthread_mutex_unlock(&a->wmu);
+    return live;
+}
+
 static int check_worker(tr_head *h, const char *rest, tr_rpc_principal *out, tr_err *err)
 {
     uint64_t job, attempt, index;
@@ -423,16 +592,21 @@ static int check_worker(tr_head *h, const char *rest, tr_rpc_principal *out, tr_
     if (!ct_equal_bytes((const uint8_t *)mac, (const uint8_t *)p, 64)) {
         return tr_err_set(err, TROUPE_UNAUTHENTICATED, "unknown credential");
     }
-    pthread_mutex_lock(&h->mu);
-    hj = tr_jobs_find(h, job);
-    /* Current only for the worker's attempt now: a group restart, or an
-     * elastic group's replacement, gives that worker a new one. */
-    live = hj != NULL && !tr_jobs_is_terminal(hj) && index < hj->j->n_workers &&
-           hj->j->workers[index]->attempt == attempt;
-    if (live) {
-        tr_strlcpy(out->worker, hj->j->workers[index]->name, sizeof(out->worker));
+    live = worker_current(h->auth, job, attempt, index, out->worker, sizeof(out->worker));
+    if (live < 0) {
+        /* Not heard of since the head started: its record, once. */
+        pthread_mutex_lock(&h->mu);
+        hj = tr_jobs_find(h, job);
+        live = hj != NULL && !tr_jobs_is_terminal(hj) && index < hj->j->n_workers &&
+               hj->j->workers[index]->attempt == attempt;
+        if (live) {
+            tr_strlcpy(out->worker, hj->j->workers[index]->name, sizeof(out->worker));
+        }
+        if (hj != NULL) {
+            wjob_copy(h->auth, hj);
+        }
+        pthread_mutex_unlock(&h->mu);
     }
-    pthread_mutex_unlock(&h->mu);
     if (!live) {
         return tr_err_set(err, TROUPE_UNAUTHENTICATED,
                           "worker credential of job %" PRIu64 " attempt %" PRIu64

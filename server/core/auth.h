@@ -45,8 +45,15 @@ void tr_auth_worker_credential(const tr_auth *a, uint64_t job_id, uint32_t attem
                                size_t size);
 
 /* tr_head_authenticate is the RPC layer's tr_rpc_auth_fn (user = tr_head *).
- * It takes h->mu briefly to check a worker credential's job. */
+ * Caller holds no head lock. It does not take h->mu, but for the first
+ * worker credential of a job it has not heard of since the head started
+ * (recovered from the store): a worker's job is checked against the copy of
+ * the workers that tr_auth_follow_jobs keeps. */
 int tr_head_authenticate(void *user, const char *token, tr_rpc_principal *out, tr_err *err);
+
+/* tr_auth_follow_jobs subscribes h->auth's copy of the workers to the job
+ * events (once per head struct; before the head serves). */
+int tr_auth_follow_jobs(struct tr_head *h, tr_err *err);
 
 /* tr_head_node_allowed returns 1 when the caller may act for node hn: any
  * credential but a node one, or the node credential that registered it.

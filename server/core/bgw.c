@@ -77,6 +77,11 @@ void tr_bgw_poke(tr_bgw *w, int64_t at)
     }
 }
 
+void tr_bgw_wake(tr_bgw *w)
+{
+    pthread_cond_signal(&w->cv); /* allowed without the mutex; see bgw.h for what may be lost */
+}
+
 void tr_bgw_stop(tr_bgw *w)
 {
     struct timespec ts;

@@ -485,7 +485,7 @@ static void store_failed(tr_head *h, const tr_err *err)
     snprintf(h->store_error, sizeof(h->store_error), "%s", err->msg);
     h->store_code = err->code;
     if (!h->store_failing) {
-        h->store_failing = 1;
+        __atomic_store_n(&h->store_failing, 1, __ATOMIC_RELAXED); /* tr_head_space_look reads it unlocked */
         h->store_failing_since_ms = tr_wall_ms();
         TR_LOG(TR_LOG_ERR,
                "state store cannot write, refusing new work until it can: %s state_dir=%s unsaved=%zu "
@@ -499,7 +499,7 @@ static void saved(tr_head *h, batch *b, const tr_err *err)
 {
     h->saved_seq = b->seq;
     if (h->store_failing) {
-        h->store_failing = 0;
+        __atomic_store_n(&h->store_failing, 0, __ATOMIC_RELAXED);
         TR_LOG(TR_LOG_NOTICE,
                "state store writes again after %lld ms (%llu failed writes); saved=%zu, accepting new work",
                (long long)(tr_wall_ms() - h->store_failing_since_ms),
@@ -540,12 +540,17 @@ size_t tr_head_store_unsaved(const tr_head *h)
     return n;
 }
 
-/* The committer looks at the disks (space_look) and handlers read what it
- * saw (h->space): a refusal is made on every call while the store fails and
- * a submit checks min_free_bytes, and neither may stat files with h->mu
- * held (a slow disk would stall every handler behind the lock). The look is
- * SPACE_LOOK_MS old at most while it matters - min_free_bytes set, or the
- * store failing - and taken again right after a failed write. */
+/* The committer looks at the disks (space_look) and keeps what it saw
+ * (h->space) for the refusals of changes while the store fails: their
+ * decision is store_failing, the look only says how much room there is. A
+ * submit decides by the look itself (min_free_bytes), so it looks at the
+ * disks again, with no lock held, before it takes h->mu (tr_head_space_look):
+ * a look the committer made up to SPACE_LOOK_MS ago would take a job in the
+ * moments after the disk filled, and its save could not happen. Nothing
+ * stats files with h->mu held (a slow disk would stall every handler behind
+ * the lock). The committer's look is SPACE_LOOK_MS old at most while it
+ * matters - min_free_bytes set, or the store failing - and taken again
+ * right after a failed write. */
 #define SPACE_LOOK_MS 100
 
 /* file_mib is the size of DIR/NAME with its WAL in MiB (0 when absent). */
@@ -568,10 +573,8 @@ static void space_dirs(const tr_head_config *cfg, const char *dirs[TR_SPACE_DIRS
     dirs[2] = cfg->traces_dir ? cfg->traces_dir : cfg->state_dir;
 }
 
-/* space_look measures the disks of the stores and what each store takes,
- * so a refusal says which file filled the disk. No lock held (cfg does not
- * change while the head runs). */
-static void space_look(const tr_head_config *cfg, tr_commit_space *sp)
+/* space_free measures the free space of the stores' disks (statvfs). */
+static void space_free(const tr_head_config *cfg, tr_commit_space *sp)
 {
     const char *dirs[TR_SPACE_DIRS];
     struct statvfs fs;
@@ -580,12 +583,43 @@ static void space_look(const tr_head_config *cfg, tr_commit_space *sp)
     for (int i = 0; i < TR_SPACE_DIRS; i++) {
         sp->free_b[i] = statvfs(dirs[i], &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1;
     }
+    sp->stores[0] = '\0';
+    sp->at_ms = tr_now_ms();
+}
+
+/* space_sizes writes what each store takes, so a refusal says which file
+ * filled the disk. */
+static void space_sizes(const tr_head_config *cfg, tr_commit_space *sp)
+{
+    const char *dirs[TR_SPACE_DIRS];
+
+    space_dirs(cfg, dirs);
     snprintf(sp->stores, sizeof(sp->stores),
              "head.db %.2f MiB, metrics.db %.2f MiB (bound %.0f MiB), traces.db %.2f MiB (bound %.0f MiB)",
              file_mib(dirs[0], "head.db"), file_mib(dirs[1], "metrics.db"),
              (double)cfg->metrics_max_bytes / 1048576.0, file_mib(dirs[2], "traces.db"),
              (double)cfg->traces_max_bytes / 1048576.0);
-    sp->at_ms = tr_now_ms();
+}
+
+/* space_look measures the disks of the stores and what each store takes.
+ * No lock held (cfg does not change while the head runs). */
+static void space_look(const tr_head_config *cfg, tr_commit_space *sp)
+{
+    space_free(cfg, sp);
+    space_sizes(cfg, sp);
+}
+
+/* below_bound: the first store disk of sp with less than min_free_bytes
+ * free, or -1 (a disk the head could not look at is not counted: its writes
+ * say). */
+static int below_bound(const tr_head_config *cfg, const tr_commit_space *sp)
+{
+    for (int i = 0; cfg->min_free_bytes > 0 && i < TR_SPACE_DIRS; i++) {
+        if (sp->free_b[i] >= 0 && sp->free_b[i] < (double)cfg->min_free_bytes) {
+            return i;
+        }
+    }
+    return -1;
 }
 
 static int space_matters(const tr_head *h)
@@ -615,47 +649,70 @@ static int64_t space_wait_ms(const tr_head *h)
     return !space_matters(h) ? 60000 : left > 1 ? left : 1;
 }
 
-int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
+void tr_head_space_look(tr_head *h, tr_commit_space *sp)
+{
+    memset(sp, 0, sizeof(*sp));
+    /* store_failing is read without h->mu (an atomic load of a flag the
+     * committer stores atomically): a look missed because the store just
+     * began failing costs nothing, the refusal under h->mu still sees the
+     * flag and then names the committer's look. */
+    if (h->cfg.min_free_bytes <= 0 && !__atomic_load_n(&h->store_failing, __ATOMIC_RELAXED)) {
+        return;
+    }
+    space_free(&h->cfg, sp);
+    /* The stores' sizes (six stat calls) only for a refusal's message. */
+    if (below_bound(&h->cfg, sp) >= 0 || __atomic_load_n(&h->store_failing, __ATOMIC_RELAXED)) {
+        space_sizes(&h->cfg, sp);
+    }
+}
+
+/* store_refuse is tr_head_store_refuse naming the free space of sp. */
+static int store_refuse(tr_head *h, tr_rpc_call *call, const tr_commit_space *sp)
 {
     char space[64] = "free space unknown";
 
     if (!h->store_failing) {
         return 0;
     }
-    if (h->space.free_b[0] >= 0) {
-        snprintf(space, sizeof(space), "%.1f MiB free", h->space.free_b[0] / (1024.0 * 1024.0));
+    if (sp->free_b[0] >= 0) {
+        snprintf(space, sizeof(space), "%.1f MiB free", sp->free_b[0] / (1024.0 * 1024.0));
     }
     tr_rpc_reply_error(
         call, TROUPE_RESOURCE_EXHAUSTED,
         "the head takes no new work: it cannot save changes in %s (%s on its disk): %s; %s. "
         "Free space there (delete finished jobs, lower metrics_max_bytes/traces_max_bytes); it "
         "retries and takes work again once a write succeeds",
-        h->cfg.state_dir, space, h->store_error, h->space.stores);
+        h->cfg.state_dir, space, h->store_error, sp->stores);
     return 1;
 }
 
-int tr_head_space_refuse(tr_head *h, tr_rpc_call *call)
+int tr_head_store_refuse(tr_head *h, tr_rpc_call *call)
+{
+    return store_refuse(h, call, &h->space);
+}
+
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call, const tr_commit_space *look)
 {
     const char *dirs[TR_SPACE_DIRS];
+    /* A look with the stores' sizes in it can name them; one without (taken
+     * while the store did not fail yet) leaves that to the committer's. */
+    const tr_commit_space *sp = look->at_ms != 0 && look->stores[0] != '\0' ? look : &h->space;
+    int i;
 
-    if (tr_head_store_refuse(h, call)) {
+    if (store_refuse(h, call, sp)) {
         return 1;
+    }
+    if (look->at_ms == 0 || (i = below_bound(&h->cfg, look)) < 0) {
+        return 0; /* no bound, or room on every disk now */
     }
     space_dirs(&h->cfg, dirs);
-    for (int i = 0; h->cfg.min_free_bytes > 0 && i < TR_SPACE_DIRS; i++) {
-        double free_b = h->space.free_b[i];
-        if (free_b < 0 || free_b >= (double)h->cfg.min_free_bytes) {
-            continue; /* room, or a disk the head cannot look at: its writes say */
-        }
-        tr_rpc_reply_error(
-            call, TROUPE_RESOURCE_EXHAUSTED,
-            "the head takes no new work: the disk of %s has %.2f MiB free (min_free_bytes %.2f "
-            "MiB); %s. Free space there, delete finished jobs (troupe delete) or lower "
-            "metrics_max_bytes/traces_max_bytes; new work is taken again once there is room",
-            dirs[i], free_b / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, h->space.stores);
-        return 1;
-    }
-    return 0;
+    tr_rpc_reply_error(
+        call, TROUPE_RESOURCE_EXHAUSTED,
+        "the head takes no new work: the disk of %s has %.2f MiB free (min_free_bytes %.2f "
+        "MiB); %s. Free space there, delete finished jobs (troupe delete) or lower "
+        "metrics_max_bytes/traces_max_bytes; new work is taken again once there is room",
+        dirs[i], look->free_b[i] / 1048576.0, (double)h->cfg.min_free_bytes / 1048576.0, look->stores);
+    return 1;
 }
 
 /* give_up: the head stops and still cannot write. Its memory goes with it,

@@ -76,13 +76,14 @@ void *tr_commit_alloc(size_t n, size_t size);
 /* tr_commit_wake tells the writer that something was marked (h->mu held). */
 void tr_commit_wake(tr_head *h);
 
-/* tr_commit_space: the disks of the head's stores as the committer last
- * looked (state dir, metrics dir, traces dir), read by the refusals below
- * without I/O under h->mu. */
+/* tr_commit_space: a look at the disks of the head's stores (state dir,
+ * metrics dir, traces dir): the committer's last (h->space), or a
+ * handler's own (tr_head_space_look), read by the refusals below without
+ * I/O under h->mu. */
 enum { TR_SPACE_DIRS = 3 };
 typedef struct tr_commit_space {
     double free_b[TR_SPACE_DIRS]; /* bytes free to the head; < 0: could not look */
-    char stores[200];             /* each store's size and bound, for messages */
+    char stores[200];             /* each store's size and bound, for messages; "" if not measured */
     int64_t at_ms;                /* tr_now_ms() of the look */
 } tr_commit_space;
 
@@ -110,14 +111,24 @@ void tr_head_commit_nudge(tr_head *h);
 /* tr_head_store_refuse answers call RESOURCE_EXHAUSTED (with a hint naming
  * the state dir and its free space, as the committer last looked) and
  * returns 1 while the store cannot write; 0 otherwise. Handlers that would
- * make new changes call it first. No I/O. */
+ * make new changes call it first. Under h->mu; no I/O. */
 int tr_head_store_refuse(tr_head *h, tr_rpc_call *call);
-/* tr_head_space_refuse is tr_head_store_refuse for new work (submit): it
- * also refuses, RESOURCE_EXHAUSTED, while the disk of the state dir, of
- * metrics.db or of traces.db has less than min_free_bytes free, whichever
- * file filled it, with the sizes of the stores and what to do. Under h->mu;
- * reads the committer's look (at most 100 ms old), no I/O. */
-int tr_head_space_refuse(tr_head *h, tr_rpc_call *call);
+/* New work (submit) is refused on a look at the disks of its own, not the
+ * committer's (which may be SPACE_LOOK_MS old: the disk may have filled
+ * since, and the job's save could not happen):
+ *   tr_head_space_look(h, &look);        - no lock held: statvfs
+ *   pthread_mutex_lock(&h->mu);
+ *   if (tr_head_space_refuse(h, call, &look)) { unlock; answered }
+ * tr_head_space_look looks (statvfs of the three stores' disks, and the
+ * stores' sizes when it will refuse) while min_free_bytes is set or the
+ * store fails; otherwise it sets look->at_ms = 0 (no look). It must be
+ * called without h->mu. tr_head_space_refuse is tr_head_store_refuse that
+ * also refuses, RESOURCE_EXHAUSTED, while the look saw less than
+ * min_free_bytes free on the disk of the state dir, of metrics.db or of
+ * traces.db, whichever file filled it, with the sizes of the stores and what
+ * to do. Under h->mu; no I/O. */
+void tr_head_space_look(tr_head *h, tr_commit_space *look);
+int tr_head_space_refuse(tr_head *h, tr_rpc_call *call, const tr_commit_space *look);
 /* tr_head_store_unsaved counts changes waiting for the disk. */
 size_t tr_head_store_unsaved(const tr_head *h);
 /* tr_head_after_commit_or_resend: for calls whose sender re-sends the same

@@ -6,17 +6,19 @@
  * subscribes before the head starts. Every call therefore points down:
  * rpc/ -> services/ -> core/. Events are published and delivered under h->mu,
  * on the thread that made the change; a subscriber must not block, must not
- * take h->mu, and may answer calls (the RPC server sends replies without
+ * take h->mu (a leaf lock of its own is fine), and may answer calls (the RPC server sends replies without
  * taking the head's lock).
  *
  *   event                  published by                 subscribers
  *   TR_EV_JOB_CHANGED      jobs.c (tr_jobs_touch, notes) services' job_changed, then
- *                                                        rpc: GetJob polls
+ *                                                        rpc: GetJob polls, auth: its
+ *                                                        copy of the workers
  *   TR_EV_JOB_SAVED        commit.c (per saved job)      services' job_saved, then rpc:
  *                                                        GetJob polls, GetLogs of a settled job
  *   TR_EV_JOB_DUE          jobs.c (reaper tick)          rpc: GetJob and GetLogs polls
  *   TR_EV_JOB_DELETED      jobs_retain.c (before free)   rpc: every poll of the job (final
- *                                                        record), then services' job_deleted
+ *                                                        record), auth: drops the job's
+ *                                                        workers, then services' job_deleted
  *   TR_EV_LOG_GREW         joblog.c, jobs.c              rpc: GetLogs polls
  *   TR_EV_NODE_SYNC_DUE    jobs.c (reaper tick)          rpc: the node's NodeSync poll
  *   TR_EV_BATCH_SAVED      commit.c (after each batch)   rpc: NodeSync polls now on disk

@@ -2,6 +2,7 @@
  * shutdown. */
 #include "head.h"
 #include "auth.h"
+#include "bgw.h"
 #include "jobs.h"
 
 #include <stddef.h>
@@ -279,25 +280,25 @@ static void services_stop(tr_head *h)
     h->methods = NULL;
 }
 
-/* The reaper wakes a few times per heartbeat period and moves silent nodes
- * along ALIVE -> SUSPECT -> DEAD (liveness.h). */
-static void *reaper_main(void *arg)
+/* The reaper (a background worker, bgw.h) ticks a few times per heartbeat
+ * period under h->mu: it moves silent nodes along ALIVE -> SUSPECT -> DEAD
+ * and closed connections to SUSPECT (liveness.h, node_life.c), then the
+ * jobs' waits, restarts and retention. A closed connection wakes it
+ * (tr_head_pipe_closed). */
+static int64_t reaper_period_ms(const tr_head *h)
+{
+    return h->live.heartbeat_ms / 4 > 5 ? h->live.heartbeat_ms / 4 : 5;
+}
+
+static int64_t reaper_tick(void *arg, int64_t now)
 {
     tr_head *h = arg;
-    int64_t tick = h->live.heartbeat_ms / 4 > 5 ? h->live.heartbeat_ms / 4 : 5;
 
-    pthread_mutex_lock(&h->mu);
-    while (!h->stopping) {
-        struct timespec ts;
-        tr_head_nodes_check_pipes(h);
-        tr_head_nodes_reap(h);
-        tr_jobs_tick(h);
-        tr_jobs_retain(h);
-        tr_abstime_in(&ts, tick);
-        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
+    tr_head_nodes_check_pipes(h);
+    tr_head_nodes_reap(h);
+    tr_jobs_tick(h);
+    tr_jobs_retain(h);
+    return now + reaper_period_ms(h);
 }
 
 /* What the committer saves (commit.h), in this order: a batch's jobs, then
@@ -311,7 +312,6 @@ int tr_head_start(tr_head *h, tr_err *err)
     int rv;
 
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
     pthread_mutex_init(&h->pipe_mu, NULL);
     h->live.heartbeat_ms = h->cfg.heartbeat_ms;
     h->live.suspect_after = h->cfg.suspect_after;
@@ -347,7 +347,8 @@ int tr_head_start(tr_head *h, tr_err *err)
         goto fail;
     }
     if (h->cfg.token != NULL && h->cfg.token[0] != '\0' &&
-        (rv = tr_auth_open(h->cfg.state_dir, &h->auth, err)) != TROUPE_OK) {
+        ((rv = tr_auth_open(h->cfg.state_dir, &h->auth, err)) != TROUPE_OK ||
+         (rv = tr_auth_follow_jobs(h, err)) != TROUPE_OK)) {
         goto fail;
     }
     /* Recovery may already start jobs (and mark them for the writer). */
@@ -384,10 +385,18 @@ int tr_head_start(tr_head *h, tr_err *err)
     if ((rv = tr_rpc_server_start(&so, &h->srv, err)) != TROUPE_OK) {
         goto fail;
     }
-    if (pthread_create(&h->reaper, NULL, reaper_main, h) != 0) {
-        rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot start the liveness thread");
-        tr_rpc_server_stop(h->srv);
-        goto fail;
+    {
+        tr_bgw_opts ro = {.name = "reaper", .mu = &h->mu, .tick = reaper_tick, .arg = h,
+                          .max_wait_ms = reaper_period_ms(h)};
+        tr_bgw *reaper = NULL;
+        if ((rv = tr_bgw_start(&reaper, &ro, err)) != TROUPE_OK) {
+            tr_rpc_server_stop(h->srv);
+            h->srv = NULL;
+            goto fail;
+        }
+        pthread_mutex_lock(&h->pipe_mu); /* what tr_head_pipe_closed wakes */
+        h->reaper = reaper;
+        pthread_mutex_unlock(&h->pipe_mu);
     }
     TR_LOG(TR_LOG_NOTICE,
            "troupe-head %s listening url=%s state_dir=%s auth=%s heartbeat_ms=%lld dead_ms=%lld lease_ms=%lld "
@@ -413,11 +422,13 @@ fail:
 
 void tr_head_stop(tr_head *h)
 {
-    pthread_mutex_lock(&h->mu);
-    h->stopping = 1;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    pthread_join(h->reaper, NULL);
+    tr_bgw *reaper;
+
+    pthread_mutex_lock(&h->pipe_mu); /* no connection-closed callback wakes it from now on */
+    reaper = h->reaper;
+    h->reaper = NULL;
+    pthread_mutex_unlock(&h->pipe_mu);
+    tr_bgw_stop(reaper);
     tr_joblog_quiesce(h); /* no log read holds a call the server is about to free */
     tr_rpc_server_stop(h->srv);
     h->srv = NULL;
@@ -433,7 +444,6 @@ void tr_head_stop(tr_head *h)
     h->auth = NULL;
     pthread_mutex_destroy(&h->mu);
     pthread_mutex_destroy(&h->pipe_mu);
-    pthread_cond_destroy(&h->cv);
 }
 
 int tr_head_check_liveness(const tr_head_config *c, tr_err *err)

@@ -17,13 +17,15 @@
  *   change that must be durable is marked for the group commit
  *   (tr_head_dirty_*, tr_head_after_commit), job log output is appended to
  *   memory (joblog.h), and long waits are deferred calls, never a held lock.
+ *   The one exception, a submit's statvfs of the stores' disks
+ *   (tr_head_space_look), comes before it takes h->mu.
  * - The committer thread (commit.c) is the only one that touches SQLite; it
  *   holds h->mu only to take a batch and to answer the parked replies.
  * - The log I/O thread (joblog.c) does every open/read/write/unlink of job
  *   log files; it holds h->mu only to take work and publish results.
- * - The reaper thread (head.c) moves node liveness along, expires job waits
- *   and applies job retention (jobs_retain.c), under h->mu, without I/O; the
- *   services' timers (rdzv.c, kv.c, profile.c: background workers, bgw.h)
+ * - The reaper (head.c, a background worker: bgw.h) moves node liveness
+ *   along, expires job waits and applies job retention (jobs_retain.c),
+ *   under h->mu, without I/O; the services' timers (rdzv.c, kv.c, profile.c: background workers, bgw.h)
  *   likewise expire their own waits.
  * - The RPC server's sweeper answers deferred calls whose deadline passed and
  *   then calls their on_expire hooks, which take h->mu to forget them.
@@ -39,6 +41,8 @@
  *       -> a service's own lock (health, metrics follower, report queue;
  *          rendezvous, the job store and profile have none: they use h->mu)
  *       -> h->auth->mu (credentials)
+ *       -> h->auth->wmu (the workers' copy that authenticates worker
+ *          credentials without h->mu; auth.c): a leaf
  *       -> the RPC server's mu (call state, deferred list)
  *       -> the RPC server's qmu (handler queues), conns_mu (connections):
  *          leaves, never held together nor with mu
@@ -79,7 +83,6 @@ typedef struct tr_head {
     tr_head_config cfg;
     tr_liveness_cfg live;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     tr_store *store;
     tr_rpc_server *srv;
     tr_head_node *nodes;
@@ -100,8 +103,7 @@ typedef struct tr_head {
     size_t n_jobs, cap_jobs;
     size_t first_unsettled;    /* jobs below this index are settled */
     struct tr_port_map *ports; /* master port band per master address (jobs.c) */
-    int stopping;
-    pthread_t reaper;
+    struct tr_bgw *reaper; /* liveness, job waits, retention (head.c); set and cleared under pipe_mu */
     int lock_fd;         /* holds the flock on state_dir/head.lock (statedir.c) */
     int64_t grace_until; /* tr_now_ms() when the restart grace ends (cfg.restart_grace_ms) */
     int grace_over;      /* the pass at its end has run */

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "bgw.h"
 #include "head.h"
 #include "jobs.h"
 #include "log.h"
@@ -44,8 +45,10 @@ void tr_head_pipe_closed(uint32_t pipe, void *user)
     } else {
         h->closed_overflow = 1;
     }
+    if (h->reaper != NULL) {
+        tr_bgw_wake(h->reaper); /* now, not at its next tick; under pipe_mu, so not while it stops */
+    }
     pthread_mutex_unlock(&h->pipe_mu);
-    pthread_cond_signal(&h->cv); /* wake the reaper now */
 }
 
 static int pipe_listed(const uint32_t *pipes, size_t n, uint32_t pipe)

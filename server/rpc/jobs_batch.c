@@ -118,6 +118,7 @@ void tr_head_submit_jobs(tr_rpc_call *call, void *user)
     Troupe__V1__SubmitJobsRequest *req =
         (Troupe__V1__SubmitJobsRequest *)tr_rpc_unpack(call, &troupe__v1__submit_jobs_request__descriptor);
     outcome *o = NULL;
+    tr_commit_space look;
     size_t ok = 0;
 
     if (req == NULL) {
@@ -127,8 +128,9 @@ void tr_head_submit_jobs(tr_rpc_call *call, void *user)
         goto out;
     }
     o->return_jobs = req->return_jobs;
+    tr_head_space_look(h, &look); /* before h->mu: it stats the disks */
     pthread_mutex_lock(&h->mu);
-    if (tr_head_space_refuse(h, call)) {
+    if (tr_head_space_refuse(h, call, &look)) {
         pthread_mutex_unlock(&h->mu);
         outcome_free(o);
         goto out;

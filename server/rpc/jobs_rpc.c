@@ -44,6 +44,7 @@ void tr_head_submit_job(tr_rpc_call *call, void *user)
     tr_head *h = user;
     Troupe__V1__SubmitJobRequest *req =
         (Troupe__V1__SubmitJobRequest *)tr_rpc_unpack(call, &troupe__v1__submit_job_request__descriptor);
+    tr_commit_space look;
     uint64_t id = 0;
     tr_err err;
     int rv;
@@ -56,8 +57,9 @@ void tr_head_submit_job(tr_rpc_call *call, void *user)
         tr_rpc_reply_error(call, TROUPE_INVALID_ARGUMENT, "SubmitJob: spec is missing");
         goto out;
     }
+    tr_head_space_look(h, &look); /* before h->mu: it stats the disks */
     pthread_mutex_lock(&h->mu);
-    if (tr_head_space_refuse(h, call)) {
+    if (tr_head_space_refuse(h, call, &look)) {
         pthread_mutex_unlock(&h->mu);
         goto out;
     }

@@ -23,6 +23,7 @@
  * writing it, so both readers are parked behind it every time. */
 #include <pthread.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "head.h"
@@ -337,27 +338,48 @@ static void readers_answered_on_failure(void **state)
 }
 
 /* Every statvfs(3) of the head, by thread (the executable is linked with
- * --wrap=statvfs): the refusals run on the handler threads under h->mu and
- * must read what the committer saw, not look at the disk themselves. */
+ * --wrap=statvfs): none may run with h->mu held by the caller (a slow disk
+ * would stall every handler behind the lock). Held is read from the mutex's
+ * owner, which glibc records for every mutex type. disk_full makes the disks
+ * look full (0 bytes free); hold_looks keeps the committer from looking (it
+ * waits in its look, h->mu released, up to 10 s) - the moments before its
+ * next look, when what it saw last is out of date. */
 static tr_head *looked_head;
-static int statvfs_committer, statvfs_elsewhere;
+static int statvfs_locked, statvfs_committer, statvfs_handlers;
+static int disk_full, hold_looks;
 
 int __real_statvfs(const char *path, struct statvfs *buf);
 int __wrap_statvfs(const char *path, struct statvfs *buf);
 int __wrap_statvfs(const char *path, struct statvfs *buf)
 {
     tr_head *h = __atomic_load_n(&looked_head, __ATOMIC_ACQUIRE);
+    /* disk_full before hold_looks (the test sets them in the other order):
+     * a committer that sees the disk full is held. */
+    int full = __atomic_load_n(&disk_full, __ATOMIC_SEQ_CST), rv;
+
     if (h != NULL) {
-        __atomic_add_fetch(pthread_equal(pthread_self(), h->committer) ? &statvfs_committer : &statvfs_elsewhere,
-                           1, __ATOMIC_RELAXED);
+        int committer = pthread_equal(pthread_self(), h->committer);
+        if (__atomic_load_n(&h->mu.__data.__owner, __ATOMIC_RELAXED) == (int)syscall(SYS_gettid)) {
+            __atomic_add_fetch(&statvfs_locked, 1, __ATOMIC_RELAXED);
+        }
+        __atomic_add_fetch(committer ? &statvfs_committer : &statvfs_handlers, 1, __ATOMIC_RELAXED);
+        for (int i = 0; committer && i < 10000 && __atomic_load_n(&hold_looks, __ATOMIC_SEQ_CST); i++) {
+            usleep(1000);
+            full = __atomic_load_n(&disk_full, __ATOMIC_SEQ_CST);
+        }
     }
-    return __real_statvfs(path, buf);
+    rv = __real_statvfs(path, buf);
+    if (rv == 0 && full) {
+        buf->f_bavail = 0;
+    }
+    return rv;
 }
 
-/* refusals_read_the_look: a submit checks min_free_bytes, and while the
- * store fails every change is refused naming the free space; neither may
- * stat the disk under h->mu (re-plant: statvfs in tr_head_store_refuse or
- * tr_head_space_refuse). */
+/* refusals_read_the_look: a submit checks min_free_bytes on a look of its
+ * own, and while the store fails every change is refused naming the free
+ * space; no statvfs runs with h->mu held, neither the committer's nor a
+ * submit's (re-plant: statvfs in tr_head_store_refuse or
+ * tr_head_space_refuse, or tr_head_space_look called under h->mu). */
 static void refusals_read_the_look(void **state)
 {
     static const char yaml[] = "name: j\ncluster: {nodes: [1]}\n"
@@ -399,11 +421,72 @@ static void refusals_read_the_look(void **state)
         usleep(10000);
     }
     __atomic_store_n(&looked_head, NULL, __ATOMIC_RELEASE);
-    if (statvfs_elsewhere != 0 || statvfs_committer < 2) {
-        fail_msg("statvfs: %d calls on other threads than the committer (want 0), %d on it (want >= 2 in 5 s)",
-                 statvfs_elsewhere, statvfs_committer);
+    if (statvfs_locked != 0 || statvfs_committer < 2 || statvfs_handlers < 2 * TR_SPACE_DIRS) {
+        fail_msg("statvfs: %d calls with h->mu held (want 0), %d by the committer (want >= 2 in 5 s), %d by "
+                 "the handlers (want >= %d: each submit looks at the %d disks)",
+                 statvfs_locked, statvfs_committer, statvfs_handlers, 2 * TR_SPACE_DIRS, TR_SPACE_DIRS);
     }
     assert_int_equal(unlink(full), 0);
+    troupe_client_close(c);
+    tr_rpc_client_close(agent);
+    tr_head_stop(&h);
+    tr_cfg_free(tr_head_config_table, &h.cfg);
+}
+
+/* submit_looks_at_the_disk: a submit made after the disk filled but before
+ * the committer looked again (it looks every 100 ms) is refused at once,
+ * RESOURCE_EXHAUSTED naming min_free_bytes, not taken to wait for a save
+ * that cannot happen. The disks look full from one moment on, and the
+ * committer's looks are held from then (hold_looks), so its last look said
+ * there was room. Once there is room again a submit is taken. Re-plant:
+ * decide in tr_head_space_refuse on h->space (the committer's look) instead
+ * of the submit's own; the submit is then taken and waits for its client's
+ * deadline (DEADLINE_EXCEEDED). */
+static void submit_looks_at_the_disk(void **state)
+{
+    static const char yaml[] = "name: j\ncluster: {nodes: [1]}\n"
+                               "groups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sleep, '60']}]\n";
+    char dir[256], url[300], msg[512];
+    tr_head h;
+    troupe_client_opts co = {0};
+    troupe_client *c = NULL;
+    troupe_error terr;
+    tr_rpc_client *agent;
+    uint64_t id = 0;
+    troupe_status rv;
+    int64_t t0, ms;
+
+    (void)state;
+    tr_fixture_head_start(&h, dir, sizeof(dir), url, sizeof(url), "commit");
+    assert_true(h.cfg.min_free_bytes > 0); /* the default bound: every submit checks the disks */
+    agent = tr_fixture_register_node(url);
+    co.head_url = url;
+    co.timeout_ms = 3000;
+    assert_int_equal(troupe_client_open(&c, &co, &terr), TROUPE_OK);
+    statvfs_locked = 0;
+    __atomic_store_n(&looked_head, &h, __ATOMIC_RELEASE);
+    if (troupe_submit_yaml(c, yaml, sizeof(yaml) - 1, "j.yaml", NULL, &id, &terr) != TROUPE_OK) {
+        fail_msg("submit with room on the disk: %s: %s", troupe_strerror(terr.code), terr.message);
+    }
+
+    __atomic_store_n(&hold_looks, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&disk_full, 1, __ATOMIC_SEQ_CST);
+    t0 = tr_now_ms();
+    rv = troupe_submit_yaml(c, yaml, sizeof(yaml) - 1, "j.yaml", NULL, &id, &terr);
+    ms = tr_now_ms() - t0;
+    snprintf(msg, sizeof(msg), "%s", terr.message);
+    __atomic_store_n(&disk_full, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&hold_looks, 0, __ATOMIC_SEQ_CST);
+    if (rv != TROUPE_RESOURCE_EXHAUSTED || strstr(msg, "min_free_bytes") == NULL || ms > 2000) {
+        fail_msg("submit just after the disk filled: want RESOURCE_EXHAUSTED naming min_free_bytes at once, got "
+                 "%s after %lld ms: %s",
+                 rv == TROUPE_OK ? "OK (taken)" : troupe_strerror(rv), (long long)ms, rv == TROUPE_OK ? "" : msg);
+    }
+    if (troupe_submit_yaml(c, yaml, sizeof(yaml) - 1, "j.yaml", NULL, &id, &terr) != TROUPE_OK) {
+        fail_msg("submit once the disk had room again: %s: %s", troupe_strerror(terr.code), terr.message);
+    }
+    __atomic_store_n(&looked_head, NULL, __ATOMIC_RELEASE);
+    assert_int_equal(statvfs_locked, 0);
     troupe_client_close(c);
     tr_rpc_client_close(agent);
     tr_head_stop(&h);
@@ -426,6 +509,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(nudge_only_recovers),
         cmocka_unit_test(readers_answered_on_failure),
         cmocka_unit_test(refusals_read_the_look),
+        cmocka_unit_test(submit_looks_at_the_disk),
     };
     return TR_TEST_MAIN("unit.server.commit", tests, argc, argv);
 }
