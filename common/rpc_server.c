@@ -58,6 +58,7 @@
 #include "arena.h"
 #include "log.h"
 #include "rpc.h"
+#include "rpc_backlog.h"
 #include "rpc_conns.h"
 #include "rpc_tls.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -1724,6 +1725,32 @@ static void handlers_stop(tr_rpc_server *srv)
     pthread_mutex_unlock(&srv->qmu);
 }
 
+/* The accept queue asked for: room for every connection the table admits
+ * arriving at once (a job's ranks starting together), up to what listen()
+ * takes; the kernel caps it at net.core.somaxconn. */
+#define BACKLOG_MAX 65535
+/* Below this a burst of ranks can overflow the queue: said at start. */
+#define BACKLOG_LOW 1024
+
+/* backlog_raise lengthens the listener's accept queue past nng's 128
+ * (rpc_backlog.c says why); what applies is logged. */
+static void backlog_raise(tr_rpc_server *srv)
+{
+    int want = srv->conns.lim.max_conns < BACKLOG_MAX ? (int)srv->conns.lim.max_conns : BACKLOG_MAX;
+    int got = 0;
+
+    if (tr_rpc_listen_backlog(srv->listener, want, &got) != 0) {
+        TR_LOG(TR_LOG_NOTICE, "rpc: could not lengthen the accept queue of %s past nng's 128: clients "
+               "connecting at once beyond that wait for their handshakes to be sent again (1 s)", srv->opts.url);
+    } else if (got < want && got < BACKLOG_LOW) {
+        TR_LOG(TR_LOG_NOTICE, "rpc: accept queue of %s is %d connections (net.core.somaxconn): clients connecting "
+               "at once beyond that wait for their handshakes to be sent again (1 s); raise net.core.somaxconn "
+               "to %d for large jobs", srv->opts.url, got, want);
+    } else {
+        TR_LOG(TR_LOG_DEBUG, "rpc: accept queue of %s is %d connections", srv->opts.url, got);
+    }
+}
+
 int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_err *err)
 {
     tr_rpc_server *srv;
@@ -1812,6 +1839,7 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
         tr_err_prefix(err, "cannot listen");
         goto fail_sock;
     }
+    backlog_raise(srv);
     for (int i = 0; i < n; i++) {
         if ((rv = call_open(srv)) != 0) {
             rv = tr_rpc_from_nng(rv, "open context", err);
