@@ -40,7 +40,8 @@ static int same_addr(const struct sockaddr_storage *ss, socklen_t len, const nng
     }
     if (ss->ss_family == AF_UNIX && na->s_family == NNG_AF_IPC) {
         const struct sockaddr_un *un = (const struct sockaddr_un *)ss;
-        size_t n = len > offsetof(struct sockaddr_un, sun_path) ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+        size_t n =
+            len > offsetof(struct sockaddr_un, sun_path) ? len - offsetof(struct sockaddr_un, sun_path) : 0;
         return n > 0 && strncmp(un->sun_path, na->s_ipc.sa_path, n) == 0 &&
                strlen(na->s_ipc.sa_path) == strnlen(un->sun_path, n);
     }

@@ -135,8 +135,9 @@ int main(int argc, char **argv)
         }
     }
     if (url == NULL || n < 1) {
-        fprintf(stderr, "usage: store_conn_phases --echo URL | (--head URL [--token-file F] | --nng URL) --n N "
-                        "[--json FILE]\n");
+        fprintf(stderr,
+                "usage: store_conn_phases --echo URL | (--head URL [--token-file F] | --nng URL) --n N "
+                "[--json FILE]\n");
         return 2;
     }
     int loose = 0;
@@ -165,9 +166,11 @@ int main(int argc, char **argv)
     if (json != NULL) {
         FILE *f = fopen(json, "w");
         if (f != NULL) {
-            fprintf(f, "{\"side\":\"%s\",\"n\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,\"dial_us\":%.1f,"
-                       "\"first_call_us\":%.1f,\"second_call_us\":%.1f}\n",
-                    bare ? "nng" : "troupe", n, tot[n / 2], tot[n * 9 / 10], sum[0] / n, sum[1] / n, sum[2] / n);
+            fprintf(f,
+                    "{\"side\":\"%s\",\"n\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,\"dial_us\":%.1f,"
+                    "\"first_call_us\":%.1f,\"second_call_us\":%.1f}\n",
+                    bare ? "nng" : "troupe", n, tot[n / 2], tot[n * 9 / 10], sum[0] / n, sum[1] / n,
+                    sum[2] / n);
             fclose(f);
         }
     }
