@@ -110,6 +110,24 @@ static int one_conn(const char *url, const char *token, int bare, void **keep, d
     return rv;
 }
 
+/* close_all closes the n connections kept open while measuring and frees
+ * keep (entries past the last one opened are NULL). */
+static void close_all(void **keep, int n, int bare)
+{
+    for (int k = 0; keep != NULL && k < n; k++) {
+        if (keep[k] == NULL) {
+            continue;
+        }
+        if (bare) {
+            nng_close(*(nng_socket *)keep[k]);
+            free(keep[k]);
+        } else {
+            tr_rpc_client_close(keep[k]);
+        }
+    }
+    free(keep);
+}
+
 int main(int argc, char **argv)
 {
     const char *url = NULL, *token_file = NULL, *json = NULL;
@@ -156,6 +174,9 @@ int main(int argc, char **argv)
     }
     if (rv != TROUPE_OK || tot == NULL || keep == NULL) {
         fprintf(stderr, "store_conn_phases: %s\n", tot && keep ? err.msg : "out of memory");
+        close_all(keep, n, bare);
+        free(tot);
+        free(token);
         return 1;
     }
     qsort(tot, (size_t)n, sizeof(double), cmp_d);
@@ -174,5 +195,8 @@ int main(int argc, char **argv)
             fclose(f);
         }
     }
-    return 0; /* the connections close with the process */
+    close_all(keep, n, bare); /* after the figures: closing is not measured */
+    free(tot);
+    free(token);
+    return 0;
 }
