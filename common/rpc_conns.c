@@ -243,6 +243,27 @@ void tr_conns_remove(tr_conns *t, uint32_t id)
     }
 }
 
+/* mark_authed marks c authenticated for good. */
+static void mark_authed(tr_conns *t, tr_conn *c)
+{
+    c->authed = 1;
+    t->unauth--;
+    t->charged -= c->charge; /* its frame arrived whole: nothing of it is held as a stranger's */
+    c->charge = 0;
+    if (t->unauth == 0) {
+        t->limit = t->lim.frame_max;
+    }
+}
+
+void tr_conns_authed(tr_conns *t, uint32_t id)
+{
+    tr_conn *c = id ? find(t, id) : NULL;
+
+    if (c != NULL && !c->authed) {
+        mark_authed(t, c);
+    }
+}
+
 void tr_conns_begin(tr_conns *t, uint32_t id, int authed, int64_t now)
 {
     tr_conn *c = id ? find(t, id) : NULL;
@@ -253,13 +274,7 @@ void tr_conns_begin(tr_conns *t, uint32_t id, int authed, int64_t now)
     c->inflight++;
     c->last_ms = now;
     if (authed && !c->authed) {
-        c->authed = 1;
-        t->unauth--;
-        t->charged -= c->charge; /* its frame arrived whole: nothing of it is held as a stranger's */
-        c->charge = 0;
-        if (t->unauth == 0) {
-            t->limit = t->lim.frame_max;
-        }
+        mark_authed(t, c);
     } else if (!c->authed && c->charge > t->limit) {
         /* Its frame arrived whole; the next one is read at the limit now. */
         t->charged -= c->charge - t->limit;

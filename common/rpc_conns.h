@@ -99,8 +99,14 @@ int tr_conns_add(tr_conns *t, uint32_t id, int64_t now, uint32_t *displaced, int
 void tr_conns_remove(tr_conns *t, uint32_t id);
 
 /* tr_conns_begin notes a request on id (authed: it carried a valid
- * credential, which marks the connection for good); tr_conns_end its reply. */
+ * credential, which marks the connection for good); tr_conns_end its reply.
+ * A request counts from its arrival, before its credential is checked: a
+ * connection whose whole frame has arrived is in flight, and a burst of
+ * new connections does not displace those whose first calls wait for a
+ * handler. tr_conns_authed marks id authenticated once the credential of a
+ * request already begun has been checked. */
 void tr_conns_begin(tr_conns *t, uint32_t id, int authed, int64_t now);
+void tr_conns_authed(tr_conns *t, uint32_t id);
 void tr_conns_end(tr_conns *t, uint32_t id, int64_t now);
 
 /* tr_conns_expire removes up to max connections past preauth_ms / idle_ms

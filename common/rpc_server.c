@@ -58,6 +58,7 @@
 #include "arena.h"
 #include "log.h"
 #include "rpc.h"
+#include "rpc_backlog.h"
 #include "rpc_conns.h"
 #include "rpc_tls.h"
 #include "troupe/v1/troupe.pb-c.h"
@@ -93,7 +94,7 @@ struct tr_rpc_call {
     int64_t arrived_us; /* monotonic, when the request was received (stats) */
     int method_idx;     /* index in the method table; -1 until found ("other") */
     int authed;         /* the request carried a valid credential */
-    int counted;        /* tr_conns_begin was called for this request */
+    int counted;        /* tr_conns_begin was called for this request (on arrival) */
     size_t pool_idx;    /* its place in srv->pool */
     nng_msg *request;   /* ST_QUEUED before admit: the received frame */
     const tr_rpc_method *method; /* admitted, waiting for a handler thread */
@@ -874,15 +875,35 @@ static void frame_limit_update(tr_rpc_server *srv)
     }
 }
 
-static void conn_begin(tr_rpc_call *call)
+/* conn_arrived counts a request as in flight on its connection from the
+ * moment its frame is whole (on_received, before any handler thread has
+ * looked at it): a burst of ranks connecting at once then displaces none
+ * whose first call merely waits for a handler thread, which would end that
+ * call with a reset connection. The frame limit cannot change here (only an
+ * authenticated call raises it), so nng is not called back into. */
+static void conn_arrived(tr_rpc_call *call)
 {
     tr_rpc_server *srv = call->srv;
 
     pthread_mutex_lock(&srv->conns_mu);
-    tr_conns_begin(&srv->conns, call->pipe, call->authed, tr_now_ms());
-    frame_limit_update(srv);
+    tr_conns_begin(&srv->conns, call->pipe, 0, tr_now_ms());
     pthread_mutex_unlock(&srv->conns_mu);
     call->counted = 1;
+}
+
+/* conn_authed marks the connection authenticated once admit found the
+ * request's credential valid. */
+static void conn_authed(tr_rpc_call *call)
+{
+    tr_rpc_server *srv = call->srv;
+
+    if (!call->authed) {
+        return;
+    }
+    pthread_mutex_lock(&srv->conns_mu);
+    tr_conns_authed(&srv->conns, call->pipe);
+    frame_limit_update(srv);
+    pthread_mutex_unlock(&srv->conns_mu);
 }
 
 static void conn_end(tr_rpc_call *call)
@@ -1309,7 +1330,7 @@ static void dispatch(tr_rpc_call *call)
     call->state = ST_HANDLER; /* replies made in admit are stored, sent by finish_handler */
     m = admit(call, msg);
     nng_msg_free(msg);
-    conn_begin(call);
+    conn_authed(call);
     if (m == NULL) {
         finish_handler(call);
         return;
@@ -1456,7 +1477,8 @@ static int peek_quick(const tr_rpc_server *srv, nng_msg *msg)
 }
 
 /* on_received (the aio callback) only queues the request for the handler
- * threads: no decoding, no allocation, no lock but the queue's. */
+ * threads: no decoding, no allocation, no lock but the queue's and the
+ * connection table's (a lookup, to count the request in flight). */
 static void on_received(tr_rpc_call *call)
 {
     tr_rpc_server *srv = call->srv;
@@ -1468,11 +1490,13 @@ static void on_received(tr_rpc_call *call)
     call->method_idx = -1;
     call->authed = 0;
     call->request = msg;
+    conn_arrived(call);
     pthread_mutex_lock(&srv->qmu);
     if (srv->q_stop) {
         /* Stopping: no thread will take it. Its client sees the connection
          * close; the call stays idle until it is freed. */
         pthread_mutex_unlock(&srv->qmu);
+        conn_end(call);
         call->request = NULL;
         call->state = ST_RECV;
         nng_msg_free(msg);
@@ -1732,6 +1756,32 @@ static void handlers_stop(tr_rpc_server *srv)
     pthread_mutex_unlock(&srv->qmu);
 }
 
+/* The accept queue asked for: room for every connection the table admits
+ * arriving at once (a job's ranks starting together), up to what listen()
+ * takes; the kernel caps it at net.core.somaxconn. */
+#define BACKLOG_MAX 65535
+/* Below this a burst of ranks can overflow the queue: said at start. */
+#define BACKLOG_LOW 1024
+
+/* backlog_raise lengthens the listener's accept queue past nng's 128
+ * (rpc_backlog.c says why); what applies is logged. */
+static void backlog_raise(tr_rpc_server *srv)
+{
+    int want = srv->conns.lim.max_conns < BACKLOG_MAX ? (int)srv->conns.lim.max_conns : BACKLOG_MAX;
+    int got = 0;
+
+    if (tr_rpc_listen_backlog(srv->listener, want, &got) != 0) {
+        TR_LOG(TR_LOG_NOTICE, "rpc: could not lengthen the accept queue of %s past nng's 128: clients "
+               "connecting at once beyond that wait for their handshakes to be sent again (1 s)", srv->opts.url);
+    } else if (got < want && got < BACKLOG_LOW) {
+        TR_LOG(TR_LOG_NOTICE, "rpc: accept queue of %s is %d connections (net.core.somaxconn): clients connecting "
+               "at once beyond that wait for their handshakes to be sent again (1 s); raise net.core.somaxconn "
+               "to %d for large jobs", srv->opts.url, got, want);
+    } else {
+        TR_LOG(TR_LOG_DEBUG, "rpc: accept queue of %s is %d connections", srv->opts.url, got);
+    }
+}
+
 int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_err *err)
 {
     tr_rpc_server *srv;
@@ -1820,6 +1870,7 @@ int tr_rpc_server_start(const tr_rpc_server_opts *opts, tr_rpc_server **out, tr_
         tr_err_prefix(err, "cannot listen");
         goto fail_sock;
     }
+    backlog_raise(srv);
     for (int i = 0; i < n; i++) {
         if ((rv = call_open(srv)) != 0) {
             rv = tr_rpc_from_nng(rv, "open context", err);

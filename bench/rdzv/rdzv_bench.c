@@ -311,8 +311,11 @@ static int store_call(tr_rpc_client *rpc, const rank_ctx *r, const char *method,
     req.value.data = (uint8_t *)val;
     req.value.len = len;
     req.wait_ms = wait_ms;
+    /* Idempotent, as libtroupe's worker_store.c makes StoreCheck, StoreGet
+     * and StoreSet: a call whose connection was reset before an answer is
+     * tried again within its deadline. */
     return tr_rpc_client_call(rpc, method, &req.base, &troupe__v1__store_reply__descriptor, (ProtobufCMessage **)rep,
-                              wait_ms + 5000, 0, err);
+                              wait_ms + 5000, TR_RPC_IDEMPOTENT, err);
 }
 
 /* rank_connect opens r's connection and makes its first call (StoreCheck,

@@ -154,6 +154,50 @@ static void burst_admitted_without_displacement(void **state)
     tr_conns_free(&t);
 }
 
+/* The server counts a request from its arrival (tr_conns_begin, not yet
+ * authenticated) and marks the connection authenticated once the credential
+ * is checked (tr_conns_authed): in between the connection is in flight, so
+ * a burst of new strangers past the budget displaces an idle stranger, not
+ * the one whose first call waits for a handler; once marked it holds no
+ * charge, and with no stranger left the limit is the largest frame again.
+ * Its reply ends the request once (tr_conns_authed adds none). */
+static void arrival_then_authed(void **state)
+{
+    tr_conns t;
+    tr_conns_limits l = lim(16384);
+    uint32_t gone = 0, id;
+    size_t strangers;
+
+    (void)state;
+    assert_int_equal(tr_conns_init(&t, &l), 0);
+    for (id = 1; id <= 516 && gone == 0; id++) {
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, NULL), TR_CONN_ADMITTED);
+    }
+    assert_int_equal(gone, 0);
+    tr_conns_begin(&t, 1, 0, 600); /* 1's first frame arrived; its credential is not checked yet */
+    for (id = 1000; id < 3000 && gone == 0; id++) {
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, NULL), TR_CONN_ADMITTED);
+    }
+    assert_int_equal(gone, 2); /* the budget filled up: the oldest idle stranger went, not 1 */
+    strangers = t.unauth;
+    tr_conns_authed(&t, 1);
+    tr_conns_authed(&t, 1); /* a second mark changes nothing */
+    assert_int_equal(t.unauth, strangers - 1);
+    tr_conns_end(&t, 1, 700);
+    gone = 0;
+    for (id = 3000; id < 6000 && gone == 0; id++) {
+        assert_int_equal(tr_conns_add(&t, id, id, &gone, NULL), TR_CONN_ADMITTED);
+    }
+    assert_int_equal(gone, 3); /* 1 authenticated: never displaced; the next oldest stranger went */
+    for (id = 1; id <= 6000; id++) {
+        tr_conns_remove(&t, id);
+    }
+    assert_int_equal(t.live, 0);
+    assert_int_equal(t.charged, 0);
+    assert_int_equal(tr_conns_frame_limit(&t), 8u << 20);
+    tr_conns_free(&t);
+}
+
 /* A stranger whose frame arrived whole is charged the limit now, not what
  * it was charged when the limit was higher; closed strangers' charges are
  * reported once as released (the heap is trimmed after them). */
@@ -319,6 +363,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(cap_refuses_when_all_authenticated),
         cmocka_unit_test(frame_limit_shares_budget),
         cmocka_unit_test(burst_admitted_without_displacement),
+        cmocka_unit_test(arrival_then_authed),
         cmocka_unit_test(charge_follows_frames),
         cmocka_unit_test(budget_refuses_when_strangers_busy),
         cmocka_unit_test(no_auth_displaces_idle_longest),
