@@ -58,7 +58,7 @@ static int bench_one(const char *model, int B, int steps, int warmup, int recomp
                      result *r, tr_err *err)
 {
     tr_model_config cfg = model_cfg(model);
-    tr_backend_opts o = {B, TR_PRECISION_BF16, recompute, 0};
+    tr_backend_opts o = {.micro_batch = B, .precision = TR_PRECISION_BF16, .recompute = recompute};
     tr_backend *b = NULL;
     float *p = NULL, loss = 0, norm = 0;
     int32_t *in = NULL, *tg = NULL;

@@ -132,7 +132,8 @@ static void parity(const tr_model_config *cfg, int B, int T, tr_precision prec, 
 {
     tr_err err = {0};
     tr_backend *cpu = NULL, *gpu = NULL;
-    tr_backend_opts co = {B, TR_PRECISION_FP32, 0, 0}, go = {B, prec, 0, 0};
+    tr_backend_opts co = {.micro_batch = B, .precision = TR_PRECISION_FP32},
+                    go = {.micro_batch = B, .precision = prec};
     OK_OR_DIE(tr_backend_cpu_create(cfg, &co, &cpu, &err));
     OK_OR_DIE(tr_backend_cuda_create(cfg, &go, &gpu, &err));
     OK_OR_DIE(tr_cuda_set_option(gpu, TR_CUDA_OPT_FLASH_ATTENTION, flash, &err));
@@ -210,7 +211,7 @@ static void learns(int steps)
     tr_err err = {0};
     tr_model_config cfg = make_cfg(2, 128, 2, 64, 64);
     enum { B = 8, T = 64 };
-    tr_backend_opts o = {B, TR_PRECISION_BF16, 1, 0};
+    tr_backend_opts o = {.micro_batch = B, .precision = TR_PRECISION_BF16, .recompute = 1};
     tr_backend *g = NULL;
     OK_OR_DIE(tr_backend_cuda_create(&cfg, &o, &g, &err));
     float *p = malloc(g->num_params * sizeof(float));
@@ -258,7 +259,7 @@ static void smoke(tr_precision prec)
 {
     tr_err err = {0};
     tr_model_config cfg = make_cfg(1, 128, 2, 80, 200);
-    tr_backend_opts o = {2, prec, 1, 0};
+    tr_backend_opts o = {.micro_batch = 2, .precision = prec, .recompute = 1};
     tr_backend *g = NULL;
     OK_OR_DIE(tr_backend_cuda_create(&cfg, &o, &g, &err));
     float *p = malloc(g->num_params * sizeof(float)), loss, norm;
