@@ -232,7 +232,9 @@ static void hb_cb(void *arg)
         if (rv != 0) {
             nng_msg_free(nng_aio_get_msg(nd->hb_aio));
             __atomic_add_fetch(&s->hb_err, 1, __ATOMIC_RELAXED);
-            note_error(s, "heartbeat send", nng_strerror(rv));
+            if (!__atomic_load_n(&nd->stopped, __ATOMIC_ACQUIRE)) {
+                note_error(s, "heartbeat send", nng_strerror(rv));
+            }
             __atomic_store_n(&nd->hb_busy, 0, __ATOMIC_RELEASE);
             return;
         }
@@ -242,7 +244,11 @@ static void hb_cb(void *arg)
     }
     if (rv != 0) {
         __atomic_add_fetch(&s->hb_err, 1, __ATOMIC_RELAXED);
-        note_error(s, "heartbeat", nng_strerror(rv));
+        /* A node the bench stopped may have had a heartbeat in flight when
+         * its connection was closed: that reset is the bench's, not the head's. */
+        if (!__atomic_load_n(&nd->stopped, __ATOMIC_ACQUIRE)) {
+            note_error(s, "heartbeat", nng_strerror(rv));
+        }
     } else {
         nng_msg *m = nng_aio_get_msg(nd->hb_aio);
         uint32_t period_ms = 0;

@@ -21,7 +21,10 @@ pid=$(pgrep -P "$sup") || fail "no process for rank 13"
 kill -STOP "$pid"
 stalled_13() { [ "$(ranks stalled)" = "[13]" ]; }
 wait_for 20 "rank 13 of 16 named stalled" stalled_13
-[ "$(ranks stragglers)" = "[11]" ] || fail "stragglers now: $(ranks stragglers)"
+# Still rank 11 alone: on a loaded machine other ranks may be named for a
+# moment (six were, under ASan at load 35); they must go again, and rank 13's
+# stall must not make it a straggler.
+wait_for 20 "rank 11 to be the one straggler again" straggler_11
 cli -o json job "$id" | jq -e '.health.stalled[0].worker == "job'"$id"'-dp-13" and .health.stalled[0].node == "nc"' \
     >/dev/null || fail "stalled: $(cli -o json job "$id" | jq -c .health.stalled)"
 kill -CONT "$pid"
