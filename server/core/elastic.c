@@ -18,12 +18,14 @@
  *
  * Growing back (tr_elastic_grow, each reaper tick): a removed worker runs
  * again in its own slot once it has ended, its node is ALIVE and takes work,
- * and restart_backoff_ms passed since it ended, while the group has fewer
- * than max_workers members. It gets a new attempt (a new credential, a new
- * run for its agent) above every attempt the job issued; the group moves to
- * a new epoch with a GREW change. The survivors hear of it through the
- * control poll and meet the replacement in the new epoch at their next step
- * boundary, where it takes the state from one of them. A slot on a node
+ * and its slot's crash-loop back-off passed since it ended, while the group
+ * has fewer than max_workers members. It gets a new attempt (a new
+ * credential, a new run for its agent) above every attempt the job issued;
+ * the group moves to a new epoch with a GREW change. The survivors hear of
+ * it through the control poll and meet the replacement in the new epoch at
+ * their next step boundary, where it takes the state from one of them.
+ * Replacements that fail again are a crash loop of the slot, capped like
+ * restarts (give_up_check). A slot on a node
  * that is gone is not grown back (the job keeps that node's reservation
  * only until it ends; placing a replacement elsewhere is not done). */
 #include "elastic.h"
@@ -176,6 +178,36 @@ static void history_add(Troupe__V1__Job *j, Troupe__V1__MembershipChange *c)
     j->membership[j->n_membership++] = c;
 }
 
+/* give_up_check: a replacement that fails continues its slot's crash loop.
+ * The first grow-back answers the loss itself; each later one is a restart
+ * of the slot and is counted like a group's restarts: once more replacements
+ * failed in a row than restart.max_restarts, the slot is not grown back and
+ * the group goes on at its smaller size. A replacement that ran well (as
+ * long as the crash-loop back-off's reset asks) starts the count over. The
+ * reason is added to what (the SHRUNK change's text). */
+static void give_up_check(tr_head *h, const Troupe__V1__Job *j, Troupe__V1__WorkerInfo *w, char *what,
+                          size_t size)
+{
+    uint32_t max = j->spec->max_restarts;
+    size_t len = strlen(what);
+
+    if (w->regrown == 0) {
+        return; /* not a replacement */
+    }
+    if (tr_jobs_ran_well(h, w)) {
+        w->regrown = 0;
+        return;
+    }
+    if (w->regrown > max && len < size) {
+        w->regrow_stopped = 1;
+        snprintf(
+            what + len, size - len,
+            "; not grown back: %u replacement%s failed in a row (restart.max_restarts %u), the group goes on "
+            "without this slot",
+            w->regrown, w->regrown == 1 ? "" : "s", max);
+    }
+}
+
 /* remove_one takes w out and records the change; the caller checked that
  * enough members remain. */
 static void remove_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, const char *why)
@@ -188,6 +220,7 @@ static void remove_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, c
     char what[600], text[1024], at[48] = "";
 
     cause(w, why, what, sizeof(what));
+    give_up_check(h, j, w, what, sizeof(what));
     w->removed = 1;
     to = renumber(j, w->group);
     if (gi != NULL) {
@@ -288,9 +321,11 @@ static int can_grow(tr_head *h, const tr_head_job *hj, const Troupe__V1__WorkerI
     const Troupe__V1__GroupInfo *gi = tr_elastic_group(hj->j, w->group);
     tr_head_node *hn;
 
-    if (!w->removed || es == NULL || gi == NULL || gi->world_size >= es->max_workers ||
+    /* The crash-loop back-off of its slot: restart_backoff_ms after the
+     * loss, doubled for each replacement that failed since. */
+    if (!w->removed || w->regrow_stopped || es == NULL || gi == NULL || gi->world_size >= es->max_workers ||
         w->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING || w->state == TROUPE__V1__WORKER_STATE__WORKER_PENDING ||
-        wall < w->ended_ms + h->cfg.restart_backoff_ms) {
+        wall < w->ended_ms + tr_jobs_backoff_ms(h, w->regrown + 1)) {
         return 0;
     }
     for (size_t i = 0; i < hj->j->n_restart_groups; i++) {
@@ -320,6 +355,7 @@ static void grow_one(tr_head *h, tr_head_job *hj, size_t idx)
     attempt = (attempt > j->grow_attempt ? attempt : j->grow_attempt) + 1;
     j->grow_attempt = attempt;
     w->removed = 0;
+    w->regrown++;
     w->attempt = attempt;
     w->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
     w->exit_code = w->signal = 0;
@@ -379,6 +415,8 @@ void tr_elastic_reset(tr_head_job *hj, const char *group)
         Troupe__V1__WorkerInfo *w = hj->j->workers[i];
         if (strcmp(w->group, group) == 0) {
             w->removed = 0;
+            w->regrown = 0;
+            w->regrow_stopped = 0;
             w->member_rank = w->rank;
             n++;
         }

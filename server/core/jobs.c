@@ -951,21 +951,31 @@ static int add_restart_group(tr_head_job *hj, const char *group)
     return 0;
 }
 
+int64_t tr_jobs_backoff_ms(const tr_head *h, uint32_t level)
+{
+    int64_t cap = h->cfg.restart_backoff_max_ms, delay = h->cfg.restart_backoff_ms;
+
+    for (uint32_t i = 1; i < level && delay < cap; i++) {
+        delay *= 2;
+    }
+    return delay < cap ? delay : cap;
+}
+
+int tr_jobs_ran_well(const tr_head *h, const Troupe__V1__WorkerInfo *w)
+{
+    int64_t ran = (w->started_ms > 0 && w->ended_ms >= w->started_ms) ? w->ended_ms - w->started_ms : 0;
+    return ran >= 2 * h->cfg.restart_backoff_max_ms;
+}
+
 static int64_t backoff_delay(tr_head *h, tr_head_job *hj, const Troupe__V1__WorkerInfo *w)
 {
-    int64_t base = h->cfg.restart_backoff_ms, cap = h->cfg.restart_backoff_max_ms, delay = base;
-    int64_t ran = (w->started_ms > 0 && w->ended_ms >= w->started_ms) ? w->ended_ms - w->started_ms : 0;
-
-    if (ran >= 2 * cap) {
+    if (tr_jobs_ran_well(h, w)) {
         hj->j->backoff_level = 0;
     }
     if (hj->j->backoff_level < 64) {
         hj->j->backoff_level++;
     }
-    for (uint32_t i = 1; i < hj->j->backoff_level && delay < cap; i++) {
-        delay *= 2;
-    }
-    return delay < cap ? delay : cap;
+    return tr_jobs_backoff_ms(h, hj->j->backoff_level);
 }
 
 static void format_utc(int64_t ms, char *buf, size_t size)

@@ -91,6 +91,13 @@ void tr_jobs_index_prune(tr_head_node *hn);
 void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn);
 void tr_jobs_set_str(char **field, const char *s);
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);
+/* tr_jobs_backoff_ms: the crash-loop back-off after `level` quick failures
+ * in a row (restart_backoff_ms doubled per failure after the first, at most
+ * restart_backoff_max_ms). */
+int64_t tr_jobs_backoff_ms(const tr_head *h, uint32_t level);
+/* tr_jobs_ran_well: w ran at least twice restart_backoff_max_ms before it
+ * ended, so its end does not continue a crash loop. */
+int tr_jobs_ran_well(const tr_head *h, const Troupe__V1__WorkerInfo *w);
 /* tr_jobs_note records a lifecycle step (JobEvent kind + message) in the job's
  * history, the event table and the head's log; touches the job. */
 void tr_jobs_note(tr_head *h, tr_head_job *hj, const char *kind, const char *msg);
