@@ -116,6 +116,7 @@ static void job_free(tr_head_job *hj)
     free(hj->sel);
     free(hj->groups);
     free(hj->issued);
+    free(hj->awaiting_ms);
     tr_joblog_free(&hj->log);
     free(hj);
 }
@@ -466,6 +467,9 @@ static void clear_records(tr_head_job *hj)
     j->n_workers = j->n_groups = j->n_vnodes = 0;
     free(hj->issued);
     hj->issued = NULL;
+    free(hj->awaiting_ms);
+    hj->awaiting_ms = NULL;
+    hj->n_awaiting = 0;
 }
 
 static uint32_t *copy_gpus(const uint8_t *gpus, uint32_t n)
@@ -949,6 +953,27 @@ static int add_restart_group(tr_head_job *hj, const char *group)
     }
     j->restart_groups[j->n_restart_groups++] = copy;
     return 0;
+}
+
+void tr_jobs_awaiting(tr_head_job *hj, const char *name)
+{
+    Troupe__V1__Job *j = hj->j;
+
+    if (hj->awaiting_ms == NULL && j->n_workers > 0) {
+        hj->awaiting_ms = calloc(j->n_workers, sizeof(*hj->awaiting_ms));
+        hj->n_awaiting = hj->awaiting_ms != NULL ? j->n_workers : 0;
+    }
+    for (size_t i = 0; i < hj->n_awaiting && i < j->n_workers; i++) {
+        if (strcmp(j->workers[i]->name, name) == 0) {
+            hj->awaiting_ms[i] = tr_now_ms();
+            return;
+        }
+    }
+}
+
+int64_t tr_jobs_awaited_ms(const tr_head_job *hj, size_t idx)
+{
+    return idx < hj->n_awaiting ? hj->awaiting_ms[idx] : 0;
 }
 
 int64_t tr_jobs_backoff_ms(const tr_head *h, uint32_t level)

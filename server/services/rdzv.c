@@ -463,6 +463,10 @@ static void comm_ids(tr_rpc_call *call, void *user)
     if (c == NULL) {
         /* answered */
     } else if (req->describe) {
+        tr_head_job *hj = req->awaiting_membership ? tr_jobs_find(s->h, req->from->job_id) : NULL;
+        if (hj != NULL) {
+            tr_jobs_awaiting(hj, req->from->worker);
+        }
         memset(&res, 0, sizeof(res));
         res.epoch = v.epoch;
         res.rank = v.rank;

@@ -36,7 +36,10 @@
  * EW_WAIT_MS (how long to wait for a new membership, 30000), EW_LOG_EVERY
  * (print every Nth step's line, 1), EW_REPLACEMENT_EXIT (a worker started
  * at an attempt above 0, a replacement, exits with this code before it
- * joins: a replacement that keeps crashing; unset: none does). */
+ * joins: a replacement that keeps crashing; unset: none does),
+ * EW_STALL_RANK and EW_STALL_STEP (the worker of that placed rank stops
+ * stepping at that step, before its all-reduce, without ending: a hung
+ * rank; unset: none does). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -219,6 +222,14 @@ static int step(trainer *t, troupe_error *err)
     int rv;
 
     troupe_worker_step_begin(t->w, s, NULL);
+    if (getenv("EW_STALL_RANK") != NULL && env_u32("RANK", 0) == env_u32("EW_STALL_RANK", 0) &&
+        s == env_u32("EW_STALL_STEP", 0)) {
+        printf("ew: rank %u stops stepping at step %llu (EW_STALL_RANK)\n", t->m.rank, (unsigned long long)s);
+        fflush(stdout);
+        for (;;) {
+            sleep_ms(1000); /* until its agent stops it */
+        }
+    }
     shard_grad(t, s, g);
     if ((rv = troupe_coll_allreduce(t->c, g, t->dim + 2, TROUPE_F64, TROUPE_SUM, err)) != TROUPE_OK) {
         return rv;
