@@ -1106,9 +1106,12 @@ int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks,
      * stop agreement or the evaluation) sent the survivors round the loop
      * once more with nothing left to train: the last checkpoint is written
      * by them here. */
-    if (!stop && cfg->checkpoint_dir != NULL && r.step >= cfg->steps && r.ckpt_step != r.step &&
-        (rv = checkpoint(&r, 0, err)) != TROUPE_OK) {
-        goto out;
+    if (!stop && cfg->checkpoint_dir != NULL && r.step >= cfg->steps && r.ckpt_step != r.step) {
+        TR_LOG(TR_LOG_NOTICE, "elastic: the checkpoint of step %lld was not written before the loss; writing it as "
+               "rank %d of %d", (long long)r.step, r.rank, r.size);
+        if ((rv = checkpoint(&r, 0, err)) != TROUPE_OK) {
+            goto out;
+        }
     }
     /* A run with nothing left to train (resumed at its last step) still
      * ends the generation group's wait. */
