@@ -436,19 +436,23 @@ typedef struct gjudge {
 } gjudge;
 
 /* culprit: which stalled rank a stall failure names (and an elastic group
- * takes out). In synchronous training every rank stops stepping when one
- * does; the others fail their collective at its deadline and then wait for a
- * new membership, asking the head, so a stalled rank that is not waiting is
- * the one that stopped. Else the first stalled rank. */
-static size_t culprit(const gjudge *g, size_t first)
+ * takes out), SIZE_MAX for none. In synchronous training every rank stops
+ * stepping when one does; the others fail their collective at its deadline
+ * and then wait for a new membership, asking the head, so the first stalled
+ * rank that is not waiting is the one that stopped. When every stalled rank
+ * waits (the head shrank the group and the survivors have not stepped in the
+ * new epoch yet), the head's membership is what they wait for: no stall of
+ * theirs. Ranks that never ask (groups that are not elastic) are judged as
+ * before. */
+static size_t culprit(const gjudge *g)
 {
-    for (size_t i = 0; first != SIZE_MAX && i < g->n; i++) {
+    for (size_t i = 0; i < g->n; i++) {
         int64_t asked = tr_jobs_awaited_ms(g->hj, g->idx[i]);
         if (g->v[i].stalled && (asked == 0 || g->mono - asked > AWAIT_FRESH_MS)) {
             return i;
         }
     }
-    return first;
+    return SIZE_MAX;
 }
 
 static void note_stalls(health_svc *s, gjudge *g, const tr_hj_group_verdict *gv)
@@ -487,11 +491,9 @@ static void note_stalls(health_svc *s, gjudge *g, const tr_hj_group_verdict *gv)
             }
         }
     }
-    if (first != SIZE_MAX && g->on_stall_fail) {
-        const Troupe__V1__WorkerInfo *w;
+    if (first != SIZE_MAX && g->on_stall_fail && (first = culprit(g)) != SIZE_MAX) {
+        const Troupe__V1__WorkerInfo *w = g->hj->j->workers[g->idx[first]];
         uint32_t epoch;
-        first = culprit(g, first);
-        w = g->hj->j->workers[g->idx[first]];
         /* Once per epoch of the group: a restart or a shrink moves it on, so
          * an elastic group that shrank away one stalled rank can fail the
          * next one. */
