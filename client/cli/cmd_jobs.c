@@ -134,7 +134,8 @@ void tr_cli_job_json(FILE *out, const troupe_job *j)
         tr_json_str(out, w->message);
         fputs(",\"nsys_report\":", out);
         tr_json_str(out, w->nsys_report);
-        fprintf(out, ",\"removed\":%s,\"member_rank\":%u}", w->removed ? "true" : "false", w->member_rank);
+        fprintf(out, ",\"removed\":%s,\"member_rank\":%u,\"regrown\":%u,\"regrow_stopped\":%s}",
+                w->removed ? "true" : "false", w->member_rank, w->regrown, w->regrow_stopped ? "true" : "false");
     }
     fputc(']', out);
     tr_cli_runtime_json(out, j);
@@ -212,11 +213,14 @@ static void job_table(const troupe_job *j)
         const troupe_worker *w = &j->workers[i];
         char gpus[128], exitbuf[160];
         tr_cli_gpus_str(w, gpus, sizeof(gpus));
+        const char *left = !w->removed         ? ""
+                           : w->regrow_stopped ? " (left its elastic group; not grown back: its replacements failed)"
+                                               : " (left its elastic group)";
         if (w->state == TROUPE_WORKER_EXITED) {
             snprintf(exitbuf, sizeof(exitbuf), w->signal ? "signal %d%s" : "code %d%s",
-                     w->signal ? w->signal : w->exit_code, w->removed ? " (left its elastic group)" : "");
+                     w->signal ? w->signal : w->exit_code, left);
         } else {
-            snprintf(exitbuf, sizeof(exitbuf), "%s%s", w->message, w->removed ? " (left its elastic group)" : "");
+            snprintf(exitbuf, sizeof(exitbuf), "%s%s", w->message, left);
         }
         /* Run time until the process was gone: a stop's grace period counts. */
         double ran = tr_cli_secs(w->started_ms, w->ended_ms ? w->ended_ms : tr_cli_now_ms());

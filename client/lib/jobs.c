@@ -119,7 +119,9 @@ static void fill_job(troupe_job *d, const Troupe__V1__Job *j, troupe_worker *ws,
                                 w->paused,
                                 w->nsys_report ? w->nsys_report : "",
                                 w->removed,
-                                w->member_rank};
+                                w->member_rank,
+                                w->regrown,
+                                w->regrow_stopped};
     }
     d->n_groups = gs ? j->n_groups : 0;
     d->groups = gs;

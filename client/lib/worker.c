@@ -324,22 +324,29 @@ static void fill_info(troupe_comm_info *info, const Troupe__V1__CommIdsReply *re
     }
 }
 
-TROUPE_API troupe_status troupe_worker_comm_info(troupe_worker_ctx *w, const char *comm, troupe_comm_info *info,
-                                                 troupe_error *err)
+int tr_wk_describe(troupe_worker_ctx *w, const char *comm, int awaiting, troupe_comm_info *info, tr_err *e)
 {
     Troupe__V1__CommIdsRequest req = TROUPE__V1__COMM_IDS_REQUEST__INIT;
     Troupe__V1__CommIdsReply *rep = NULL;
-    tr_err e;
     int rv;
 
     memset(info, 0, sizeof(*info));
     req.comm = (char *)comm_name(w, comm);
     req.describe = 1;
-    rv = call_ids(w, &req, 0, &rep, &e);
+    req.awaiting_membership = awaiting != 0;
+    rv = call_ids(w, &req, 0, &rep, e);
     if (rv == TROUPE_OK) {
         fill_info(info, rep);
         protobuf_c_message_free_unpacked(&rep->base, NULL);
     }
+    return rv;
+}
+
+TROUPE_API troupe_status troupe_worker_comm_info(troupe_worker_ctx *w, const char *comm, troupe_comm_info *info,
+                                                 troupe_error *err)
+{
+    tr_err e;
+    int rv = tr_wk_describe(w, comm, 0, info, &e);
     return finish(err, &e, rv);
 }
 

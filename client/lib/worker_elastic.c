@@ -7,7 +7,9 @@
  * got under w->mu and signals member_cv. A wait here sleeps on that
  * condition. It also asks the head directly (CommIds describe) every
  * ASK_MS, which is the only source when the control thread is off and a
- * second one when the poll is between calls. */
+ * second one when the poll is between calls; that ask says the worker is
+ * waiting, so the head's health judge does not take a rank blocked on a
+ * stalled peer for the stalled one. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,12 +53,12 @@ static int told(troupe_worker_ctx *w, uint32_t after_epoch, troupe_comm_info *in
  * -1 (e set) when the head refuses this worker (removed, job over). */
 static int ask(troupe_worker_ctx *w, uint32_t after_epoch, troupe_comm_info *info, tr_err *e)
 {
-    troupe_error te = {0};
+    tr_err te = {0};
     troupe_comm_info now;
-    int rv = troupe_worker_comm_info(w, NULL, &now, &te);
+    int rv = tr_wk_describe(w, NULL, 1, &now, &te);
 
     if (rv == TROUPE_FAILED_PRECONDITION || rv == TROUPE_PERMISSION_DENIED || rv == TROUPE_NOT_FOUND) {
-        tr_err_set(e, TROUPE_FAILED_PRECONDITION, "%s", te.message);
+        tr_err_set(e, TROUPE_FAILED_PRECONDITION, "%s", te.msg);
         return -1;
     }
     if (rv == TROUPE_OK && now.epoch > after_epoch) {

@@ -93,6 +93,9 @@ void tr_wk_trace_span(troupe_worker_ctx *w, const char *name, const char *cat, i
 
 /* tr_wk_failure_reported: 1 once troupe_worker_fail was recorded (worker_fail.c). */
 int tr_wk_failure_reported(const troupe_worker_ctx *w);
+/* tr_wk_describe: troupe_worker_comm_info's call; awaiting tells the head the
+ * worker waits for a new membership (blocked on its peers, not stalled). */
+int tr_wk_describe(troupe_worker_ctx *w, const char *comm, int awaiting, troupe_comm_info *info, tr_err *e);
 
 /* worker_metrics.c: the metrics buffer and its sender thread (own
  * connection, opened with ro); stop flushes for TROUPE_METRICS_FLUSH_MS. */

@@ -239,6 +239,8 @@ typedef struct troupe_worker {
     const char *nsys_report; /* profile: {nsys: true}: the report nsys wrote on its node ("" = none) */
     int removed;             /* no longer a member of its elastic group (it shrank this worker away) */
     uint32_t member_rank;    /* its rank in the group's current membership (= rank until it shrinks) */
+    uint32_t regrown;        /* times its slot was grown back since it last ran well */
+    int regrow_stopped;      /* its replacements failed more often than restart.max_restarts: not grown back */
 } troupe_worker;
 
 typedef struct troupe_group {

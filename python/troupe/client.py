@@ -34,7 +34,8 @@ class _Worker(Structure):
                 ("node_name", c_char_p), ("n_gpus", c_size_t), ("gpus", POINTER(c_uint32)), ("state", c_int),
                 ("exit_code", c_int), ("signal", c_int), ("pid", c_uint32), ("attempt", c_uint32),
                 ("message", c_char_p), ("started_ms", c_int64), ("ended_ms", c_int64), ("paused", c_int),
-                ("nsys_report", c_char_p), ("removed", c_int), ("member_rank", c_uint32)]
+                ("nsys_report", c_char_p), ("removed", c_int), ("member_rank", c_uint32),
+                ("regrown", c_uint32), ("regrow_stopped", c_int)]
 
 
 class _Group(Structure):
@@ -142,6 +143,7 @@ def _job_dict(j: _Job) -> Dict[str, Any]:
         "state": dec(lib.troupe_worker_state_name(w.state)), "exit_code": w.exit_code, "signal": w.signal,
         "pid": w.pid, "attempt": w.attempt, "message": dec(w.message),
         "removed": bool(w.removed), "member_rank": w.member_rank,
+        "regrown": w.regrown, "regrow_stopped": bool(w.regrow_stopped),
     } for w in (j.workers[i] for i in range(j.n_workers))]
     d["groups"] = [{"name": dec(g.name), "world_size": g.world_size, "placed_size": g.placed_size,
                     **({"elastic": {"min_workers": g.min_workers, "max_workers": g.max_workers, "epoch": g.epoch}}

@@ -18,14 +18,17 @@
  *
  * Growing back (tr_elastic_grow, each reaper tick): a removed worker runs
  * again in its own slot once it has ended, its node is ALIVE and takes work,
- * and restart_backoff_ms passed since it ended, while the group has fewer
- * than max_workers members. It gets a new attempt (a new credential, a new
- * run for its agent) above every attempt the job issued; the group moves to
- * a new epoch with a GREW change. The survivors hear of it through the
- * control poll and meet the replacement in the new epoch at their next step
- * boundary, where it takes the state from one of them. A slot on a node
- * that is gone is not grown back (the job keeps that node's reservation
- * only until it ends; placing a replacement elsewhere is not done). */
+ * and its slot's crash-loop back-off passed since it ended, while the group
+ * has fewer than max_workers members. It gets a new attempt (a new
+ * credential, a new run for its agent) above every attempt the job issued;
+ * the group moves to a new epoch with a GREW change. The survivors hear of
+ * it through the control poll and meet the replacement in the new epoch at
+ * their next step boundary, where it takes the state from one of them.
+ * Replacements that fail again are a crash loop of the slot, capped like
+ * restarts (give_up_check). A CPU-only slot whose node is gone (DEAD or
+ * LEFT, its lease over) is placed on another node by the scheduler
+ * (relocate); a GPU slot is not (its GPUs are part of the job's virtual
+ * nodes, placed whole). */
 #include "elastic.h"
 
 #include <signal.h>
@@ -35,6 +38,8 @@
 
 #include "head_node.h"
 #include "log.h"
+#include "records.h"
+#include "sched_restore.h"
 #include "util.h"
 
 #define MEMBERSHIP_MAX 64 /* changes kept on the record */
@@ -176,6 +181,36 @@ static void history_add(Troupe__V1__Job *j, Troupe__V1__MembershipChange *c)
     j->membership[j->n_membership++] = c;
 }
 
+/* give_up_check: a replacement that fails continues its slot's crash loop.
+ * The first grow-back answers the loss itself; each later one is a restart
+ * of the slot and is counted like a group's restarts: once more replacements
+ * failed in a row than restart.max_restarts, the slot is not grown back and
+ * the group goes on at its smaller size. A replacement that ran well (as
+ * long as the crash-loop back-off's reset asks) starts the count over. The
+ * reason is added to what (the SHRUNK change's text). */
+static void give_up_check(tr_head *h, const Troupe__V1__Job *j, Troupe__V1__WorkerInfo *w, char *what,
+                          size_t size)
+{
+    uint32_t max = j->spec->max_restarts;
+    size_t len = strlen(what);
+
+    if (w->regrown == 0) {
+        return; /* not a replacement */
+    }
+    if (tr_jobs_ran_well(h, w)) {
+        w->regrown = 0;
+        return;
+    }
+    if (w->regrown > max && len < size) {
+        w->regrow_stopped = 1;
+        snprintf(
+            what + len, size - len,
+            "; not grown back: %u replacement%s failed in a row (restart.max_restarts %u), the group goes on "
+            "without this slot",
+            w->regrown, w->regrown == 1 ? "" : "s", max);
+    }
+}
+
 /* remove_one takes w out and records the change; the caller checked that
  * enough members remain. */
 static void remove_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, const char *why)
@@ -188,6 +223,7 @@ static void remove_one(tr_head *h, tr_head_job *hj, Troupe__V1__WorkerInfo *w, c
     char what[600], text[1024], at[48] = "";
 
     cause(w, why, what, sizeof(what));
+    give_up_check(h, j, w, what, sizeof(what));
     w->removed = 1;
     to = renumber(j, w->group);
     if (gi != NULL) {
@@ -281,16 +317,44 @@ uint32_t tr_elastic_next_attempt(const tr_head_job *hj)
     return hj->j->grow_attempt >= a && hj->j->grow_attempt > 0 ? hj->j->grow_attempt + 1 : a;
 }
 
-/* can_grow: removed worker w may run again now. */
+enum { GROW_NO, GROW_HERE, GROW_ELSEWHERE };
+
+/* cpu_only: the group's workers take CPU slots, no GPUs. Only such a worker
+ * is placed on another node: a GPU worker's GPUs belong to the job's virtual
+ * nodes, which are placed whole. */
+static int cpu_only(const Troupe__V1__Job *j, const char *group)
+{
+    for (size_t g = 0; g < j->spec->n_groups; g++) {
+        if (strcmp(j->spec->groups[g]->name, group) == 0) {
+            return j->spec->groups[g]->gpus == 0;
+        }
+    }
+    return 0;
+}
+
+/* node_gone: w's node is DEAD or LEFT and its lease has run out, so none of
+ * its workers can still run there (fencing): the slot may be placed on
+ * another node. */
+static int node_gone(tr_head *h, const tr_head_node *hn)
+{
+    return hn == NULL || ((hn->n->state == TROUPE__V1__NODE_STATE__NODE_DEAD ||
+                           hn->n->state == TROUPE__V1__NODE_STATE__NODE_LEFT) &&
+                          tr_now_ms() >= tr_head_node_fence_until(h, hn->n));
+}
+
+/* can_grow: whether removed worker w may run again now, in its own slot
+ * (GROW_HERE) or, its node gone, on another node (GROW_ELSEWHERE). */
 static int can_grow(tr_head *h, const tr_head_job *hj, const Troupe__V1__WorkerInfo *w, int64_t wall)
 {
     const Troupe__V1__ElasticSpec *es = tr_elastic_spec(hj->j, w->group);
     const Troupe__V1__GroupInfo *gi = tr_elastic_group(hj->j, w->group);
     tr_head_node *hn;
 
-    if (!w->removed || es == NULL || gi == NULL || gi->world_size >= es->max_workers ||
+    /* The crash-loop back-off of its slot: restart_backoff_ms after the
+     * loss, doubled for each replacement that failed since. */
+    if (!w->removed || w->regrow_stopped || es == NULL || gi == NULL || gi->world_size >= es->max_workers ||
         w->state == TROUPE__V1__WORKER_STATE__WORKER_RUNNING || w->state == TROUPE__V1__WORKER_STATE__WORKER_PENDING ||
-        wall < w->ended_ms + h->cfg.restart_backoff_ms) {
+        wall < w->ended_ms + tr_jobs_backoff_ms(h, w->regrown + 1)) {
         return 0;
     }
     for (size_t i = 0; i < hj->j->n_restart_groups; i++) {
@@ -299,20 +363,63 @@ static int can_grow(tr_head *h, const tr_head_job *hj, const Troupe__V1__WorkerI
         }
     }
     hn = tr_head_node_find(h, w->node_id);
-    return hn != NULL && hn->n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE && !hn->n->draining &&
-           hn->n->fenced_workers == 0;
+    if (hn != NULL && hn->n->state == TROUPE__V1__NODE_STATE__NODE_ALIVE && !hn->n->draining &&
+        hn->n->fenced_workers == 0) {
+        return GROW_HERE;
+    }
+    return node_gone(h, hn) && cpu_only(hj->j, w->group) ? GROW_ELSEWHERE : GROW_NO;
 }
 
-static void grow_one(tr_head *h, tr_head_job *hj, size_t idx)
+/* relocate moves worker idx's slot to the node the scheduler places it on
+ * (its own node is gone); the old node's name goes to from. 0 when it moved,
+ * -1 when it cannot now (no node has room: tried again next tick). */
+static int relocate(tr_head *h, tr_head_job *hj, size_t idx, char *from, size_t size)
+{
+    Troupe__V1__WorkerInfo *w = hj->j->workers[idx];
+    tr_head_node *hn;
+    uint64_t node_id = 0;
+    uint32_t local = 0;
+    tr_err err = {0};
+
+    if (tr_sched_relocate(h->sched, hj->j->id, &hj->sspec, idx, &node_id, &err) != TROUPE_OK ||
+        (hn = tr_head_node_find(h, node_id)) == NULL) {
+        TR_LOG(TR_LOG_DEBUG, "job=%llu worker=%s: not grown back on another node yet: %s",
+               (unsigned long long)hj->j->id, w->name, err.msg);
+        return -1;
+    }
+    snprintf(from, size, "%s", w->node_name[0] ? w->node_name : "?");
+    for (size_t i = 0; i < hj->j->n_workers; i++) {
+        const Troupe__V1__WorkerInfo *o = hj->j->workers[i];
+        local += i != idx && o->node_id == node_id && !o->removed && strcmp(o->group, w->group) == 0;
+    }
+    /* LOCAL_RANK after the group's members already there; the others keep
+     * the values they started with. */
+    w->node_id = node_id;
+    tr_jobs_set_str(&w->node_name, hn->n->name);
+    w->local_rank = local;
+    w->local_world_size = local + 1;
+    tr_jobs_index_add(h, hj); /* the new node's syncs see the job */
+    return 0;
+}
+
+static void grow_one(tr_head *h, tr_head_job *hj, size_t idx, int elsewhere)
 {
     Troupe__V1__Job *j = hj->j;
     Troupe__V1__WorkerInfo *w = j->workers[idx];
     Troupe__V1__GroupInfo *gi = tr_elastic_group(j, w->group);
-    Troupe__V1__MembershipChange *c = calloc(1, sizeof(*c));
+    Troupe__V1__MembershipChange *c;
     uint64_t step = h->group_step != NULL ? h->group_step(h, hj, w->group, h->group_step_arg) : 0;
     uint32_t from = gi->world_size, attempt = 0;
     tr_head_node *hn;
-    char text[1024], at[48] = "";
+    char text[1024], at[48] = "", moved[300] = "", old[256];
+
+    if (elsewhere) {
+        if (relocate(h, hj, idx, old, sizeof(old)) != 0) {
+            return;
+        }
+        snprintf(moved, sizeof(moved), ", placed again away from %s (its node is gone)", old);
+    }
+    c = calloc(1, sizeof(*c));
 
     for (size_t i = 0; i < j->n_workers; i++) {
         attempt = j->workers[i]->attempt > attempt ? j->workers[i]->attempt : attempt;
@@ -320,6 +427,7 @@ static void grow_one(tr_head *h, tr_head_job *hj, size_t idx)
     attempt = (attempt > j->grow_attempt ? attempt : j->grow_attempt) + 1;
     j->grow_attempt = attempt;
     w->removed = 0;
+    w->regrown++;
     w->attempt = attempt;
     w->state = TROUPE__V1__WORKER_STATE__WORKER_PENDING;
     w->exit_code = w->signal = 0;
@@ -331,9 +439,9 @@ static void grow_one(tr_head *h, tr_head_job *hj, size_t idx)
     if (step > 0) {
         snprintf(at, sizeof(at), " at step %llu", (unsigned long long)step);
     }
-    snprintf(text, sizeof(text), "GREW %s %u -> %u%s: rank %u (%s on %s) started again, attempt %u; epoch %u",
+    snprintf(text, sizeof(text), "GREW %s %u -> %u%s: rank %u (%s on %s) started again%s, attempt %u; epoch %u",
              w->group, from, gi->world_size, at, w->member_rank, w->name, w->node_name[0] ? w->node_name : "?",
-             attempt, tr_elastic_epoch(j, w->group));
+             moved, attempt, tr_elastic_epoch(j, w->group));
     if (c != NULL) {
         troupe__v1__membership_change__init(c);
         c->ts_ms = tr_wall_ms();
@@ -364,8 +472,9 @@ void tr_elastic_grow(tr_head *h, tr_head_job *hj)
         return;
     }
     for (size_t i = 0; i < hj->j->n_workers; i++) {
-        if (can_grow(h, hj, hj->j->workers[i], wall)) {
-            grow_one(h, hj, i);
+        int how = can_grow(h, hj, hj->j->workers[i], wall);
+        if (how != GROW_NO) {
+            grow_one(h, hj, i, how == GROW_ELSEWHERE);
         }
     }
 }
@@ -379,6 +488,8 @@ void tr_elastic_reset(tr_head_job *hj, const char *group)
         Troupe__V1__WorkerInfo *w = hj->j->workers[i];
         if (strcmp(w->group, group) == 0) {
             w->removed = 0;
+            w->regrown = 0;
+            w->regrow_stopped = 0;
             w->member_rank = w->rank;
             n++;
         }

@@ -35,9 +35,11 @@ uint32_t tr_elastic_next_attempt(const tr_head_job *hj);
 
 /* tr_elastic_grow starts replacements for workers its elastic groups shrank
  * away (from the reaper tick): a removed worker that has ended, whose node is
- * ALIVE and takes work, restart_backoff_ms after it ended, while its group
+ * ALIVE and takes work, its slot's crash-loop back-off after it ended (unless
+ * its replacements failed more often than max_restarts), while its group
  * has fewer than max_workers members, runs again in its own slot (its GPUs
- * and CPU share are still the job's) at a new attempt; the group grows (a
+ * and CPU share are still the job's), or, a CPU-only worker whose node is
+ * gone and fenced, on another node the scheduler picks, at a new attempt; the group grows (a
  * new epoch, a GREW change) and the replacement takes the state from a
  * survivor at the next step boundary. */
 void tr_elastic_grow(tr_head *h, tr_head_job *hj);

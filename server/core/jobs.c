@@ -116,6 +116,7 @@ static void job_free(tr_head_job *hj)
     free(hj->sel);
     free(hj->groups);
     free(hj->issued);
+    free(hj->awaiting_ms);
     tr_joblog_free(&hj->log);
     free(hj);
 }
@@ -466,6 +467,9 @@ static void clear_records(tr_head_job *hj)
     j->n_workers = j->n_groups = j->n_vnodes = 0;
     free(hj->issued);
     hj->issued = NULL;
+    free(hj->awaiting_ms);
+    hj->awaiting_ms = NULL;
+    hj->n_awaiting = 0;
 }
 
 static uint32_t *copy_gpus(const uint8_t *gpus, uint32_t n)
@@ -951,21 +955,52 @@ static int add_restart_group(tr_head_job *hj, const char *group)
     return 0;
 }
 
+void tr_jobs_awaiting(tr_head_job *hj, const char *name)
+{
+    Troupe__V1__Job *j = hj->j;
+
+    if (hj->awaiting_ms == NULL && j->n_workers > 0) {
+        hj->awaiting_ms = calloc(j->n_workers, sizeof(*hj->awaiting_ms));
+        hj->n_awaiting = hj->awaiting_ms != NULL ? j->n_workers : 0;
+    }
+    for (size_t i = 0; i < hj->n_awaiting && i < j->n_workers; i++) {
+        if (strcmp(j->workers[i]->name, name) == 0) {
+            hj->awaiting_ms[i] = tr_now_ms();
+            return;
+        }
+    }
+}
+
+int64_t tr_jobs_awaited_ms(const tr_head_job *hj, size_t idx)
+{
+    return idx < hj->n_awaiting ? hj->awaiting_ms[idx] : 0;
+}
+
+int64_t tr_jobs_backoff_ms(const tr_head *h, uint32_t level)
+{
+    int64_t cap = h->cfg.restart_backoff_max_ms, delay = h->cfg.restart_backoff_ms;
+
+    for (uint32_t i = 1; i < level && delay < cap; i++) {
+        delay *= 2;
+    }
+    return delay < cap ? delay : cap;
+}
+
+int tr_jobs_ran_well(const tr_head *h, const Troupe__V1__WorkerInfo *w)
+{
+    int64_t ran = (w->started_ms > 0 && w->ended_ms >= w->started_ms) ? w->ended_ms - w->started_ms : 0;
+    return ran >= 2 * h->cfg.restart_backoff_max_ms;
+}
+
 static int64_t backoff_delay(tr_head *h, tr_head_job *hj, const Troupe__V1__WorkerInfo *w)
 {
-    int64_t base = h->cfg.restart_backoff_ms, cap = h->cfg.restart_backoff_max_ms, delay = base;
-    int64_t ran = (w->started_ms > 0 && w->ended_ms >= w->started_ms) ? w->ended_ms - w->started_ms : 0;
-
-    if (ran >= 2 * cap) {
+    if (tr_jobs_ran_well(h, w)) {
         hj->j->backoff_level = 0;
     }
     if (hj->j->backoff_level < 64) {
         hj->j->backoff_level++;
     }
-    for (uint32_t i = 1; i < hj->j->backoff_level && delay < cap; i++) {
-        delay *= 2;
-    }
-    return delay < cap ? delay : cap;
+    return tr_jobs_backoff_ms(h, hj->j->backoff_level);
 }
 
 static void format_utc(int64_t ms, char *buf, size_t size)

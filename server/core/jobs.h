@@ -33,6 +33,11 @@ typedef struct tr_head_job {
     tr_sched_label *sel;
     tr_sched_group_spec *groups;
     uint64_t *issued; /* per worker: its node's version when assigned */
+    /* Per worker (n_awaiting of them, made on first use): tr_now_ms() when it
+     * last asked for a new membership of its elastic group, blocked on its
+     * peers (health.c does not take it for a stalled rank). Memory only. */
+    int64_t *awaiting_ms;
+    size_t n_awaiting;
     int64_t deadline; /* tr_now_ms() timeout; 0 = none */
     int requeue;      /* back to PENDING once the GPUs are released */
     int64_t not_before; /* tr_now_ms(): a lost node's lease still runs (fencing) */
@@ -91,6 +96,18 @@ void tr_jobs_index_prune(tr_head_node *hn);
 void tr_jobs_sync_bumped(tr_head *h, tr_head_node *hn);
 void tr_jobs_set_str(char **field, const char *s);
 void tr_jobs_worker_ended(tr_head *h, tr_head_job *hj, size_t idx);
+/* tr_jobs_backoff_ms: the crash-loop back-off after `level` quick failures
+ * in a row (restart_backoff_ms doubled per failure after the first, at most
+ * restart_backoff_max_ms). */
+int64_t tr_jobs_backoff_ms(const tr_head *h, uint32_t level);
+/* tr_jobs_ran_well: w ran at least twice restart_backoff_max_ms before it
+ * ended, so its end does not continue a crash loop. */
+int tr_jobs_ran_well(const tr_head *h, const Troupe__V1__WorkerInfo *w);
+/* tr_jobs_awaiting notes that worker `name` of hj asks for a new membership
+ * of its elastic group now; tr_jobs_awaited_ms says when worker idx last did
+ * (0 = never). Under h->mu. */
+void tr_jobs_awaiting(tr_head_job *hj, const char *name);
+int64_t tr_jobs_awaited_ms(const tr_head_job *hj, size_t idx);
 /* tr_jobs_note records a lifecycle step (JobEvent kind + message) in the job's
  * history, the event table and the head's log; touches the job. */
 void tr_jobs_note(tr_head *h, tr_head_job *hj, const char *kind, const char *msg);

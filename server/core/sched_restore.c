@@ -114,3 +114,51 @@ undo:
     free(p);
     return err ? err->code : TROUPE_ABORTED;
 }
+
+/* Relocation (an elastic group's lost rank grown back on another node): the
+ * node is chosen by the scheduler's normal placement of that one worker
+ * under a scratch job id, which is released at once and its CPU share moved
+ * into the job's own placement, so the books stay one placement per job. */
+#define RELOCATE_SCRATCH_JOB UINT64_MAX
+
+int tr_sched_relocate(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, size_t idx,
+                      uint64_t *node_id, tr_err *err)
+{
+    tr_sched_placement *p = tr_sched_find(s, job_id), *one = NULL;
+    tr_sched_group_spec g;
+    tr_sched_job_spec js;
+    tr_sched_worker *w;
+    int64_t from, to;
+    int rv;
+
+    *node_id = 0;
+    if (p == NULL || idx >= p->nworkers) {
+        return tr_err_set(err, TROUPE_NOT_FOUND, "job %llu has no placed worker %zu", (unsigned long long)job_id,
+                          idx);
+    }
+    w = &p->workers[idx];
+    if (w->group >= spec->ngroups || spec->groups[w->group].gpus_per_worker != 0) {
+        return tr_err_set(err, TROUPE_UNIMPLEMENTED,
+                          "only a CPU-only worker is placed on another node (its GPUs belong to the job's "
+                          "virtual nodes)");
+    }
+    g = spec->groups[w->group];
+    g.workers = 1;
+    js = (tr_sched_job_spec){spec->name, NULL, 0, spec->selector, spec->nselector, &g, 1};
+    if ((rv = tr_sched_place(s, RELOCATE_SCRATCH_JOB, &js, &one, err)) != TROUPE_OK) {
+        return rv;
+    }
+    *node_id = one->workers[0].node_id;
+    tr_sched_release(s, one);
+    from = tr_sched_slot_of(s, w->node_id);
+    to = tr_sched_slot_of(s, *node_id);
+    if (to < 0) {
+        return tr_err_set(err, TROUPE_INTERNAL, "node %llu vanished", (unsigned long long)*node_id);
+    }
+    if (from >= 0) {
+        s->live.cpu_free[from] += w->cpu_milli;
+    }
+    s->live.cpu_free[to] -= w->cpu_milli;
+    w->node_id = *node_id;
+    return TROUPE_OK;
+}

@@ -12,4 +12,12 @@ int tr_sched_restore(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec
                      const tr_sched_worker *workers, size_t nworkers, const tr_sched_vnode *vnodes,
                      size_t nvnodes, tr_err *err);
 
+/* tr_sched_relocate places CPU-only worker idx of job_id's placement on
+ * another node, chosen as the scheduler places one such worker of the spec
+ * (ALIVE, labels, free CPU), and moves its CPU share there from where it
+ * was; *node_id is the node. TROUPE_UNIMPLEMENTED for a GPU worker;
+ * placement errors as tr_sched_place (nothing changed then). */
+int tr_sched_relocate(tr_sched *s, uint64_t job_id, const tr_sched_job_spec *spec, size_t idx,
+                      uint64_t *node_id, tr_err *err);
+
 #endif

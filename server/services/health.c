@@ -11,7 +11,9 @@
  * group's RUNNING workers (health_judge.c). What changed since the last tick (a rank stalled or
  * stepping again, a new straggler, a new memory warning) becomes an event in
  * the job's history; a stall in a job with on_stall: fail fails the stalled
- * group once per attempt (tr_jobs_worker_failed: restart rules apply). The
+ * rank once per epoch of its group (tr_jobs_worker_failed: an elastic group
+ * shrinks it away, else the restart rules apply), naming a stalled rank that
+ * is not waiting on its peers for a new membership (culprit). The
  * events and failures are applied after s->mu is released, because they
  * call back into job_changed, which takes it.
  *
@@ -25,6 +27,7 @@
 #include <string.h>
 
 #include "bgw.h"
+#include "elastic.h"
 #include "health_judge.h"
 #include "jobs.h"
 #include "log.h"
@@ -35,6 +38,9 @@
 #define MAX_ACTIONS 64
 #define TEXT_LEN 1500
 #define REPEAT_MS 60000 /* a rank that flaps around a threshold is said once a minute at most */
+/* A member waiting for a new membership asks the head every 500 ms
+ * (worker_elastic.c); one that asked this recently is still waiting. */
+#define AWAIT_FRESH_MS 2000
 
 typedef struct hworker {
     char name[NAME_MAX_LEN];
@@ -45,7 +51,7 @@ typedef struct hworker {
 
 typedef struct fired {
     char group[NAME_MAX_LEN];
-    uint32_t attempt;
+    uint32_t epoch; /* the group communicator's epoch (attempt + membership changes) */
 } fired;
 
 typedef struct hjob {
@@ -56,7 +62,7 @@ typedef struct hjob {
     size_t idx_cap;
     uint8_t *verdict; /* packed JobHealth; NULL = none yet */
     size_t verdict_len;
-    fired *fired; /* groups failed for a stall, by attempt */
+    fired *fired; /* groups failed for a stall, by epoch */
     size_t n_fired;
     int ended; /* the job ended: verdict is its last judgement, kept (no trackers) */
     struct hjob *next;
@@ -429,6 +435,26 @@ typedef struct gjudge {
     int64_t mono, wall;
 } gjudge;
 
+/* culprit: which stalled rank a stall failure names (and an elastic group
+ * takes out), SIZE_MAX for none. In synchronous training every rank stops
+ * stepping when one does; the others fail their collective at its deadline
+ * and then wait for a new membership, asking the head, so the first stalled
+ * rank that is not waiting is the one that stopped. When every stalled rank
+ * waits (the head shrank the group and the survivors have not stepped in the
+ * new epoch yet), the head's membership is what they wait for: no stall of
+ * theirs. Ranks that never ask (groups that are not elastic) are judged as
+ * before. */
+static size_t culprit(const gjudge *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        int64_t asked = tr_jobs_awaited_ms(g->hj, g->idx[i]);
+        if (g->v[i].stalled && (asked == 0 || g->mono - asked > AWAIT_FRESH_MS)) {
+            return i;
+        }
+    }
+    return SIZE_MAX;
+}
+
 static void note_stalls(health_svc *s, gjudge *g, const tr_hj_group_verdict *gv)
 {
     char text[TEXT_LEN], name[300];
@@ -465,11 +491,16 @@ static void note_stalls(health_svc *s, gjudge *g, const tr_hj_group_verdict *gv)
             }
         }
     }
-    if (first != SIZE_MAX && g->on_stall_fail) {
+    if (first != SIZE_MAX && g->on_stall_fail && (first = culprit(g)) != SIZE_MAX) {
         const Troupe__V1__WorkerInfo *w = g->hj->j->workers[g->idx[first]];
+        uint32_t epoch;
+        /* Once per epoch of the group: a restart or a shrink moves it on, so
+         * an elastic group that shrank away one stalled rank can fail the
+         * next one. */
+        epoch = tr_elastic_epoch(g->hj->j, w->group);
         for (size_t f = 0; f < g->job->n_fired; f++) {
-            if (strcmp(g->job->fired[f].group, w->group) == 0 && g->job->fired[f].attempt == w->attempt) {
-                return; /* failed already; the restart (or the end) is on its way */
+            if (strcmp(g->job->fired[f].group, w->group) == 0 && g->job->fired[f].epoch == epoch) {
+                return; /* failed already; the restart, the shrink or the end is on its way */
             }
         }
         fired *grown = realloc(g->job->fired, (g->job->n_fired + 1) * sizeof(*grown));
@@ -478,7 +509,7 @@ static void note_stalls(health_svc *s, gjudge *g, const tr_hj_group_verdict *gv)
         }
         g->job->fired = grown;
         tr_strlcpy(grown[g->job->n_fired].group, w->group, sizeof(grown->group));
-        grown[g->job->n_fired++].attempt = w->attempt;
+        grown[g->job->n_fired++].epoch = epoch;
         who(w, name, sizeof(name));
         snprintf(text, sizeof(text), "health: %s made no step for %.1f s (stall_after %.1f s, health.on_stall: fail)",
                  name, (double)(g->mono - g->v[first].stalled_since) / 1000.0, (double)gv->stall_after_ms / 1000.0);

@@ -14,7 +14,14 @@
  * the job ends (waiters are then answered FAILED_PRECONDITION with the
  * reason). Published IDs are also written to the job record (Job.comm_ids),
  * and rank 0 is answered once that is on disk: a restarted head hands the
- * same IDs to ranks that retry, so they carry on instead of hanging.
+ * same IDs to ranks that retry, so they carry on instead of hanging. So are
+ * the worker runtime's own all-gathers (the CPU collective's address
+ * exchange, "gather:troupe.*", Job.gathers_done) once complete, and every
+ * rank is answered once that is on disk: when the head dies after some
+ * ranks got the answer, the others retry against the restarted head, which
+ * answers from the record instead of waiting for peers that moved on.
+ * Barriers and the user's all-gathers stay in memory (a step's barrier is
+ * not worth a write of the job).
  *
  * Waits are deferred RPC calls with the rank's own deadline; a timer thread
  * answers them at that deadline naming the ranks that never arrived, before
@@ -24,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bgw.h"
 #include "jobs.h"
@@ -92,6 +100,93 @@ static void answer_gather(void *token, int code, const char *msg, const tr_rdzv_
     (void)ctx;
     if (code == TROUPE_OK && res != NULL) {
         reply_gather(call, res);
+    } else {
+        tr_rpc_reply_error(call, code, "%s", msg);
+    }
+    tr_rpc_call_release(call);
+}
+
+/* Kept all-gathers are answered once their record is on disk, from a copy
+ * of the reply that the commit waiter owns. */
+static Troupe__V1__GatherReply *reply_copy(uint32_t epoch, uint32_t rank, size_t n, const ProtobufCBinaryData *data)
+{
+    Troupe__V1__GatherReply rep = TROUPE__V1__GATHER_REPLY__INIT, *out = NULL;
+    uint8_t *buf;
+    size_t size;
+
+    rep.epoch = epoch;
+    rep.rank = rank;
+    rep.n_data = n;
+    rep.data = (ProtobufCBinaryData *)data;
+    size = protobuf_c_message_get_packed_size(&rep.base);
+    if ((buf = malloc(size ? size : 1)) != NULL) {
+        protobuf_c_message_pack(&rep.base, buf);
+        out = troupe__v1__gather_reply__unpack(NULL, size, buf);
+        free(buf);
+    }
+    return out;
+}
+
+static Troupe__V1__GatherReply *reply_of(const tr_rdzv_result *res)
+{
+    ProtobufCBinaryData *d = calloc(res->size ? res->size : 1, sizeof(*d));
+    Troupe__V1__GatherReply *out = NULL;
+
+    if (d != NULL) {
+        for (uint32_t r = 0; r < res->size; r++) {
+            d[r].data = res->data && res->data[r] ? (uint8_t *)res->data[r] : NULL;
+            d[r].len = res->len ? res->len[r] : 0;
+        }
+        out = reply_copy(res->epoch, res->rank, res->size, d);
+        free(d);
+    }
+    return out;
+}
+
+/* exit_after_reply: TROUPE_TEST_EXIT_AFTER_GATHER_REPLY=EPOCH makes the head
+ * die right after the first kept all-gather answer of that epoch, before
+ * the other ranks' (tests: a head lost between the answers). */
+static void exit_after_reply(const Troupe__V1__GatherReply *r)
+{
+    const char *at = getenv("TROUPE_TEST_EXIT_AFTER_GATHER_REPLY");
+
+    if (at != NULL && at[0] != '\0' && strtoul(at, NULL, 10) == r->epoch) {
+        TR_LOG(TR_LOG_WARNING, "rdzv: exiting after the first answer of a kept all-gather at epoch %u "
+               "(TROUPE_TEST_EXIT_AFTER_GATHER_REPLY)", r->epoch);
+        tr_sleep_ms(300); /* the answer reaches its rank */
+        _exit(9);
+    }
+}
+
+static void reply_saved(tr_head *h, tr_rpc_call *call, uint64_t arg)
+{
+    const Troupe__V1__GatherReply *r = (const Troupe__V1__GatherReply *)(uintptr_t)arg;
+    (void)h;
+    tr_rpc_reply(call, &r->base);
+    exit_after_reply(r);
+}
+
+static void reply_drop(void *p)
+{
+    troupe__v1__gather_reply__free_unpacked(p, NULL);
+}
+
+static void after_saved(tr_rdzv_svc *s, tr_rpc_call *call, Troupe__V1__GatherReply *r)
+{
+    if (r == NULL) {
+        tr_rpc_reply_error(call, TROUPE_RESOURCE_EXHAUSTED, "head out of memory");
+        return;
+    }
+    tr_head_after_commit_owned(s->h, call, reply_saved, (uint64_t)(uintptr_t)r, reply_drop);
+}
+
+/* answer_gather_saved answers a parked rank of a kept all-gather once the
+ * record the completing call writes is on disk. */
+static void answer_gather_saved(void *token, int code, const char *msg, const tr_rdzv_result *res, void *ctx)
+{
+    tr_rpc_call *call = token;
+    if (code == TROUPE_OK && res != NULL) {
+        after_saved(ctx, call, reply_of(res));
     } else {
         tr_rpc_reply_error(call, code, "%s", msg);
     }
@@ -194,7 +289,96 @@ static int record_drop(Troupe__V1__Job *j, const char *comm, uint32_t epoch)
         free(j->comm_ids);
         j->comm_ids = NULL;
     }
+    k = 0;
+    for (size_t i = 0; i < j->n_gathers_done; i++) {
+        Troupe__V1__GatherDone *g = j->gathers_done[i];
+        if ((comm == NULL || strcmp(g->comm, comm) == 0) && (epoch == UINT32_MAX || g->epoch < epoch)) {
+            troupe__v1__gather_done__free_unpacked(g, NULL);
+            changed = 1;
+        } else {
+            j->gathers_done[k++] = g;
+        }
+    }
+    j->n_gathers_done = k;
+    if (k == 0) {
+        free(j->gathers_done);
+        j->gathers_done = NULL;
+    }
     return changed;
+}
+
+/* ---- the job record's completed all-gathers --------------------------------- */
+
+#define KEPT_PREFIX "gather:troupe."
+
+static int kept_name(const char *name)
+{
+    return strncmp(name, KEPT_PREFIX, sizeof(KEPT_PREFIX) - 1) == 0;
+}
+
+static const Troupe__V1__GatherDone *kept_find(const Troupe__V1__Job *j, const char *comm, uint32_t epoch,
+                                              const char *name, uint64_t seq)
+{
+    for (size_t i = 0; i < j->n_gathers_done; i++) {
+        const Troupe__V1__GatherDone *g = j->gathers_done[i];
+        if (g->epoch == epoch && g->seq == seq && strcmp(g->comm, comm) == 0 && strcmp(g->name, name) == 0) {
+            return g;
+        }
+    }
+    return NULL;
+}
+
+/* kept_put records a completed all-gather in place of comm's earlier one of
+ * that name; -1 when out of memory (then it is answered from memory only). */
+static int kept_put(Troupe__V1__Job *j, const char *comm, const char *name, uint64_t seq, const tr_rdzv_result *res)
+{
+    Troupe__V1__GatherDone *g = calloc(1, sizeof(*g)), **slot = NULL;
+    int ok = g != NULL;
+
+    if (ok) {
+        troupe__v1__gather_done__init(g);
+        g->comm = strdup(comm);
+        g->name = strdup(name);
+        g->epoch = res->epoch;
+        g->seq = seq;
+        g->data = calloc(res->size ? res->size : 1, sizeof(*g->data));
+        ok = g->comm != NULL && g->name != NULL && g->data != NULL;
+    }
+    for (uint32_t r = 0; ok && r < res->size; r++) {
+        uint32_t len = res->len ? res->len[r] : 0;
+        g->data[r].data = malloc(len ? len : 1);
+        if ((ok = g->data[r].data != NULL) != 0) {
+            if (len > 0) {
+                memcpy(g->data[r].data, res->data[r], len);
+            }
+            g->data[r].len = len;
+            g->n_data++;
+        }
+    }
+    for (size_t i = 0; ok && i < j->n_gathers_done; i++) {
+        if (strcmp(j->gathers_done[i]->comm, comm) == 0 && strcmp(j->gathers_done[i]->name, name) == 0) {
+            slot = &j->gathers_done[i];
+        }
+    }
+    if (ok && slot == NULL) {
+        Troupe__V1__GatherDone **grown = realloc(j->gathers_done, (j->n_gathers_done + 1) * sizeof(*grown));
+        if ((ok = grown != NULL) != 0) {
+            j->gathers_done = grown;
+            slot = &j->gathers_done[j->n_gathers_done++];
+            *slot = NULL;
+        }
+    }
+    if (!ok) {
+        if (g != NULL) {
+            troupe__v1__gather_done__free_unpacked(g, NULL);
+        }
+        return -1;
+    }
+    if (*slot != NULL) {
+        troupe__v1__gather_done__free_unpacked(*slot, NULL);
+    }
+    *slot = g;
+    return 0;
 }
 
 static const Troupe__V1__CommIds *record_find(const Troupe__V1__Job *j, const char *comm, uint32_t epoch)
@@ -463,6 +647,10 @@ static void comm_ids(tr_rpc_call *call, void *user)
     if (c == NULL) {
         /* answered */
     } else if (req->describe) {
+        tr_head_job *hj = req->awaiting_membership ? tr_jobs_find(s->h, req->from->job_id) : NULL;
+        if (hj != NULL) {
+            tr_jobs_awaiting(hj, req->from->worker);
+        }
         memset(&res, 0, sizeof(res));
         res.epoch = v.epoch;
         res.rank = v.rank;
@@ -484,9 +672,12 @@ static void gather(tr_rpc_call *call, void *user)
     tr_rdzv_svc *s = tr_rdzv_svc_of(user);
     Troupe__V1__GatherRequest *req =
         (Troupe__V1__GatherRequest *)tr_rpc_unpack(call, &troupe__v1__gather_request__descriptor);
+    const Troupe__V1__GatherDone *k;
+    tr_head_job *hj;
     tr_rdzv_result res;
     tr_rdzv_view v;
     tr_rdzv_comm *c;
+    const char *name;
     int64_t until;
     int is_parked = 0, rv;
     tr_err err;
@@ -496,11 +687,24 @@ static void gather(tr_rpc_call *call, void *user)
     }
     pthread_mutex_lock(&s->h->mu);
     c = enter(s, call, req->from, req->comm, req->check_epoch, req->epoch, &v);
-    if (c != NULL) {
+    name = req->name ? req->name : "";
+    hj = c != NULL && kept_name(name) ? tr_jobs_find(s->h, req->from->job_id) : NULL;
+    if (hj != NULL && (k = kept_find(hj->j, v.name, v.epoch, name, req->seq)) != NULL) {
+        /* completed already (before a head restart, or its answer to this
+         * rank was lost): the same answer */
+        after_saved(s, call, reply_copy(k->epoch, v.rank, k->n_data, k->data));
+    } else if (c != NULL) {
         until = wait_until(call, req->wait_ms);
-        rv = tr_rdzv_gather(c, v.rank, req->name ? req->name : "", req->seq, req->data.data, req->data.len, call,
-                            until, answer_gather, s, &res, &is_parked, &err);
-        settle(s, call, rv, &err, is_parked, until, reply_gather, &res);
+        rv = tr_rdzv_gather(c, v.rank, name, req->seq, req->data.data, req->data.len, call, until,
+                            hj != NULL ? answer_gather_saved : answer_gather, s, &res, &is_parked, &err);
+        if (hj != NULL && rv == TROUPE_OK && !is_parked) {
+            if (kept_put(hj->j, v.name, name, req->seq, &res) == 0) {
+                tr_head_dirty_job(s->h, hj->j->id);
+            }
+            after_saved(s, call, reply_of(&res));
+        } else {
+            settle(s, call, rv, &err, is_parked, until, reply_gather, &res);
+        }
     }
     pthread_mutex_unlock(&s->h->mu);
     protobuf_c_message_free_unpacked(&req->base, NULL);

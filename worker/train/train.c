@@ -48,6 +48,7 @@ typedef struct run {
     int refit_final; /* the last refit was sent (the generation group is done) */
     tr_refit_plan refit_plan; /* agreed by tr_refit_check_same */
     int64_t pos_step; /* the data position saved last (dp), kept as the file's second entry */
+    int64_t ckpt_step; /* the step the latest checkpoint of this run holds (or the one it resumed) */
     uint64_t pos_rng;
     FILE *json;
     double peak;    /* FLOP/s for MFU, 0 = unknown */
@@ -338,7 +339,9 @@ static int save_checkpoint(run *r, tr_err *err)
     int rv;
 
     if (r->comm == NULL) {
-        return save_model(r, NULL, NULL, err);
+        rv = save_model(r, NULL, NULL, err);
+        r->ckpt_step = rv == TROUPE_OK ? r->step : r->ckpt_step;
+        return rv;
     }
     /* the share as the micro-batch: size x share is the global batch, which
      * is what a resume on another layout checks */
@@ -353,6 +356,7 @@ static int save_checkpoint(run *r, tr_err *err)
                  : tr_dp_agree(r->comm, r->rank == 0 ? save_model(r, NULL, NULL, err) : TROUPE_OK,
                                "write the model checkpoint", err);
     }
+    r->ckpt_step = rv == TROUPE_OK ? r->step : r->ckpt_step;
     return rv;
 }
 
@@ -795,6 +799,26 @@ static int elastic_rebuild(run *r, const char *cause, tr_err *err)
     return TROUPE_OK;
 }
 
+/* checkpoint writes the checkpoint of the step just completed. When a peer
+ * is lost while the ranks write it (dp.elastic), the new membership writes
+ * it again rather than skipping it: every survivor completed this step (the
+ * ranks agreed on it before), so they hold its state, and at the last step
+ * no later checkpoint would make up for it. A stop asked by the step
+ * callback is not waited out. */
+static int checkpoint(run *r, int stop, tr_err *err)
+{
+    int rv;
+
+    while ((rv = save_checkpoint(r, err)) != TROUPE_OK) {
+        if (stop || !elastic_lost(r) || (rv = elastic_rebuild(r, err->msg, err)) != TROUPE_OK) {
+            return rv;
+        }
+        TR_LOG(TR_LOG_NOTICE, "elastic: writing the checkpoint of step %lld again as rank %d of %d",
+               (long long)r->step, r->rank, r->size);
+    }
+    return TROUPE_OK;
+}
+
 /* run_open does everything before the first step, and logs where the time
  * went (a slow start is otherwise invisible: the first metrics line comes
  * after all of it). */
@@ -1008,6 +1032,7 @@ int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks,
                (long long)cfg->steps);
     }
     int64_t start_step = r.step;
+    r.ckpt_step = r.step;
     while (r.step < cfg->steps && !stop) {
         tr_train_metrics m = {.val_loss = NAN, .mfu_gemm = NAN};
         /* A grown membership is met here, between steps, while the old
@@ -1066,21 +1091,26 @@ int tr_train_run_hooked(const tr_train_config *cfg, const tr_train_hooks *hooks,
             }
             goto out;
         }
-        if (cfg->checkpoint_dir != NULL && (stop || due(r.step, cfg->checkpoint_every, cfg->steps))) {
-            rv = save_checkpoint(&r, err);
-            if (rv != TROUPE_OK) {
-                /* the next checkpoint is written by the new membership */
-                if (!stop && elastic_lost(&r) && (rv = elastic_rebuild(&r, err->msg, err)) == TROUPE_OK) {
-                    continue;
-                }
-                goto out;
-            }
+        if (cfg->checkpoint_dir != NULL && (stop || due(r.step, cfg->checkpoint_every, cfg->steps)) &&
+            (rv = checkpoint(&r, stop, err)) != TROUPE_OK) {
+            goto out;
         }
         if (cfg->refit != NULL && (stop || due(r.step, cfg->refit_every, cfg->steps))) {
             rv = refit(&r, stop || r.step >= cfg->steps, err);
             if (rv != TROUPE_OK) {
                 goto out;
             }
+        }
+    }
+    /* A peer lost after the last step and before its checkpoint (in the
+     * stop agreement or the evaluation) sent the survivors round the loop
+     * once more with nothing left to train: the last checkpoint is written
+     * by them here. */
+    if (!stop && cfg->checkpoint_dir != NULL && r.step >= cfg->steps && r.ckpt_step != r.step) {
+        TR_LOG(TR_LOG_NOTICE, "elastic: the checkpoint of step %lld was not written before the loss; writing it as "
+               "rank %d of %d", (long long)r.step, r.rank, r.size);
+        if ((rv = checkpoint(&r, 0, err)) != TROUPE_OK) {
+            goto out;
         }
     }
     /* A run with nothing left to train (resumed at its last step) still

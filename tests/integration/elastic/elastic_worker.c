@@ -34,7 +34,12 @@
  * Environment: EW_STEPS (40), EW_BATCH (60), EW_DIM (8), EW_STEP_MS (pause
  * after each step, 50), EW_TIMEOUT_MS (each collective's deadline, 10000),
  * EW_WAIT_MS (how long to wait for a new membership, 30000), EW_LOG_EVERY
- * (print every Nth step's line, 1). */
+ * (print every Nth step's line, 1), EW_REPLACEMENT_EXIT (a worker started
+ * at an attempt above 0, a replacement, exits with this code before it
+ * joins: a replacement that keeps crashing; unset: none does),
+ * EW_STALL_RANK and EW_STALL_STEP (the worker of that placed rank stops
+ * stepping at that step, before its all-reduce, without ending: a hung
+ * rank; unset: none does). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -217,6 +222,14 @@ static int step(trainer *t, troupe_error *err)
     int rv;
 
     troupe_worker_step_begin(t->w, s, NULL);
+    if (getenv("EW_STALL_RANK") != NULL && env_u32("RANK", 0) == env_u32("EW_STALL_RANK", 0) &&
+        s == env_u32("EW_STALL_STEP", 0)) {
+        printf("ew: rank %u stops stepping at step %llu (EW_STALL_RANK)\n", t->m.rank, (unsigned long long)s);
+        fflush(stdout);
+        for (;;) {
+            sleep_ms(1000); /* until its agent stops it */
+        }
+    }
     shard_grad(t, s, g);
     if ((rv = troupe_coll_allreduce(t->c, g, t->dim + 2, TROUPE_F64, TROUPE_SUM, err)) != TROUPE_OK) {
         return rv;
@@ -263,6 +276,11 @@ int main(void)
     if (t.dim == 0 || t.dim > MAX_DIM || t.batch == 0) {
         fprintf(stderr, "ew: EW_DIM must be 1..%d and EW_BATCH > 0\n", MAX_DIM);
         return 2;
+    }
+    if (getenv("EW_REPLACEMENT_EXIT") != NULL && env_u32("TROUPE_ATTEMPT", 0) > 0) {
+        fprintf(stderr, "ew: replacement at attempt %u exits with %u (EW_REPLACEMENT_EXIT)\n",
+                env_u32("TROUPE_ATTEMPT", 0), env_u32("EW_REPLACEMENT_EXIT", 1));
+        return (int)env_u32("EW_REPLACEMENT_EXIT", 1);
     }
     if ((rv = troupe_worker_open(&t.w, NULL, &err)) != TROUPE_OK ||
         (rv = troupe_worker_comm_info(t.w, NULL, &t.m, &err)) != TROUPE_OK) {

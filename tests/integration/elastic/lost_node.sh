@@ -5,16 +5,16 @@
 # the survivors' ring breaks, and when the head declares the node DEAD it
 # shrinks the group (SHRUNK dp 3 -> 2: rank 2 ... lost: its node died)
 # instead of placing the whole job again. The job SUCCEEDS with two, with the
-# weights of a reference run; the lost slot is not grown back (its node is
-# gone).
+# weights of a reference run (max_workers 2: the slot is not grown back;
+# lost_node_grow places it on another node).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster
 
-ref=$(ew_job ref 3 2 3 0 60)
+ref=$(ew_job ref 3 2 2 0 60)
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
-id=$(ew_job lost 3 2 3 100 60)
+id=$(ew_job lost 3 2 2 100 60)
 wait_for 60 "rank 2 of job $id at step 10" logs_grep "$id" "^\[job$id-dp-2\] ew: step 10 "
 node=$(cli -o json job "$id" | jqr ".workers[] | select(.name==\"job$id-dp-2\") | .node")
 pid_var=NODE_PID_$node

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched_restore.h"
 #include "sched_test.h"
 
 static tr_sched_placement *place_ok(tr_sched *s, uint64_t id, const char *vn, const char *groups)
@@ -389,7 +390,48 @@ static void test_cpu_slots(void **state)
     tr_sched_close(s);
 }
 
+/* Relocation (an elastic group's CPU-only rank whose node is gone): the
+ * worker goes where the scheduler places one such worker (not the dead
+ * node), its CPU share moves with it and the books balance; with no room
+ * anywhere nothing changes; a GPU worker is not moved. */
+static void test_cpu_relocate(void **state)
+{
+    tr_sched *s = t_cluster("0c2,0c2,4");
+    tr_sched_placement *p;
+    uint64_t node = 0, dead;
+    tr_err err;
+    tjob j, g;
+
+    t_job(&j, "", "c:2x0c1:SPREAD", NULL);
+    assert_status(tr_sched_place(s, 7, &j.spec, &p, &err), TROUPE_OK, &err);
+    dead = tr_sched_placement_workers(p)[1].node_id;
+    assert_status(tr_sched_node_set_state(s, dead, TR_SCHED_DEAD, &err), TROUPE_OK, &err);
+    assert_status(tr_sched_relocate(s, 7, &j.spec, 1, &node, &err), TROUPE_OK, &err);
+    assert_int_not_equal(node, dead);
+    assert_int_equal(tr_sched_placement_workers(p)[1].node_id, node);
+    assert_int_equal(t_free_cpu_milli(s, node), 0); /* both ranks there now */
+    assert_int_equal(t_free_cpu_milli(s, dead), 2000);
+    assert_null(tr_sched_find(s, UINT64_MAX)); /* the scratch placement is gone */
+    t_check_invariants(s);
+    /* no room left on an ALIVE node: an error, nothing moved */
+    assert_true(tr_sched_relocate(s, 7, &j.spec, 0, &node, &err) != TROUPE_OK);
+    assert_int_equal(node, 0);
+    assert_int_equal(t_free_cpu_milli(s, tr_sched_placement_workers(p)[0].node_id), 0);
+    t_check_invariants(s);
+    tr_sched_release(s, p);
+    t_check_invariants(s);
+
+    t_job(&g, "1", "g:1x1:PACK", NULL);
+    assert_status(tr_sched_place(s, 8, &g.spec, &p, &err), TROUPE_OK, &err);
+    assert_status(tr_sched_relocate(s, 8, &g.spec, 0, &node, &err), TROUPE_UNIMPLEMENTED, &err);
+    assert_contains(err.msg, "only a CPU-only worker");
+    tr_sched_release(s, p);
+    t_check_invariants(s);
+    tr_sched_close(s);
+}
+
 static const struct CMUnitTest queue_tests[] = {
+    cmocka_unit_test(test_cpu_relocate),
     cmocka_unit_test(test_cpu_slots),         cmocka_unit_test(test_waits_for_drained),
     cmocka_unit_test(test_waits_for_suspect), cmocka_unit_test(test_backfill_allowed),
     cmocka_unit_test(test_backfill_refused),  cmocka_unit_test(test_fifo_and_bad_jobs),

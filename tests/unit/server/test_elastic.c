@@ -249,12 +249,96 @@ static void grow_back(void **state)
     fix_stop(&f);
 }
 
+/* ended_ago: worker i ended ms ago (the back-off counts from its end). */
+static void ended_ago(tr_head_job *hj, size_t i, int64_t ms)
+{
+    hj->j->workers[i]->ended_ms = tr_wall_ms() - ms;
+}
+
+/* A replacement that keeps failing is a crash loop of its slot: each
+ * grow-back waits the crash-loop back-off of the replacements that failed in
+ * a row (1 s, then 2 s), and with max_restarts 1 the second failed
+ * replacement leaves the slot empty, saying why; a replacement that ran
+ * twice restart_backoff_max_ms starts the count over, and a group restart
+ * makes the slot growable again. */
+static void regrow_capped(void **state)
+{
+    fix f;
+    tr_head_job *hj;
+    uint64_t id;
+
+    (void)state;
+    fix_start(&f, "elastic-capped", 1000);
+    f.h.cfg.restart_backoff_max_ms = 60000;
+    id = submit(&f, 2, 3, 1);
+    pthread_mutex_lock(&f.h.mu);
+    hj = running(&f, id);
+    killed(&f, hj, 1);
+    ended_ago(hj, 1, 900);
+    tr_elastic_grow(&f.h, hj); /* 1 s after the loss, not before */
+    assert_true(hj->j->workers[1]->removed);
+    ended_ago(hj, 1, 1100);
+    tr_elastic_grow(&f.h, hj);
+    assert_false(hj->j->workers[1]->removed);
+    assert_int_equal(hj->j->workers[1]->regrown, 1);
+
+    running(&f, id);
+    killed(&f, hj, 1); /* the first replacement fails: tried again after 2 s */
+    assert_false(hj->j->workers[1]->regrow_stopped);
+    ended_ago(hj, 1, 1500);
+    tr_elastic_grow(&f.h, hj);
+    assert_true(hj->j->workers[1]->removed);
+    ended_ago(hj, 1, 2100);
+    tr_elastic_grow(&f.h, hj);
+    assert_int_equal(hj->j->workers[1]->regrown, 2);
+
+    running(&f, id);
+    killed(&f, hj, 1); /* the second one fails: more than max_restarts 1 */
+    assert_true(hj->j->workers[1]->regrow_stopped);
+    assert_int_equal(hj->j->n_membership, 5);
+    TR_ASSERT_CONTAINS(hj->j->membership[4]->text,
+                       "killed by SIGKILL; not grown back: 2 replacements failed in a row (restart.max_restarts 1)");
+    ended_ago(hj, 1, 3600000);
+    tr_elastic_grow(&f.h, hj);
+    assert_int_equal(hj->j->n_membership, 5);
+    assert_int_equal(hj->j->groups[0]->world_size, 2);
+    assert_int_equal(hj->j->state, TROUPE__V1__JOB_STATE__JOB_RUNNING);
+    assert_int_equal(hj->j->restarts, 0);
+
+    tr_elastic_reset(hj, "dp"); /* what a group restart does */
+    assert_int_equal(hj->j->workers[1]->regrown, 0);
+    assert_false(hj->j->workers[1]->regrow_stopped);
+    pthread_mutex_unlock(&f.h.mu);
+    fix_stop(&f);
+
+    fix_start(&f, "elastic-ranwell", 1000);
+    f.h.cfg.restart_backoff_max_ms = 2000;
+    id = submit(&f, 2, 3, 0);
+    pthread_mutex_lock(&f.h.mu);
+    hj = running(&f, id);
+    killed(&f, hj, 1);
+    ended_ago(hj, 1, 1100);
+    tr_elastic_grow(&f.h, hj);
+    assert_int_equal(hj->j->workers[1]->regrown, 1);
+    running(&f, id);
+    hj->j->workers[1]->started_ms = tr_wall_ms() - 4000; /* ran 2 x restart_backoff_max_ms */
+    killed(&f, hj, 1);
+    assert_false(hj->j->workers[1]->regrow_stopped); /* max_restarts 0, but it ran well */
+    assert_int_equal(hj->j->workers[1]->regrown, 0);
+    ended_ago(hj, 1, 1100);
+    tr_elastic_grow(&f.h, hj); /* the first back-off again */
+    assert_false(hj->j->workers[1]->removed);
+    pthread_mutex_unlock(&f.h.mu);
+    fix_stop(&f);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shrink_then_below_min),
         cmocka_unit_test(restart_makes_whole),
         cmocka_unit_test(grow_back),
+        cmocka_unit_test(regrow_capped),
     };
     return TR_TEST_MAIN("unit.server.elastic", tests, argc, argv);
 }
