@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/history/run.sh BUILD_DIR OUT.json [JOBS] — head memory per job and list
-# latency on a long-lived head (issue 8, "Bounded history").
+# latency on a long-lived head (bounded history).
 #
 # One agent with 1 simulated GPU; a sleep job holds it, so the JOBS jobs
 # submitted after it (batch calls of 4096) stay PENDING, and a batch stop makes
@@ -12,12 +12,13 @@
 # With OLD=1 only `troupe -o json jobs` (no paging flags) is timed, for a head
 # built from a commit before paging existed (COMMIT=sha names it in the JSON).
 set -euo pipefail
+source "$(dirname "$0")/../../tests/integration/free_port.bash"
 # Agents here run workers as themselves, as every figure before isolation was
 # measured (the workers write into this script's temp dir).
 export TROUPE_SHARED_UID=true
 BIN=${1:?usage: run.sh BUILD_DIR OUT.json [JOBS]}; OUT=${2:?}; N=${3:-30000}
 T=$(mktemp -d /tmp/troupe-hist.XXXXXX)
-PORT=$((20000 + RANDOM % 20000)); HEAD=tcp://127.0.0.1:$PORT
+PORT=$(free_port); HEAD=tcp://127.0.0.1:$PORT
 export TROUPE_HEAD=$HEAD
 CLI="$BIN/client/troupe"
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$T"; }
@@ -28,7 +29,12 @@ HPID=$!; PIDS+=($HPID)
 "$BIN/worker/node/troupe-node" --head "$HEAD" --name n1 --fake-gpus 1 --state-dir "$T/node" >"$T/node.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do "$CLI" status >/dev/null 2>&1 && break; sleep 0.1; done
-rss() { awk '/^VmRSS/ {print $2}' "/proc/$HPID/status"; }
+# rss: the head's resident KiB; a head that is gone ends the run saying so
+# (with its log), not with awk's "cannot open /proc/PID/status".
+rss() {
+    awk '/^VmRSS/ {print $2}' "/proc/$HPID/status" 2>/dev/null && return
+    echo "run.sh: the head (pid $HPID) is gone; its log ends:" >&2; tail -n 20 "$T/head.log" >&2; exit 1
+}
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 printf 'name: hold\ncluster: {nodes: [1]}\ngroups: [{name: g, workers: 1, resources: {gpu: 1}, command: [sleep, "3600"]}]\n' >"$T/hold.yaml"
 printf 'name: q\ncluster: {nodes: [1]}\ngroups: [{name: g, workers: 1, resources: {gpu: 1}, command: ["true"]}]\n' >"$T/q.yaml"

@@ -15,6 +15,7 @@
 # Prints a table (bench/hosts/hosts_bench.c says what each column is) and
 # writes JSON. HEAD_BIN=... picks another head binary (before/after figures).
 set -euo pipefail
+source "$(dirname "$0")/../../tests/integration/free_port.bash"
 BUILD=$(cd "${1:?usage: bench/hosts/run.sh BUILD_DIR [OUT.json] [NODES] [ARGS...]}" && pwd)
 OUT=${2:-}
 NODES=${3:-10000}
@@ -30,7 +31,7 @@ umask 077
 ulimit -n "$(ulimit -Hn)"
 [ "$(ulimit -n)" -gt $((NODES + 200)) ] || { echo "ulimit -n $(ulimit -n) is too low for $NODES connections" >&2; exit 1; }
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/admin.tok"
-port=$((20000 + RANDOM % 12000))
+port=$(free_port)
 URL=tcp://127.0.0.1:$port
 # HEAD_CPUS: pin the head alone to these CPUs (taskset -c), e.g. HEAD_CPUS=0,1
 # with this script under taskset -c 2-5: the simulated agents then do not

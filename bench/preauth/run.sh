@@ -15,6 +15,7 @@
 # CELLS: which cells to run (default "frames small idle raw"); SAMPLES: status
 # calls per cell (default 200 for the frame cells, 50 for the others).
 set -euo pipefail
+source "$(dirname "$0")/../../tests/integration/free_port.bash"
 BUILD=$(cd "${1:?usage: bench/preauth/run.sh BUILD_DIR OUT_DIR [HEAD_BIN]}" && pwd)
 OUT=${2:?usage: bench/preauth/run.sh BUILD_DIR OUT_DIR [HEAD_BIN]}
 HEAD_BIN=${3:-$BUILD/server/troupe-head}
@@ -30,7 +31,7 @@ head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
 # cell NAME NOFILE FLOOD_ARGS...: a fresh head (ulimit -n NOFILE, 0 = as is), the attack, stop.
 cell() {
     local name=$1 nofile=$2 port i; shift 2
-    port=$((20000 + RANDOM % 12000))
+    port=$(free_port)
     rm -rf "$T/state"
     ( [ "$nofile" = 0 ] || ulimit -n "$nofile"
       exec "$HEAD_BIN" --listen "tcp://127.0.0.1:$port" --state-dir "$T/state" --token-file "$T/token" \
