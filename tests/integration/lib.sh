@@ -108,10 +108,25 @@ no_workers() { [ -z "$(worker_pids)" ]; }
 # train_pid ID NAME: the pid of worker NAME's (e.g. policy-1) troupe-train in
 # job ID: the job lists the agent's supervisor process, and the command (bash
 # exec'ing troupe-train) is its only child.
-train_pid() {
-    local shim
-    shim=$(cli -o json job "$1" | jqr --arg w "job$1-$2" '.workers[] | select(.name==$w) | .pid')
-    pgrep -P "$shim" troupe-train
+train_pid() { worker_child_pid "$1" "job$1-$2" troupe-train; }
+# worker_child_pid ID WORKER [NAME]: the pid of worker WORKER's program (named
+# NAME) in job ID: the job lists the agent's supervisor, whose child it is.
+# Asked again for up to 5 s (times the slowdown): a listing read just as the
+# worker started may not hold its supervisor yet (under ASan at load 34 it
+# did not). Prints nothing and fails, saying what it looked for, after that.
+worker_child_pid() {
+    local shim p end=$((EPOCHSECONDS + 5 * TROUPE_TEST_SLOWDOWN))
+    while :; do
+        shim=$(cli -o json job "$1" | jqr --arg w "$2" '.workers[] | select(.name==$w and (.removed | not)) | .pid')
+        if [[ "$shim" =~ ^[1-9][0-9]*$ ]] && p=$(pgrep -P "$shim" ${3:+"$3"}) && [ -n "$p" ]; then
+            echo "$p"
+            return 0
+        fi
+        [ "$EPOCHSECONDS" -lt "$end" ] || break
+        sleep 0.1
+    done
+    echo "no running process${3:+ $3} under worker $2 of job $1 (its supervisor: '${shim:-none}')" >&2
+    return 1
 }
 # lines_at_least FILE N: FILE has at least N lines.
 lines_at_least() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }

@@ -21,11 +21,7 @@ YAML
 
 # ew_pid ID RANK: the pid of rank RANK's elastic_worker in job ID (the job
 # lists the agent's supervisor; the worker is its only child).
-ew_pid() {
-    local shim
-    shim=$(cli -o json job "$1" | jqr ".workers[] | select(.name==\"job$1-dp-$2\") | .pid")
-    pgrep -P "$shim"
-}
+ew_pid() { worker_child_pid "$1" "job$1-dp-$2"; }
 
 # ew_final ID RANK STEPS: the final weights rank RANK (its placed rank) printed.
 ew_final() {
