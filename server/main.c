@@ -169,8 +169,10 @@ int main(int argc, char **argv)
     /* Test hook (integration.jobs.shutdown): stands in for a stop step that
      * never returns, such as nng 1.5.2's nng_close (shutdown.c). */
     if (getenv("TROUPE_TEST_SHUTDOWN_STALL_MS") != NULL) {
+        tr_head_shutdown_step("the test stall (TROUPE_TEST_SHUTDOWN_STALL_MS)");
         tr_sleep_ms(atoll(getenv("TROUPE_TEST_SHUTDOWN_STALL_MS")));
     }
+    tr_head_shutdown_step("stopping the HTTP server");
     tr_http_stop(http);
     tr_head_stop(&head);
     tr_cfg_free(tr_head_config_table, &head.cfg);

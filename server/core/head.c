@@ -1,6 +1,7 @@
 /* head.c - troupe-head's configuration table, start-up, liveness reaper and
  * shutdown. */
 #include "head.h"
+#include "shutdown.h"
 #include "auth.h"
 #include "bgw.h"
 #include "jobs.h"
@@ -424,17 +425,24 @@ void tr_head_stop(tr_head *h)
 {
     tr_bgw *reaper;
 
+    tr_head_shutdown_step("stopping the reaper");
     pthread_mutex_lock(&h->pipe_mu); /* no connection-closed callback wakes it from now on */
     reaper = h->reaper;
     h->reaper = NULL;
     pthread_mutex_unlock(&h->pipe_mu);
     tr_bgw_stop(reaper);
+    tr_head_shutdown_step("quiescing the job log readers");
     tr_joblog_quiesce(h); /* no log read holds a call the server is about to free */
+    tr_head_shutdown_step("stopping the RPC server (nng_close of its sockets)");
     tr_rpc_server_stop(h->srv);
     h->srv = NULL;
+    tr_head_shutdown_step("stopping the services (HTTP, metrics, traces, background workers)");
     services_stop(h);
+    tr_head_shutdown_step("writing the job logs");
     tr_joblog_stop(h);      /* every log byte received reaches its file */
+    tr_head_shutdown_step("saving the last changes");
     tr_head_commit_stop(h); /* everything changed so far reaches the disk */
+    tr_head_shutdown_step("freeing the head's state");
     tr_jobs_fini(h);
     tr_head_nodes_free(h);
     tr_store_close(h->store);

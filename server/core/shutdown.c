@@ -19,6 +19,7 @@
 #include "shutdown.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -28,6 +29,11 @@
 
 #include "head.h"
 #include "log.h"
+
+/* The step of the stop now running (tr_head_shutdown_step), named by the
+ * watchdog when the deadline passes: "did not finish" alone says nothing of
+ * where it hung. */
+static const char *_Atomic stop_step = "the stop before its first step";
 
 /* The self-pipe the handlers write to: [0] read by main and the watchdog. */
 static int stop_pipe[2] = {-1, -1};
@@ -120,13 +126,18 @@ static void *watchdog_main(void *arg)
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
     } else {
         TR_LOG(TR_LOG_ERR,
-               "shutdown did not finish within %lld ms (shutdown_timeout_ms); exiting now: every acknowledged "
-               "change is already on disk, as after kill -9",
-               (long long)timeout_ms);
+               "shutdown did not finish within %lld ms (shutdown_timeout_ms), still in: %s; exiting now: every "
+               "acknowledged change is already on disk, as after kill -9",
+               (long long)timeout_ms, atomic_load(&stop_step));
     }
     tr_log_flush(1000); /* the line above, and what led to it */
     _exit(1);
     return NULL;
+}
+
+void tr_head_shutdown_step(const char *what)
+{
+    atomic_store(&stop_step, what);
 }
 
 void tr_head_shutdown_deadline(int64_t timeout_ms)

@@ -18,5 +18,8 @@
 int tr_head_stop_signals_catch(tr_err *err);
 int tr_head_stop_signal_wait(void);
 void tr_head_shutdown_deadline(int64_t timeout_ms);
+/* tr_head_shutdown_step names the step of the stop now running (a string
+ * that lives for good); the deadline's message says where it hung. */
+void tr_head_shutdown_step(const char *what);
 
 #endif
