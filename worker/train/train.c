@@ -692,7 +692,7 @@ static int elastic_sync(run *r, int holds, int *joined, tr_err *err)
     size_t n = r->b->num_params;
     float *done = calloc((size_t)r->size, sizeof(float)), *buf = NULL;
     int64_t hdr[5] = {r->step, (int64_t)r->rng, (int64_t)r->tokens_seen, r->pos_step, (int64_t)r->pos_rng};
-    int src = 0, rv;
+    int src = 0, same = 1, rv;
 
     *joined = 0;
     if (done == NULL) {
@@ -707,9 +707,19 @@ static int elastic_sync(run *r, int holds, int *joined, tr_err *err)
         free(done);
         return rv;
     }
+    /* Ranks that completed the same steps hold the same model and optimiser
+     * state (every step applied the same reduced gradients): after a shrink
+     * the survivors usually do, and a rank left alone always does. Only the
+     * step and the sampler's state travel then, not 3 x the parameters. */
+    for (int i = 0; i < r->size; i++) {
+        same = same && done[i] == done[src];
+    }
     free(done);
     if ((rv = r->comm->ops->broadcast(r->comm, hdr, sizeof(hdr), src, err)) != TROUPE_OK) {
         return rv;
+    }
+    if (same) {
+        goto settled;
     }
     if ((buf = malloc(3 * n * sizeof(float))) == NULL) {
         rv = tr_err_set(err, TROUPE_RESOURCE_EXHAUSTED, "cannot allocate %zu parameters to take rank %d's model",
@@ -732,6 +742,7 @@ static int elastic_sync(run *r, int holds, int *joined, tr_err *err)
         return rv;
     }
     rv = tr_dp_agree(r->comm, rv, "take the model state", err);
+settled:
     if (rv == TROUPE_OK) {
         if (hdr[0] != r->step || !holds) {
             TR_LOG(TR_LOG_NOTICE, "elastic: took the state after step %lld from rank %d (this rank had %s)",
