@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/mgpu/run_device.sh [STAGE...] - issue 15's multi-GPU checks and
+# bench/mgpu/run_device.sh [STAGE...] - the multi-GPU checks and
 # benchmarks in ONE device call on a machine of several GPUs (nvidia-h200-x8,
 # or -x2/-x4: everything adapts to the GPU count), from the repository root,
 # with binaries staged by tests/gpu/runtime/stage.sh into .device (see

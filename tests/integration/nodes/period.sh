@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The heartbeat period grows with the cluster (issue 10, "Many hosts"): with
+# The heartbeat period grows with the cluster ("Many hosts"): with
 # more agents than max_heartbeats_per_s allows at heartbeat_ms, the head tells
 # them a longer period, the agents follow it (the head's Heartbeat count per
 # second falls to the bound), nobody is suspected for beating at the period it
