@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/mgpu/startup_1gpu.sh - troupe-train's start-up figures on one GPU, before/after in one
 # device call (bench/RESULTS.md "troupe-train start-up on one GPU"). Expects, in the checkout
-# the device tool sends: .device staged by tests/gpu/runtime/stage.sh from the new build,
+# copied to the GPU machine: .device staged by tests/gpu/runtime/stage.sh from the new build,
 # .device/before/troupe-train (the old binary), .device/test_train_gpu, .device/tstamp.py
 # (bench/mgpu/tstamp.py: times each output line from exec), and this tree's bench/mgpu and
 # tests/integration/lib.sh under .device/src. Results: $OUT/p1.tgz.
