@@ -5,7 +5,7 @@
 # non-zero counts and rates in its JSON, not just exit 0 - so that a harness
 # that stopped measuring (a simulated agent the head no longer trusts, a
 # credential it no longer takes) fails here instead of in the next
-# benchmarking session. The figures of a smoke run are not results.
+# benchmark run. The figures of a smoke run are not results.
 #
 # tests/integration/lib.sh gives the temp dir $T, the watchdog, skip_test and
 # the clean-up of every process the run started.

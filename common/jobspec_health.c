@@ -1,4 +1,4 @@
-/* jobspec_health.c - the rules of a job's `health:` settings (issue 12),
+/* jobspec_health.c - the rules of a job's `health:` settings,
  * shared by the YAML walk (jobspec.c, which points at the offending key) and
  * tr_jobspec_validate (a SubmitJob from any client). 0 means "the head's
  * default" for every number; the head checks the merged thresholds again

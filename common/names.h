@@ -1,5 +1,5 @@
 /* names.h - the name rules every door enforces: the CLI and the agent before
- * they send, the head before it stores or logs (issue 10: no client can store
+ * they send, the head before it stores or logs (so that no client can store
  * a forged string). Job and group names follow the job spec's rule
  * (jobspec_rules.c, tr_js_name_ok); these are the others. */
 #ifndef TR_NAMES_H

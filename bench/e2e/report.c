@@ -102,7 +102,7 @@ static double best(const eb_cell *cells, size_t n, int sync_full, int w, int *k,
     return b;
 }
 
-/* eb_report_goals prints the issue's goals, judged on durable state
+/* eb_report_goals prints the benchmark's goals, judged on durable state
  * (sync_full=true); returns 1 when both were met. */
 int eb_report_goals(const eb_cell *cells, size_t n)
 {

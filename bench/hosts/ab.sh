@@ -6,12 +6,12 @@
 # build (a build tree, or a staged copy with server/, client/, lib/ and
 # bench/hosts/) runs with its own head and its own simulator, PAIRS times
 # (default 2), before first. MODE: "shared" (default) pins everything to
-# CPUs 0,1 (the issues' 2-core machine); "sep" puts the head alone on 0,1 and
+# CPUs 0,1 (as on a 2-core machine); "sep" puts the head alone on 0,1 and
 # the simulator on 2-5 (a lent host with more CPUs). Each build's commit is
 # read from its "commit" file where there is one. Writes
 # OUT_DIR/hosts-COMMIT-MODE-rN.json and prints each run's table row.
 # LIBS=DIR adds DIR to LD_LIBRARY_PATH (the Debian libraries staged for a
-# lent machine). What session 8 ran on lent hosts (bench/RESULTS.md).
+# lent machine). The lent-host runs of bench/RESULTS.md ("Many hosts") used it.
 set -uo pipefail
 before=$(cd "${1:?usage: ab.sh BEFORE AFTER OUT_DIR [PAIRS] [MODE]}" && pwd)
 after=$(cd "${2:?usage: ab.sh BEFORE AFTER OUT_DIR [PAIRS] [MODE]}" && pwd)

@@ -1,5 +1,5 @@
-/* hosts_bench.c - many simulated hosts against one troupe-head (issue 10,
- * "Many hosts (simulated)").
+/* hosts_bench.c - many simulated hosts against one troupe-head
+ * (figures in bench/RESULTS.md, "Many hosts").
  *
  * Plays N node agents that do what an idle troupe-node does (worker/node/
  * agent.c, sync.c): register once, then send a Heartbeat (with per-GPU and

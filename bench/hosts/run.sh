@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/hosts/run.sh BUILD_DIR [OUT.json] [NODES] [EXTRA BENCH ARGS...]
 #
-# Many hosts (issue 10): NODES (default 10,000) simulated agents, each on its
+# Many hosts: NODES (default 10,000) simulated agents, each on its
 # own connection, heartbeating at the period the head asks for with its
 # default settings (500 ms up to 5,000 agents; beyond, longer so that all
 # send at most max_heartbeats_per_s = 10,000 a second: 1 s at 10,000; each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/mgpu/run_device.sh [STAGE...] - issue 15's multi-GPU checks and
+# bench/mgpu/run_device.sh [STAGE...] - the multi-GPU checks and
 # benchmarks in ONE device call on a machine of several GPUs (nvidia-h200-x8,
 # or -x2/-x4: everything adapts to the GPU count), from the repository root,
 # with binaries staged by tests/gpu/runtime/stage.sh into .device (see
@@ -14,7 +14,7 @@
 #   ddp        PyTorch DDP (torchrun) at 2, 4, 8 GPUs, same models and batch
 #   startup    troupe submit -> communicators ready -> first step, by phase
 # Each stage runs under its own cap and the whole run under RUN_BUDGET_S
-# (default 560 s: the device tool stops a command at 600 s); a stage that no
+# (default 560 s: the lent machine's runner stops a command at 600 s); a stage that no
 # longer fits is skipped and says so (run it in a second call by name).
 # Results: $OUT/summary.txt (tables), $OUT/mgpu.json (all figures + machine
 # + commit), $OUT/status.txt (each stage's exit status and time),

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/mgpu/startup_1gpu.sh - issue 15's start-up figures on one GPU, before/after in one
+# bench/mgpu/startup_1gpu.sh - troupe-train's start-up figures on one GPU, before/after in one
 # device call (bench/RESULTS.md "troupe-train start-up on one GPU"). Expects, in the checkout
-# the device tool sends: .device staged by tests/gpu/runtime/stage.sh from the new build,
+# copied to the GPU machine: .device staged by tests/gpu/runtime/stage.sh from the new build,
 # .device/before/troupe-train (the old binary), .device/test_train_gpu, .device/tstamp.py
 # (bench/mgpu/tstamp.py: times each output line from exec), and this tree's bench/mgpu and
 # tests/integration/lib.sh under .device/src. Results: $OUT/p1.tgz.
-# startup_device.sh: issue 15's start-up figures on one GPU, before/after, plus the GPU tests.
+# (Staged as startup_device.sh: start-up figures on one GPU, before/after, plus the GPU tests.)
 set -u
 R=$PWD; D=$R/.device; O=/tmp/o; mkdir -p $O
 export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64 NCCL_NVLS_ENABLE=0

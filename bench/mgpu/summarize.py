@@ -13,7 +13,7 @@ with all of them plus the machine and the commit (WORK/machine.json).
   startup       troupe submit -> first training step and -> all communicators
                 ready, by phase: milestones are the latest rank's, phases the
                 gaps between successive milestones (so they add up)
-Goals from issue 15 are printed beside each table."""
+The multi-GPU goals are printed beside each table."""
 import glob
 import json
 import os

@@ -1,4 +1,4 @@
-/* preauth_bench.c - the pre-authentication attack of issue 10, measured.
+/* preauth_bench.c - the pre-authentication attack, measured.
  *
  * Opens N TCP connections to a head that never show a credential: each
  * completes nng's SP handshake as a REQ peer and then either sends the

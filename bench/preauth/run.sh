@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/preauth/run.sh BUILD_DIR OUT_DIR [HEAD_BIN]
 #
-# The pre-authentication attack of issue 10 against a real troupe-head on
+# The pre-authentication attack against a real troupe-head on
 # loopback (HEAD_BIN, default BUILD_DIR/server/troupe-head; give an older
 # build's head for "before" figures). Four cells, each against a fresh head:
 #   frames   400 connections, each all but the last byte of a 4 MiB frame

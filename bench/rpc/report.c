@@ -8,7 +8,7 @@
 
 #include "rpc_bench.h"
 
-/* The goals from the issue that asked for this benchmark. */
+/* The goals this benchmark is judged against (bench/RESULTS.md). */
 #define GOAL_P50_CLIENTS 1
 #define GOAL_P50_MAX_VS_NNG 1.2 /* troupe p50 at 1 client <= 1.2x raw nng */
 #define GOAL_CPS_CLIENTS 64

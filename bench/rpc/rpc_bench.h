@@ -101,7 +101,7 @@ int rb_grpc_run(const char *peer, int port, const rb_load *ld, size_t data_len, 
 /* rb_report_table prints the table with ratios against raw nng and gRPC. */
 void rb_report_table(const rb_cell *cells, size_t n, FILE *out);
 
-/* rb_report_goals prints whether troupe met the issue's goals; returns 1 when
+/* rb_report_goals prints whether troupe met the benchmark's goals; returns 1 when
  * all were met, 0 when one was missed, -1 when a needed cell is missing. */
 int rb_report_goals(const rb_cell *cells, size_t n, FILE *out);
 

@@ -1,5 +1,5 @@
 /* coll.c - the CPU collective: a ring of nng pair1 sockets between the ranks
- * (pair0 of nng 1.5.2 can hang in nng_close, nng issue 1543).
+ * (pair0 of nng 1.5.2 can hang in nng_close, upstream nng issue #1543).
  *
  * Rank r listens on one pair socket ("left": rank r-1 dials it) and dials
  * rank r+1's ("right"). Data, aborts and goodbyes flow rightwards; only the
@@ -885,7 +885,7 @@ void tr_coll_close(troupe_coll *c)
     close_pipes(c);
     /* nng 1.5.2's nng_close can hang for good once in a few hundred closes
      * of sockets that were connected (seen here with pair0 and pair1; nng
-     * issue 1543, fixed after 1.5.2). Everything our peers need is
+     * issue #1543 upstream, fixed after 1.5.2). Everything our peers need is
      * delivered by now, so the sockets are released on a thread of their
      * own that close waits for, boundedly: close never hangs the caller, at
      * worst that thread and its sockets stay until the process exits. (A

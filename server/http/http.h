@@ -1,4 +1,4 @@
-/* http.h - troupe-head's HTTP side (issue 12): /healthz, /metrics
+/* http.h - troupe-head's HTTP side: /healthz, /metrics
  * (Prometheus text), /api/ (JSON) and the dashboard at /, on nng 1.5.2's HTTP
  * server. It sits above the core and the services and only reads them: the
  * head works the same with it off (`--http off`).

@@ -19,7 +19,7 @@
  * groups only may have no vnodes at all. GPU workers are bounded by their
  * GPUs and take no CPU slots (as a Ray actor holds 0 CPUs by default).
  *
- * ## Rules chosen here (where the issue is silent)
+ * ## Rules chosen here (where the design leaves a choice)
  * - GPU indices: a node has 0..64 GPUs (TR_SCHED_MAX_NODE_GPUS; one uint64
  *   bitmask per node; a node with none only takes CPU-only workers). Only
  *   ALIVE nodes receive new work; SUSPECT nodes keep their placements and

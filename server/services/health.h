@@ -1,4 +1,4 @@
-/* health.h - job health judged by the head (issue 12): stalls, stragglers
+/* health.h - job health judged by the head: stalls, stragglers
  * and GPU-memory trends of running jobs, from the step figures workers send
  * with troupe_worker_step_end (the metrics path). The rules are
  * health_judge.h's; this service feeds them, judges every health_tick_ms,

@@ -1,4 +1,4 @@
-/* health_judge.h - the rules of job health (issue 12), as pure functions:
+/* health_judge.h - the rules of job health, as pure functions:
  * what the head's health service (health.c) feeds in and what it concludes.
  * No locks, no clock, no I/O: the caller passes "now" and owns the memory,
  * so the unit tests (unit.server.health.*) drive every rule directly.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu.dp - data-parallel troupe-train on one machine of N GPUs (issue 15):
+# gpu.dp - data-parallel troupe-train on one machine of N GPUs:
 # troupe-head and troupe-node (real GPU discovery), jobs of N workers x 1 GPU
 # running troupe-train data-parallel over NCCL, and checks that
 #   1. placement: every worker got its own GPU (the job's record, the

@@ -2,7 +2,7 @@
 # unknown_case.sh DIR - every cmocka suite built under DIR (executables named
 # test_*) refuses a case name it does not have: exit 2 naming it
 # (tr_test_main). cmocka's own filter ran nothing and exited 0, so a case
-# misspelled in a CMakeLists.txt passed without running (issue 9).
+# misspelled in a CMakeLists.txt passed without running.
 set -euo pipefail
 dir=$1 n=0 bad=""
 while IFS= read -r exe; do

@@ -1,5 +1,5 @@
-/* gpustats.h - live GPU and node figures for the agent's heartbeats (issue
- * 12): per GPU memory used/total, utilisation, temperature and power through
+/* gpustats.h - live GPU and node figures for the agent's heartbeats: per
+ * GPU memory used/total, utilisation, temperature and power through
  * NVML (libnvidia-ml.so.1, loaded at run time, so the agent links nothing;
  * TROUPE_NVML names another library), or simulated for --fake-gpus; per node
  * the load average and memory from /proc. */

@@ -7,7 +7,7 @@
 # tests/integration/lib.sh), libtroupe and libtroupe_nccl plus the Debian
 # runtime libraries (../shared/device/pack-libs) under DEST/lib, and the
 # commit in DEST/commit (the device machine's copy has no .git).
-# Binaries only, no object files: the device tool carries at most 64 MiB.
+# Binaries only, no object files: the lent machine's runner carries at most 64 MiB.
 set -euo pipefail
 b=${1:?usage: stage.sh BUILD_DIR [DEST]}
 d=${2:-.device}

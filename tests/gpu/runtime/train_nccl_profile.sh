@@ -21,7 +21,7 @@
 # Without a GPU (or a build without NCCL) it exits 77 (skipped) and says why;
 # with TROUPE_REQUIRE_GPU=1 that is a failure instead. Needs no jq (the lent
 # GPU machines have none): JSON is read with python3. Logs go to $GPU_OUT
-# when set (the device tool's $OUT).
+# when set (the lent machine's runner's $OUT).
 source "$(dirname "$0")/../../integration/lib.sh"
 
 source "$(dirname "$0")/gpu_lib.bash"

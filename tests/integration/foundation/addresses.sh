@@ -2,7 +2,7 @@
 # Addresses are checked when settings load: --check-config and start-up refuse
 # an unsupported scheme, a port out of range or a URL where a host belongs,
 # with exit 2 and a message naming the flag, variable or file:line:col.
-# (Issue 8: --check-config accepted --listen http://x and tcp://127.0.0.1:99999,
+# (Before, --check-config accepted --listen http://x and tcp://127.0.0.1:99999,
 # and an agent given --head http://x retried forever.)
 source "$(dirname "$0")/../lib.sh"
 # refused WANT_TEXT CMD...: CMD exits 2 within 10 s and says WANT_TEXT.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ListNodes answers pages (issue 8, Bounded history: "List calls are
-# paginated ... and can never exceed the frame"). Node ids are never reused,
+# ListNodes answers pages (bounded history: list calls are paginated and a
+# reply can never exceed the frame). Node ids are never reused,
 # so a head whose agents come and go keeps every node it ever saw; one
 # ListNodes reply used to hold them all and could outgrow a frame (the
 # `troupe jobs` failure past ~25k jobs, for nodes). With the head's frame at

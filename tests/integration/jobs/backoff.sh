@@ -2,8 +2,8 @@
 # Crash loops back off: a failing group restarts after restart_backoff_ms,
 # doubled for each failure in a row, capped at restart_backoff_max_ms;
 # `troupe job` shows the next attempt; the pending restart and the back-off
-# level survive a head restart (kill -9). (Issue 8: max_restarts 1000 ran
-# 1,000 restarts in 45 s.)
+# level survive a head restart (kill -9). (Without the back-off, max_restarts
+# 1000 ran 1,000 restarts in 45 s.)
 source "$(dirname "$0")/../lib.sh"
 start_head --restart-backoff-ms 400 --restart-backoff-max-ms 1600
 start_node n1 1 --stop-grace-ms 1000

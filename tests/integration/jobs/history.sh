@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bounded history (issue 8): `troupe jobs` pages (limit + cursor, newest first,
+# Bounded history: `troupe jobs` pages (limit + cursor, newest first,
 # filters by state and name) and a page never exceeds the head's frame (it
 # failed for good past ~25k jobs); finished jobs are kept by keep_jobs and
 # `troupe delete`, their records, events and logs removed together.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # No lost output: a worker that writes a burst and exits at once gets every
-# line to the head, in order, before the job is reported ended (issue 8: of
+# line to the head, in order, before the job is reported ended (once, of
 # 20,001 lines 5,085 arrived and the final Traceback was missing).
 source "$(dirname "$0")/../lib.sh"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The head's log store: bounded per job with a marker where it cut; file I/O
-# never blocks the head (issue 9: the job log was opened and written inside
+# never blocks the head (the job log was once opened and written inside
 # the RPC callback under the head's lock, so a stuck file stalled every call).
 source "$(dirname "$0")/../lib.sh"
 start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 50 --max-job-log-bytes 8192
@@ -9,8 +9,8 @@ wait_for 10 "1 node ALIVE" nodes_alive 1
 
 # 1. A job that writes far more than the bound and then fails: the log is cut
 # at a marker, the middle is left out (counted), and the job's last lines -
-# its Traceback - are kept after a second marker (issue 8: "the final
-# Traceback was missing"). Bound 8192: cut before 8192 - 2048 (tail window, a
+# its Traceback - are kept after a second marker (a job's final
+# Traceback is what its user reads first). Bound 8192: cut before 8192 - 2048 (tail window, a
 # quarter) - 2 x 512 (markers); the tail window keeps the last <= 2048 bytes.
 cat >"$T/big.yaml" <<YAML
 name: big

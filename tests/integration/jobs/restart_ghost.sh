@@ -4,7 +4,7 @@
 # DEAD by the normal liveness rules and nothing is placed on it meanwhile; a
 # PENDING job that only that node could hold waits out the restart grace
 # (restart_grace_ms) for agents to come back, then FAILS with the reason.
-# (Issue 8: the dead agent's node became ALIVE at once and got new work.)
+# (Before, the dead agent's node became ALIVE at once and got new work.)
 source "$(dirname "$0")/../lib.sh"
 GRACE_MS=${GRACE_MS:-6000}
 HB=(--heartbeat-ms 100 --suspect-after 3 --dead-after 25)

@@ -2,7 +2,7 @@
 # The queue survives head restarts: PENDING jobs stay PENDING (with their
 # reason) across SIGTERM and kill -9 of the head, and start once GPUs free up.
 # A PENDING job that needs a node which is only SUSPECT for a moment keeps
-# waiting too. (Issue 8: both used to FAIL with "no alive node at all".)
+# waiting too. (Both used to FAIL with "no alive node at all".)
 source "$(dirname "$0")/../lib.sh"
 HB=(--heartbeat-ms 100 --suspect-after 3 --dead-after 100)
 start_head "${HB[@]}"

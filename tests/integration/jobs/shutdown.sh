@@ -3,7 +3,7 @@
 # a stop step that never returns (stood in for by TROUPE_TEST_SHUTDOWN_STALL_MS,
 # as nng 1.5.2's nng_close did in 2 of 7 tries) ends at shutdown_timeout_ms
 # with status 1 and a log line; a second SIGTERM ends it at once. Nothing
-# acknowledged is lost either way. (Issue 8.)
+# acknowledged is lost either way.
 source "$(dirname "$0")/../lib.sh"
 cat >"$T/j.yaml" <<YAML
 name: keep

@@ -3,7 +3,7 @@
 # naming the first one's pid, with a non-zero exit; the lock goes with the
 # process (kill -9 included). Ids never go backwards: a 0-byte or deleted
 # head.db beside an old logs/ directory never shows an old job's log under a
-# new job's id. (Issue 8: both heads served and handed out the same ids.)
+# new job's id. (Before the lock, both heads served and handed out the same ids.)
 source "$(dirname "$0")/../lib.sh"
 start_head
 start_node n1 2 --stop-grace-ms 1000

@@ -37,7 +37,7 @@ is_state na DEAD || wait_for 5 "na DEAD" is_state na DEAD
 # A job that waits while na is away is placed on it the moment it registers
 # again, before the agent has applied anything of its new node. The agent's
 # first report must not carry its old node's assignment version (as high as
-# the new placement's), or the head takes the new workers for lost (issue 8:
+# the new placement's), or the head takes the new workers for lost (as it once did:
 # "the first job placed on that re-registered agent FAILS at once as lost").
 start_node nc 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "nc ALIVE" nodes_alive 1

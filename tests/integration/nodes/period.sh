@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The heartbeat period grows with the cluster (issue 10, "Many hosts"): with
-# more agents than max_heartbeats_per_s allows at heartbeat_ms, the head tells
-# them a longer period, the agents follow it (the head's Heartbeat count per
-# second falls to the bound), nobody is suspected for beating at the period it
-# was told, and a silent agent is still DEAD after the same DEAD timeout in
-# milliseconds. When nodes go, the period comes back down. A head restarted
-# (kill -9, then SIGTERM) tells the re-registered agents the same period and
-# declares none of them DEAD. A bad bound is refused at start.
+# The heartbeat period grows with the cluster, so that one head serves many
+# hosts: with more agents than max_heartbeats_per_s allows at heartbeat_ms, the
+# head tells them a longer period, the agents follow it (the head's Heartbeat
+# count per second falls to the bound), nobody is suspected for beating at the
+# period it was told, and a silent agent is still DEAD after the same DEAD
+# timeout in milliseconds. When nodes go, the period comes back down. A head
+# restarted (kill -9, then SIGTERM) tells the re-registered agents the same
+# period and declares none of them DEAD. A bad bound is refused at start.
 # Here: 100 ms, DEAD after 20 (2 s), at most 15 heartbeats/s: 1 agent beats
 # every 100 ms, 3 every 200 ms (3 x 5/s = 15/s), 2 every 150 ms.
 source "$(dirname "$0")/../lib.sh"

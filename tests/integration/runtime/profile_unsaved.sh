@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A profile change the head has not saved is not acted on (issue 8's promise,
+# A profile change the head has not saved is not acted on (the head's promise,
 # "a client is only ever told saved state", for the workers' WorkerControl
 # long poll): `troupe profile` is accepted, then its write fails (an injected
 # full disk, TROUPE_TEST_STORE_FULL_IF). While the store cannot write, no

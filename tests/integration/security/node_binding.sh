@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Node-credential binding survives a head crash (issue 10): a node registered
+# Node-credential binding survives a head crash: a node registered
 # by one node credential is bound to it in the head's state store, so after a
 # kill -9 and restart, another node credential still cannot take that node
 # over — not by its name, and not with a copy of its agent's state dir (its
