@@ -19,7 +19,7 @@ done
 # bench/mgpu/run_device.sh's all-reduce benchmark and the CUDA backend's
 # test program (bench/mgpu/refit_bench.sh runs its refit_ops case), where
 # they were built.
-for f in bench/mgpu/troupe-bench-allreduce tests/gpu/train/test_train_gpu; do
+for f in bench/mgpu/troupe-bench-allreduce bench/mgpu/troupe-bench-comm-shrink tests/gpu/train/test_train_gpu; do
     [ -f "$b/$f" ] || continue
     mkdir -p "$d/bin/$(dirname "$f")"
     cp "$b/$f" "$d/bin/$f"
