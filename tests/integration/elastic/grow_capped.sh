@@ -13,19 +13,7 @@ source "$(dirname "$0")/lib_elastic.bash"
 backoff=400
 start_cluster --restart-backoff-ms $backoff --restart-backoff-max-ms 60000
 
-cat >"$T/capped.yaml" <<YAML
-name: capped
-groups:
-  - name: dp
-    workers: 3
-    resources: {gpu: 0, cpu: 0.1}
-    strategy: SPREAD
-    command: [$ELASTIC_WORKER]
-    env: {EW_STEPS: "80", EW_STEP_MS: "100", EW_REPLACEMENT_EXIT: "7", EW_TIMEOUT_MS: "5000"}
-    elastic: {min_workers: 2, max_workers: 3}
-restart: {max_restarts: 1}
-YAML
-id=$(submit "$T/capped.yaml")
+id=$(EW_ENV='EW_REPLACEMENT_EXIT: "7", EW_TIMEOUT_MS: "5000"' ew_job capped 3 2 3 100 80 1)
 wait_for 60 "rank 2 of job $id at step 10" logs_grep "$id" "^\[job$id-dp-2\] ew: step 10 "
 kill -9 "$(ew_pid "$id" 2)"
 stopped() { cli -o json job "$id" | jq -e '.workers[] | select(.name=="job'"$id"'-dp-2") | .regrow_stopped' >/dev/null; }

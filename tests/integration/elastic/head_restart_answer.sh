@@ -15,18 +15,7 @@ TROUPE_TEST_EXIT_AFTER_GATHER_REPLY=1 start_cluster
 
 ref=$(ew_job ref 3 2 2 0 50)
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
-cat >"$T/ans.yaml" <<YAML
-name: ans
-groups:
-  - name: dp
-    workers: 3
-    resources: {gpu: 0, cpu: 0.1}
-    strategy: SPREAD
-    command: [$ELASTIC_WORKER]
-    env: {EW_STEPS: "50", EW_STEP_MS: "100", EW_TIMEOUT_MS: "$((30000 * TROUPE_TEST_SLOWDOWN))", EW_WAIT_MS: "$((60000 * TROUPE_TEST_SLOWDOWN))"}
-    elastic: {min_workers: 2, max_workers: 2}
-YAML
-id=$(submit "$T/ans.yaml")
+id=$(EW_ENV="EW_TIMEOUT_MS: \"$((30000 * TROUPE_TEST_SLOWDOWN))\", EW_WAIT_MS: \"$((60000 * TROUPE_TEST_SLOWDOWN))\"" ew_job ans 3 2 2 100 50)
 wait_for 60 "rank 2 of job $id at step 10" logs_grep "$id" "^\[job$id-dp-2\] ew: step 10 "
 kill -9 "$(ew_pid "$id" 2)"
 head_gone() { ! alive "$HEAD_PID"; }

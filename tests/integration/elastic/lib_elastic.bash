@@ -2,7 +2,9 @@
 
 # ew_job NAME WORKERS MIN MAX STEP_MS STEPS [MAX_RESTARTS]: submit a job of
 # one elastic CPU-only group dp of elastic_worker; prints its id. MAX below
-# WORKERS keeps the head from growing the group back above it.
+# WORKERS keeps the head from growing the group back above it. EW_ENV adds
+# entries to the workers' env ('EW_STALL_RANK: "2", ...'), EW_YAML lines
+# at the job's top level (health: ...).
 ew_job() {
     cat >"$T/$1.yaml" <<YAML
 name: $1
@@ -12,9 +14,10 @@ groups:
     resources: {gpu: 0, cpu: 0.1}
     strategy: SPREAD
     command: [$ELASTIC_WORKER]
-    env: {EW_STEPS: "$6", EW_STEP_MS: "$5"}
+    env: {EW_STEPS: "$6", EW_STEP_MS: "$5"${EW_ENV:+, $EW_ENV}}
     elastic: {min_workers: $3, max_workers: $4}
 restart: {max_restarts: ${7:-0}}
+${EW_YAML:-}
 YAML
     submit "$T/$1.yaml"
 }

@@ -8,23 +8,11 @@
 # reduction order: within 1e-9). troupe job shows the membership and its
 # history, in -o json too. (max_workers 2: the head does not grow it back.)
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 HPORT=$(free_port)
 start_cluster --http "127.0.0.1:$HPORT"
-job() { # job NAME MIN STEP_MS
-    cat >"$T/$1.yaml" <<YAML
-name: $1
-groups:
-  - name: dp
-    workers: 3
-    resources: {gpu: 0, cpu: 0.1}
-    strategy: SPREAD
-    command: [$ELASTIC_WORKER]
-    env: {EW_STEPS: "40", EW_STEP_MS: "$3"}
-    elastic: {min_workers: $2, max_workers: 2}
-YAML
-    submit "$T/$1.yaml"
-}
+job() { ew_job "$1" 3 "$2" 2 "$3" 40; } # job NAME MIN STEP_MS
 final_w() { cli logs "$1" | sed -n "s/^\[job$1-dp-$2\] ew: final rank [0-9]*\/[0-9]* epoch [0-9]* steps 40 w //p"; }
 
 ref=$(job ref 2 0)

@@ -13,19 +13,8 @@ source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster
 job() { # job NAME STEP_MS
-    cat >"$T/$1.yaml" <<YAML
-name: $1
-groups:
-  - name: dp
-    workers: 3
-    resources: {gpu: 0, cpu: 0.1}
-    strategy: SPREAD
-    command: [$ELASTIC_WORKER]
-    env: {EW_STEPS: "40", EW_STEP_MS: "$2", EW_TIMEOUT_MS: "$((1000 * TROUPE_TEST_SLOWDOWN))", EW_STALL_RANK: "2", EW_STALL_STEP: "15"}
-    elastic: {min_workers: 2, max_workers: 2}
-health: {stall_after: $((3 * TROUPE_TEST_SLOWDOWN))s, on_stall: fail}
-YAML
-    submit "$T/$1.yaml"
+    EW_ENV="EW_TIMEOUT_MS: \"$((1000 * TROUPE_TEST_SLOWDOWN))\", EW_STALL_RANK: \"2\", EW_STALL_STEP: \"15\"" \
+        EW_YAML="health: {stall_after: $((3 * TROUPE_TEST_SLOWDOWN))s, on_stall: fail}" ew_job "$1" 3 2 2 "$2" 40
 }
 ref=$(ew_job ref 3 2 2 0 40)
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
