@@ -8,7 +8,10 @@ source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster
 
-id=$(ew_job fails 3 3 3 100 40 0)
+# Steps enough that rank 2 still runs when it is killed after step 5 (at load
+# 40 a run of 40 had ended by then).
+steps=$((40 * TROUPE_TEST_SLOWDOWN))
+id=$(ew_job fails 3 3 3 100 "$steps" 0)
 wait_for 60 "rank 2 of job $id stepping" logs_grep "$id" "^\[job$id-dp-2\] ew: step 5 "
 kill -9 "$(ew_pid "$id" 2)"
 wait_for 60 "job $id to fail" is_job_state "$id" FAILED
@@ -17,7 +20,7 @@ jqr .reason "$T/fails.json" | grep_all "worker job$id-dp-2 on node n[abc] .*kill
     fail "reason does not name the killed worker: $(jqr .reason "$T/fails.json")"
 [ "$(jqr '.membership | length' "$T/fails.json")" = 0 ] || fail "a group below min_workers shrank: $(jq .membership "$T/fails.json")"
 
-id2=$(ew_job restarts 3 3 3 100 40 1)
+id2=$(ew_job restarts 3 3 3 100 "$steps" 1)
 wait_for 60 "rank 2 of job $id2 stepping" logs_grep "$id2" "^\[job$id2-dp-2\] ew: step 5 "
 kill -9 "$(ew_pid "$id2" 2)"
 wait_for 90 "job $id2 to succeed after its restart" is_job_state "$id2" SUCCEEDED
