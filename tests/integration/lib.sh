@@ -186,7 +186,15 @@ cleanup() {
         [ ${#SKIPPED[@]} -gt 0 ] || echo "SKIP: (the test exited 77 without saying why)"
     elif [ $rc -ne 0 ]; then
         echo "---- test failed (rc=$rc); logs from $T ----"
-        for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 40 "$f"; }; done
+        for f in "$T"/*.log; do
+            [ -f "$f" ] || continue
+            # What went wrong is often long before the end (a refusal, a
+            # lease that ran out): each distinct warning or error once first.
+            echo "== $f: notices, warnings and errors (the first of each, with its count)"
+            log_digest "$f"
+            echo "== $f: the last 40 lines"
+            tail -n 40 "$f"
+        done
         # The workers' own output (a sanitizer's report from a worker that
         # aborted is only there).
         for f in "$T"/node-*/logs/*.log; do [ -s "$f" ] && { echo "== $f"; tail -n 60 "$f"; }; done
@@ -197,6 +205,14 @@ cleanup() {
     rm -rf "$T" || echo "WARNING: could not remove $T" >&2
     kill_own 9 "${WATCHDOG_PID:-}"
     exit $rc
+}
+# log_digest FILE: each distinct notice, warning or error line of a troupe
+# log once (the timestamp and pid left out of the comparison), in order of
+# first appearance with that time and how often it came; at most 60.
+log_digest() {
+    awk '/ (notice|warning|error): / { m = $0; sub(/^[^ ]+ [^ ]+ /, "", m)
+            if (!(m in n)) { order[++k] = m; first[m] = $1 } n[m]++ }
+        END { for (i = 1; i <= k && i <= 60; i++) printf "%s %s%s\n", first[order[i]], order[i], (n[order[i]] > 1 ? "  (x" n[order[i]] ")" : "") }' "$1"
 }
 # skip_test WHY: the test cannot run here (a tool, a privilege, a GPU it needs
 # is missing): exit 77, which ctest counts as skipped - never as passed - and
