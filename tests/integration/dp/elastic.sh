@@ -12,18 +12,10 @@
 # the shrink. A size that does not divide the global micro-batch is refused
 # with the reason, as is dp.elastic with dp.zero 1.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/dp_lib.bash"
 HERE=$(cd "$(dirname "$0")" && pwd)
 start_cluster
-"$TRAIN_BIN" --make-data "$T/data.tok" --tokens 16384 >/dev/null
-cat >"$T/train.yaml" <<YAML
-seed: 5
-device: cpu
-model: {layers: 2, width: 32, heads: 2, seq_len: 16}
-train: {steps: 150, micro_batch: 2, accum_steps: 2, warmup_steps: 3, lr: 3e-3, grad_clip: 0.5}
-data: {path: $T/data.tok, val_fraction: 0}
-eval: {every: 0}
-dp: {timeout_ms: 20000, init_timeout_ms: 30000, elastic: true}
-YAML
+elastic_train "steps: 150, micro_batch: 2, accum_steps: 2"
 # elastic_job NAME WORKERS MIN MAX CONFIG METRICS
 elastic_job() {
     cat >"$T/$1.yaml" <<YAML

@@ -10,20 +10,12 @@
 # (the replacement's from where it joined) equals a standalone run with
 # micro_batch 6 within the DP tests' 1e-5.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/dp_lib.bash"
 HERE=$(cd "$(dirname "$0")" && pwd)
 # A back-off that lets the survivors rebuild at 2 first, as a rule (under
 # ASan at load 34 they took longer than 500 ms; at load 40 in a chroot 4 s).
 start_cluster --restart-backoff-ms $((1000 * TROUPE_TEST_SLOWDOWN))
-"$TRAIN_BIN" --make-data "$T/data.tok" --tokens 16384 >/dev/null
-cat >"$T/train.yaml" <<YAML
-seed: 5
-device: cpu
-model: {layers: 2, width: 32, heads: 2, seq_len: 16}
-train: {steps: 300, micro_batch: 2, accum_steps: 2, warmup_steps: 3, lr: 3e-3, grad_clip: 0.5}
-data: {path: $T/data.tok, val_fraction: 0}
-eval: {every: 0}
-dp: {timeout_ms: 20000, init_timeout_ms: 30000, elastic: true}
-YAML
+elastic_train "steps: 300, micro_batch: 2, accum_steps: 2"
 cat >"$T/grow.yaml" <<YAML
 name: grow
 groups:

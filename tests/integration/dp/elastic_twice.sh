@@ -8,18 +8,10 @@
 # 4 -> 3 -> 2, the job SUCCEEDS with 2, and both survivors' curves equal a
 # standalone run with micro_batch 12 within the DP tests' 1e-5.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/dp_lib.bash"
 HERE=$(cd "$(dirname "$0")" && pwd)
 start_cluster
-"$TRAIN_BIN" --make-data "$T/data.tok" --tokens 16384 >/dev/null
-cat >"$T/train.yaml" <<YAML
-seed: 5
-device: cpu
-model: {layers: 2, width: 32, heads: 2, seq_len: 16}
-train: {steps: 150, micro_batch: 3, warmup_steps: 3, lr: 3e-3, grad_clip: 0.5}
-data: {path: $T/data.tok, val_fraction: 0}
-eval: {every: 0}
-dp: {timeout_ms: 20000, init_timeout_ms: 30000, elastic: true}
-YAML
+elastic_train "steps: 150, micro_batch: 3"
 cat >"$T/twice.yaml" <<YAML
 name: twice
 groups:
