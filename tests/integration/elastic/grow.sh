@@ -12,9 +12,11 @@ source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster --restart-backoff-ms 500
 
-ref=$(ew_job ref 3 2 3 0 60)
+# 60 x slowdown steps: on a loaded machine a shorter run could end before the kill.
+steps=$((60 * TROUPE_TEST_SLOWDOWN))
+ref=$(ew_job ref 3 2 3 0 "$steps")
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
-id=$(ew_job grow 3 2 3 100 60)
+id=$(ew_job grow 3 2 3 100 "$steps")
 wait_for 60 "rank 2 of job $id at step 15" logs_grep "$id" "^\[job$id-dp-2\] ew: step 15 "
 kill -9 "$(ew_pid "$id" 2)"
 wait_for 60 "job $id to grow back" bash -c "'$CLI_BIN' -o json job $id | jq -e '[.membership[].kind] == [\"SHRUNK\", \"GREW\"]' >/dev/null"
@@ -34,10 +36,10 @@ joined=$(sed -n "s/^\[job$id-dp-2\] ew: joined rank 2\/3 epoch 3 at step \([0-9]
 [ "$joined" -gt 16 ] || fail "the replacement joined at step $joined, before the loss"
 grep -q "^\[job$id-dp-2\] ew: rank 2 took step $((joined - 1))'s state from rank [01]" "$T/logs" ||
     fail "the replacement did not take the state: $(grep 'dp-2\] ew: rank' "$T/logs")"
-for r in 0 1; do ew_steps_once "$id" $r 60; done
-want=$(ew_final "$ref" 0 60)
+for r in 0 1; do ew_steps_once "$id" $r "$steps"; done
+want=$(ew_final "$ref" 0 "$steps")
 for r in 0 1 2; do
-    got=$(ew_final "$id" $r 60)
+    got=$(ew_final "$id" $r "$steps")
     ew_same "$want" "$got" || fail "rank $r's weights $got differ from the reference's $want"
 done
 pass "2 -> 3: the replacement joined at step $joined with a survivor's state; SUCCEEDED with 3, weights equal the reference's"

@@ -13,9 +13,11 @@ source "$(dirname "$0")/lib_elastic.bash"
 : "${ELASTIC_WORKER:?}"
 start_cluster
 
-ref=$(ew_job ref 3 2 2 0 50)
+# 50 x slowdown steps: on a loaded machine a shorter run could end before the kill.
+steps=$((50 * TROUPE_TEST_SLOWDOWN))
+ref=$(ew_job ref 3 2 2 0 "$steps")
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
-id=$(ew_job midx 3 2 2 100 50)
+id=$(ew_job midx 3 2 2 100 "$steps")
 wait_for 60 "rank 2 of job $id at step 10" logs_grep "$id" "^\[job$id-dp-2\] ew: step 10 "
 p1=$(ew_pid "$id" 1)
 kill -STOP "$p1"
@@ -38,10 +40,10 @@ cli logs "$id" >"$T/logs"
 for r in 0 1; do
     grep -q "^\[job$id-dp-$r\] ew: rebuilt rank $r/2 epoch 1 " "$T/logs" || fail "rank $r did not rebuild at epoch 1: $(grep "dp-$r\] ew: [^s]" "$T/logs")"
 done
-for r in 0 1; do ew_steps_once "$id" $r 50; done
-want=$(ew_final "$ref" 0 50)
+for r in 0 1; do ew_steps_once "$id" $r "$steps"; done
+want=$(ew_final "$ref" 0 "$steps")
 for r in 0 1; do
-    got=$(ew_final "$id" $r 50)
+    got=$(ew_final "$id" $r "$steps")
     ew_same "$want" "$got" || fail "rank $r's weights $got differ from the reference's $want"
 done
 pass "a head restart during epoch 1's address exchange: the survivors met on the new head; SUCCEEDED with the reference's weights"

@@ -16,9 +16,11 @@ start_node na 4xH100:80GB --stop-grace-ms 1000
 start_node nb 4xH100:80GB --stop-grace-ms 1000
 wait_for 10 "2 nodes ALIVE" nodes_alive 2
 
-ref=$(ew_job ref 2 1 2 0 60)
+# 60 x slowdown steps: on a loaded machine a shorter run could end before the kill.
+steps=$((60 * TROUPE_TEST_SLOWDOWN))
+ref=$(ew_job ref 2 1 2 0 "$steps")
 wait_for 60 "reference job $ref to succeed" is_job_state "$ref" SUCCEEDED
-id=$(ew_job moved 2 1 2 100 60)
+id=$(ew_job moved 2 1 2 100 "$steps")
 wait_for 60 "rank 1 of job $id at step 10" logs_grep "$id" "^\[job$id-dp-1\] ew: step 10 "
 lost=$(cli -o json job "$id" | jqr ".workers[] | select(.name==\"job$id-dp-1\") | .node")
 other=$(cli -o json job "$id" | jqr ".workers[] | select(.name==\"job$id-dp-0\") | .node")
@@ -44,9 +46,9 @@ jqr '.membership[1].text' "$T/job.json" |
 cli logs "$id" >"$T/logs"
 grep -q "^\[job$id-dp-1\] ew: rank 1 took step [0-9]*'s state from rank 0" "$T/logs" ||
     fail "the replacement did not take the state: $(grep 'dp-1\] ew: [^s]' "$T/logs")"
-ew_steps_once "$id" 0 60
-want=$(ew_final "$ref" 0 60)
+ew_steps_once "$id" 0 "$steps"
+want=$(ew_final "$ref" 0 "$steps")
 for r in 0 1; do
-    ew_same "$want" "$(ew_final "$id" $r 60)" || fail "rank $r's weights differ from the reference's"
+    ew_same "$want" "$(ew_final "$id" $r "$steps")" || fail "rank $r's weights differ from the reference's"
 done
 pass "node $lost died with rank 1: SHRUNK 2 -> 1, then rank 1 placed again on $other after the lease: GREW 1 -> 2; SUCCEEDED whole with the reference's weights"
