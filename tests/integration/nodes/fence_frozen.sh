@@ -6,7 +6,9 @@
 # it runs (it was FAILED as "lost" before).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nodes_lib.bash"
-start_head --heartbeat-ms 100 --suspect-after 3 --dead-after 10 --log-level debug  # DEAD 1 s, lease 600 ms; reports logged
+# DEAD after 1 s, lease 600 ms (times the slowdown: at load 30 in a chroot a
+# 1 s DEAD failed the job before the agent was frozen); reports logged.
+start_head --heartbeat-ms 100 --suspect-after 3 --dead-after $((10 * TROUPE_TEST_SLOWDOWN)) --log-level debug
 start_node na 4xH100:80GB --stop-grace-ms 5000
 wait_for 10 "na ALIVE" nodes_alive 1
 mkdir -p "$T/pids"
